@@ -1,0 +1,112 @@
+//! CPU reference of the conv/pool family (NCHW).
+
+use super::floats;
+use crate::ops::conv::ConvOp;
+use crate::tensor::Tensor;
+
+/// Evaluates a convolution or pooling.
+pub fn eval(op: &ConvOp, x: &Tensor, params: &[&Tensor], out: &[usize]) -> Result<Tensor, String> {
+    let v = floats(x)?;
+    let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+    let [_, oc_n, oh_n, ow_n] = [out[0], out[1], out[2], out[3]];
+    let mut y = Vec::with_capacity(out.iter().product());
+    match op {
+        ConvOp::GlobalAvgPool => {
+            for plane in v.chunks((h * w).max(1)).take(n * c) {
+                y.push(
+                    (plane.iter().map(|&a| f64::from(a)).sum::<f64>() / (h * w).max(1) as f64)
+                        as f32,
+                );
+            }
+        }
+        ConvOp::Conv2d {
+            window: win,
+            groups,
+            bias,
+            ..
+        } => {
+            let wt = floats(params[0])?;
+            let b = if *bias {
+                Some(floats(params[1])?)
+            } else {
+                None
+            };
+            let cg = c / groups;
+            let per_group = oc_n / groups;
+            for ni in 0..n {
+                for oc in 0..oc_n {
+                    let g = oc / per_group;
+                    for oh in 0..oh_n {
+                        for ow in 0..ow_n {
+                            let mut acc = 0.0f32;
+                            for ci in 0..cg {
+                                for kh in 0..win.kernel[0] {
+                                    let ih = (oh * win.strides[0] + kh * win.dilations[0]) as i64
+                                        - win.pads[0] as i64;
+                                    if ih < 0 || ih >= h as i64 {
+                                        continue;
+                                    }
+                                    for kw in 0..win.kernel[1] {
+                                        let iw = (ow * win.strides[1] + kw * win.dilations[1])
+                                            as i64
+                                            - win.pads[1] as i64;
+                                        if iw < 0 || iw >= w as i64 {
+                                            continue;
+                                        }
+                                        let xi = ((ni * c + g * cg + ci) * h + ih as usize) * w
+                                            + iw as usize;
+                                        let wi = ((oc * cg + ci) * win.kernel[0] + kh)
+                                            * win.kernel[1]
+                                            + kw;
+                                        acc += v[xi] * wt[wi];
+                                    }
+                                }
+                            }
+                            y.push(acc + b.map_or(0.0, |b| b[oc]));
+                        }
+                    }
+                }
+            }
+        }
+        ConvOp::MaxPool(win) | ConvOp::AvgPool { window: win, .. } => {
+            let include = matches!(
+                op,
+                ConvOp::AvgPool {
+                    count_include_pad: true,
+                    ..
+                }
+            );
+            let is_max = matches!(op, ConvOp::MaxPool(_));
+            for plane in 0..n * c {
+                for oh in 0..oh_n {
+                    for ow in 0..ow_n {
+                        let (mut best, mut sum, mut valid, mut padded) =
+                            (f32::MIN, 0.0f32, 0usize, 0usize);
+                        for kh in 0..win.kernel[0] {
+                            let ih = (oh * win.strides[0] + kh * win.dilations[0]) as i64
+                                - win.pads[0] as i64;
+                            for kw in 0..win.kernel[1] {
+                                let iw = (ow * win.strides[1] + kw * win.dilations[1]) as i64
+                                    - win.pads[1] as i64;
+                                let in_pad = ih >= -(win.pads[0] as i64)
+                                    && ih < (h + win.pads[2]) as i64
+                                    && iw >= -(win.pads[1] as i64)
+                                    && iw < (w + win.pads[3]) as i64;
+                                padded += usize::from(in_pad);
+                                if ih >= 0 && ih < h as i64 && iw >= 0 && iw < w as i64 {
+                                    let a = v[(plane * h + ih as usize) * w + iw as usize];
+                                    best = best.max(a);
+                                    sum += a;
+                                    valid += 1;
+                                }
+                            }
+                        }
+                        let count = if include { padded } else { valid }.max(1);
+                        y.push(if is_max { best } else { sum / count as f32 });
+                    }
+                }
+            }
+        }
+    }
+    Ok(Tensor::f32(out.to_vec(), y))
+}

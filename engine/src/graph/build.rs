@@ -1,0 +1,314 @@
+//! Builds the typed petgraph graph from a document: names, operators and attributes,
+//! references, arity, cycles, shape and dtype inference, weights, outputs, editor hints.
+//! Every problem is collected; nothing stops at the first.
+
+use super::doc::GraphDoc;
+use super::{Edge, Graph, Node, NodeKind, OutputRef, Problem};
+use crate::ops::{self, Op};
+use petgraph::algo::{tarjan_scc, toposort};
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use std::collections::HashMap;
+
+/// Largest number of nodes a graph may have.
+pub const MAX_NODES: usize = 100_000;
+
+/// A parsed input reference: name and output port.
+fn parse_ref(r: &str) -> (&str, Option<usize>) {
+    match r.rsplit_once(':') {
+        Some((name, port)) => match port.parse::<usize>() {
+            Ok(p) => (name, Some(p)),
+            Err(_) => (r, None),
+        },
+        None => (r, None),
+    }
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && !s.contains(':') && s.chars().all(|c| !c.is_control())
+}
+
+/// Closest known name, for "did you mean" hints.
+fn suggest<'a>(name: &str, known: impl Iterator<Item = &'a String>) -> String {
+    let lower = name.to_lowercase();
+    known
+        .filter(|k| {
+            let k = k.to_lowercase();
+            k.starts_with(&lower) || lower.starts_with(&k) || k.contains(&lower)
+        })
+        .map(|k| format!(" (did you mean '{k}'?)"))
+        .next()
+        .unwrap_or_default()
+}
+
+/// Checks and types a document.
+pub fn build(doc: GraphDoc) -> Result<Graph, Vec<Problem>> {
+    let mut p = Vec::new();
+    if doc.nodes.len() > MAX_NODES {
+        return Err(vec![Problem::at(
+            "nodes",
+            format!("{} nodes exceed the limit of {MAX_NODES}", doc.nodes.len()),
+        )]);
+    }
+    let mut dag: StableDiGraph<Node, Edge> = StableDiGraph::new();
+    let mut by_name: HashMap<String, NodeIndex> = HashMap::new();
+    let mut inputs = Vec::new();
+    for (name, decl) in &doc.inputs {
+        if !valid_name(name) {
+            p.push(Problem::at(
+                format!("inputs.{name}"),
+                "input names must be 1-128 characters without ':'",
+            ));
+        }
+        let ix = dag.add_node(Node {
+            id: name.clone(),
+            kind: NodeKind::Input,
+            outputs: vec![ops::TensorType {
+                shape: decl.shape.clone(),
+                dtype: decl.dtype,
+            }],
+            params: Vec::new(),
+        });
+        by_name.insert(name.clone(), ix);
+        inputs.push((name.clone(), ix));
+    }
+    // Operators and attributes.
+    let mut op_nodes: Vec<(usize, NodeIndex, Option<Op>)> = Vec::new();
+    for (i, n) in doc.nodes.iter().enumerate() {
+        if !valid_name(&n.id) {
+            p.push(Problem::at(
+                format!("nodes[{i}].id"),
+                format!("'{}' is not a valid id: 1-128 characters without ':'", n.id),
+            ));
+        }
+        if by_name.contains_key(&n.id) {
+            p.push(Problem::node(
+                &n.id,
+                format!("nodes[{i}].id"),
+                format!(
+                    "duplicate id '{}' (ids and input names must be unique)",
+                    n.id
+                ),
+            ));
+            continue;
+        }
+        let op = match ops::parse(&n.op, &n.attrs) {
+            Ok(op) => Some(op),
+            Err(errs) => {
+                for (field, message) in errs {
+                    let f = if field == "op" {
+                        format!("nodes[{i}].op")
+                    } else {
+                        format!("nodes[{i}].attrs.{field}")
+                    };
+                    p.push(Problem::node(&n.id, f, message));
+                }
+                None
+            }
+        };
+        let ix = dag.add_node(Node {
+            id: n.id.clone(),
+            kind: NodeKind::Input,
+            outputs: Vec::new(),
+            params: Vec::new(),
+        });
+        by_name.insert(n.id.clone(), ix);
+        op_nodes.push((i, ix, op));
+    }
+    // References and arity.
+    let mut arity_ok: HashMap<NodeIndex, bool> = HashMap::new();
+    for (i, ix, op) in &op_nodes {
+        let n = &doc.nodes[*i];
+        let mut ok = true;
+        for (k, r) in n.inputs.iter().enumerate() {
+            let (name, port) = parse_ref(r);
+            match by_name.get(name) {
+                Some(&src) => {
+                    dag.add_edge(
+                        src,
+                        *ix,
+                        Edge {
+                            from_port: port.unwrap_or(0),
+                            to_port: k,
+                        },
+                    );
+                }
+                None => {
+                    ok = false;
+                    p.push(Problem::node(
+                        &n.id,
+                        format!("nodes[{i}].inputs[{k}]"),
+                        format!(
+                            "'{r}' is neither a graph input nor a node{}",
+                            suggest(name, by_name.keys())
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(op) = op {
+            if let Err(e) = op.check_arity(n.inputs.len()) {
+                ok = false;
+                p.push(Problem::node(&n.id, format!("nodes[{i}].inputs"), e));
+            }
+        }
+        arity_ok.insert(*ix, ok && op.is_some());
+    }
+    // Cycles.
+    let order = match toposort(&dag, None) {
+        Ok(order) => order,
+        Err(_) => {
+            for scc in tarjan_scc(&dag) {
+                let self_loop = scc.len() == 1 && dag.contains_edge(scc[0], scc[0]);
+                if scc.len() > 1 || self_loop {
+                    let mut names: Vec<String> = scc.iter().map(|&ix| dag[ix].id.clone()).collect();
+                    names.sort();
+                    for name in &names {
+                        p.push(Problem::node(
+                            name,
+                            "inputs",
+                            format!("is part of a cycle: {}", names.join(" → ")),
+                        ));
+                    }
+                }
+            }
+            return Err(p);
+        }
+    };
+    // Inference in topological order.
+    let ops_by_ix: HashMap<NodeIndex, (usize, Option<Op>)> = op_nodes
+        .into_iter()
+        .map(|(i, ix, op)| (ix, (i, op)))
+        .collect();
+    let mut graph = Graph {
+        doc,
+        dag,
+        order: order.clone(),
+        inputs,
+        outputs: Vec::new(),
+    };
+    for &ix in &order {
+        let Some((i, op)) = ops_by_ix.get(&ix) else {
+            continue;
+        };
+        let Some(op) = op else {
+            continue;
+        };
+        graph.dag[ix].kind = NodeKind::Op(op.clone());
+        if !arity_ok.get(&ix).copied().unwrap_or(false) {
+            continue;
+        }
+        let id = graph.dag[ix].id.clone();
+        let sources = graph.node_inputs(ix);
+        let mut types = Vec::new();
+        let mut ready = true;
+        for (k, (src, port)) in sources.iter().enumerate() {
+            let src_node = &graph.dag[*src];
+            match src_node.outputs.get(*port) {
+                Some(t) => types.push(t.clone()),
+                None => {
+                    ready = false;
+                    // Sources without types failed already; report only bad ports of typed sources.
+                    if !src_node.outputs.is_empty() {
+                        p.push(Problem::node(
+                            &id,
+                            format!("nodes[{i}].inputs[{k}]"),
+                            format!(
+                                "'{}' has {} output(s); port {port} does not exist",
+                                src_node.id,
+                                src_node.outputs.len()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        if !ready {
+            continue;
+        }
+        match op.infer(&types) {
+            Ok(outs) => {
+                match op.params(&types) {
+                    Ok(params) => graph.dag[ix].params = params,
+                    Err(e) => p.push(Problem::node(&id, format!("nodes[{i}].inputs"), e)),
+                }
+                graph.dag[ix].outputs = outs;
+            }
+            Err(e) => {
+                let shown: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+                p.push(Problem::node(
+                    &id,
+                    format!("nodes[{i}].inputs"),
+                    format!("{e} (inputs: {})", shown.join(", ")),
+                ));
+            }
+        }
+    }
+    // Outputs.
+    if graph.doc.outputs.is_empty() {
+        p.push(Problem::at("outputs", "a graph needs at least one output"));
+    }
+    for (k, r) in graph.doc.outputs.clone().iter().enumerate() {
+        let (name, port) = parse_ref(r);
+        match graph
+            .inputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|x| x.1)
+            .or_else(|| {
+                graph
+                    .dag
+                    .node_indices()
+                    .find(|&ix| graph.dag[ix].id == name)
+            }) {
+            Some(ix) => {
+                let port = port.unwrap_or(0);
+                let node = &graph.dag[ix];
+                let typed = !node.outputs.is_empty() || matches!(node.kind, NodeKind::Input);
+                if typed && port >= node.outputs.len() {
+                    p.push(Problem::at(
+                        format!("outputs[{k}]"),
+                        format!("'{name}' has no output {port}"),
+                    ));
+                }
+                graph.outputs.push(OutputRef {
+                    name: r.clone(),
+                    node: ix,
+                    port,
+                });
+            }
+            None => p.push(Problem::at(
+                format!("outputs[{k}]"),
+                format!(
+                    "output '{r}' names nothing: no node or input is called '{name}'{}",
+                    suggest(name, by_name.keys())
+                ),
+            )),
+        }
+    }
+    for key in graph.doc.layout.keys() {
+        if !by_name.contains_key(key) {
+            p.push(Problem::at(
+                format!("layout.{key}"),
+                format!("layout names '{key}', which is not a node"),
+            ));
+        }
+    }
+    for (key, stage) in &graph.doc.stages {
+        if !by_name.contains_key(key) {
+            p.push(Problem::at(
+                format!("stages.{key}"),
+                format!("stages pins '{key}', which is not a node"),
+            ));
+        } else if *stage > 1024 {
+            p.push(Problem::at(
+                format!("stages.{key}"),
+                format!("stage {stage} is out of range (0..1024)"),
+            ));
+        }
+    }
+    if p.is_empty() {
+        Ok(graph)
+    } else {
+        Err(p)
+    }
+}

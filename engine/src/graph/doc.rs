@@ -1,0 +1,400 @@
+//! The `sluice/graph@1` document: its serde types, and a decoder that checks the JSON
+//! structure field by field and reports every problem at once (serde alone stops at the
+//! first).
+
+use super::problem::Problem;
+use crate::dtype::DType;
+use crate::shape::Dim;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The format tag every graph file carries.
+pub const FORMAT: &str = "sluice/graph@1";
+
+/// A graph document exactly as saved by the editor and read by the CLI and server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraphDoc {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// A display name.
+    #[serde(default)]
+    pub name: String,
+    /// Graph inputs by name.
+    pub inputs: BTreeMap<String, InputDecl>,
+    /// Operator nodes, in any order (they are sorted topologically).
+    pub nodes: Vec<NodeDoc>,
+    /// Output references (`"node"` or `"node:1"`).
+    pub outputs: Vec<String>,
+    /// Where weights come from.
+    #[serde(default)]
+    pub params: ParamsDoc,
+    /// Editor positions of nodes (x, y).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub layout: BTreeMap<String, [f64; 2]>,
+    /// Pipeline-stage pins of nodes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stages: BTreeMap<String, usize>,
+}
+
+/// A declared graph input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputDecl {
+    /// Its shape; strings are symbolic dimensions.
+    pub shape: Vec<Dim>,
+    /// Its element type.
+    #[serde(default = "default_dtype")]
+    pub dtype: DType,
+}
+
+fn default_dtype() -> DType {
+    DType::F32
+}
+
+/// One operator node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeDoc {
+    /// Unique id, also the name of its (first) output.
+    pub id: String,
+    /// The operator name.
+    pub op: String,
+    /// Input references, in the operator's input order.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    /// Attributes, checked against the operator's schema.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub attrs: Map<String, Value>,
+}
+
+/// Where weights come from: a safetensors file, or seeded initialisation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamsDoc {
+    /// Seed for deterministic initialisation of weights not in `file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// A safetensors file, relative to the graph file, with keys `node.param`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+/// Parses and structurally checks a graph file. Reports every problem found.
+pub fn decode(text: &str) -> Result<GraphDoc, Vec<Problem>> {
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        vec![Problem::at(
+            format!("line {}, column {}", e.line(), e.column()),
+            format!("malformed JSON: {e}"),
+        )]
+    })?;
+    decode_value(&value)
+}
+
+/// Structurally checks a parsed JSON value as a graph document.
+pub fn decode_value(value: &Value) -> Result<GraphDoc, Vec<Problem>> {
+    let mut p = Vec::new();
+    let Some(obj) = value.as_object() else {
+        return Err(vec![Problem::at(
+            "document",
+            "a graph file must be a JSON object",
+        )]);
+    };
+    unknown_fields(
+        obj,
+        &[
+            "format", "name", "inputs", "nodes", "outputs", "params", "layout", "stages",
+        ],
+        "",
+        None,
+        &mut p,
+    );
+    let format = match obj.get("format") {
+        Some(Value::String(s)) if s == FORMAT => s.clone(),
+        Some(Value::String(s)) => {
+            p.push(Problem::at(
+                "format",
+                format!("unknown format version '{s}' (this Sluice reads '{FORMAT}')"),
+            ));
+            s.clone()
+        }
+        Some(_) => {
+            p.push(Problem::at(
+                "format",
+                format!("must be the string '{FORMAT}'"),
+            ));
+            String::new()
+        }
+        None => {
+            p.push(Problem::at(
+                "format",
+                format!("missing (expected '{FORMAT}')"),
+            ));
+            String::new()
+        }
+    };
+    let name = match obj.get("name") {
+        None => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => {
+            p.push(Problem::at("name", "must be a string"));
+            String::new()
+        }
+    };
+    let inputs = decode_inputs(obj.get("inputs"), &mut p);
+    let nodes = decode_nodes(obj.get("nodes"), &mut p);
+    let outputs = match obj.get("outputs") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| match v.as_str() {
+                Some(s) => Some(s.to_string()),
+                None => {
+                    p.push(Problem::at(
+                        format!("outputs[{i}]"),
+                        "must be a string naming a node",
+                    ));
+                    None
+                }
+            })
+            .collect(),
+        Some(_) => {
+            p.push(Problem::at(
+                "outputs",
+                "must be an array of node references",
+            ));
+            Vec::new()
+        }
+        None => {
+            p.push(Problem::at(
+                "outputs",
+                "missing: a graph needs at least one output",
+            ));
+            Vec::new()
+        }
+    };
+    let params = typed_field::<ParamsDoc>(obj, "params", &mut p).unwrap_or_default();
+    let layout = typed_field(obj, "layout", &mut p).unwrap_or_default();
+    let stages = typed_field(obj, "stages", &mut p).unwrap_or_default();
+    if p.is_empty() {
+        Ok(GraphDoc {
+            format,
+            name,
+            inputs,
+            nodes,
+            outputs,
+            params,
+            layout,
+            stages,
+        })
+    } else {
+        Err(p)
+    }
+}
+
+fn typed_field<T: serde::de::DeserializeOwned>(
+    obj: &Map<String, Value>,
+    key: &str,
+    p: &mut Vec<Problem>,
+) -> Option<T> {
+    let v = obj.get(key)?;
+    match serde_json::from_value(v.clone()) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            p.push(Problem::at(key, format!("invalid: {e}")));
+            None
+        }
+    }
+}
+
+fn unknown_fields(
+    obj: &Map<String, Value>,
+    known: &[&str],
+    prefix: &str,
+    node: Option<&str>,
+    p: &mut Vec<Problem>,
+) {
+    for key in obj.keys() {
+        if !known.contains(&key.as_str()) {
+            let field = format!("{prefix}{key}");
+            let message = format!("unknown field '{key}' (known: {})", known.join(", "));
+            p.push(match node {
+                Some(n) => Problem::node(n, field, message),
+                None => Problem::at(field, message),
+            });
+        }
+    }
+}
+
+fn decode_inputs(v: Option<&Value>, p: &mut Vec<Problem>) -> BTreeMap<String, InputDecl> {
+    let mut out = BTreeMap::new();
+    let Some(v) = v else {
+        p.push(Problem::at(
+            "inputs",
+            "missing: declare the graph inputs (may be {})",
+        ));
+        return out;
+    };
+    let Some(map) = v.as_object() else {
+        p.push(Problem::at(
+            "inputs",
+            "must be an object mapping names to {shape, dtype}",
+        ));
+        return out;
+    };
+    for (name, decl) in map {
+        let field = format!("inputs.{name}");
+        let Some(d) = decl.as_object() else {
+            p.push(Problem::at(field, "must be an object {shape, dtype}"));
+            continue;
+        };
+        unknown_fields(d, &["shape", "dtype"], &format!("{field}."), None, p);
+        let shape = match d.get("shape") {
+            Some(Value::Array(dims)) => {
+                let mut shape = Vec::new();
+                for (i, dim) in dims.iter().enumerate() {
+                    match dim {
+                        Value::Number(n) if n.as_u64().is_some() => {
+                            shape.push(Dim::Known(n.as_u64().unwrap_or(0) as usize))
+                        }
+                        Value::String(s) if is_symbol(s) => shape.push(Dim::Sym(s.clone())),
+                        _ => p.push(Problem::at(
+                            format!("{field}.shape[{i}]"),
+                            format!(
+                                "must be a non-negative integer or a symbol like \"N\", not {dim}"
+                            ),
+                        )),
+                    }
+                }
+                shape
+            }
+            _ => {
+                p.push(Problem::at(
+                    format!("{field}.shape"),
+                    "missing or not an array of dimensions",
+                ));
+                Vec::new()
+            }
+        };
+        let dtype = match d.get("dtype") {
+            None => DType::F32,
+            Some(Value::String(s)) => DType::parse(s).unwrap_or_else(|| {
+                p.push(Problem::at(
+                    format!("{field}.dtype"),
+                    format!("unknown dtype '{s}' (known: f32, i32, bool)"),
+                ));
+                DType::F32
+            }),
+            Some(_) => {
+                p.push(Problem::at(
+                    format!("{field}.dtype"),
+                    "must be a string such as \"f32\"",
+                ));
+                DType::F32
+            }
+        };
+        out.insert(name.clone(), InputDecl { shape, dtype });
+    }
+    out
+}
+
+/// Whether a string is a valid symbolic dimension name.
+pub fn is_symbol(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn decode_nodes(v: Option<&Value>, p: &mut Vec<Problem>) -> Vec<NodeDoc> {
+    let Some(v) = v else {
+        p.push(Problem::at("nodes", "missing: a graph needs a node list"));
+        return Vec::new();
+    };
+    let Some(items) = v.as_array() else {
+        p.push(Problem::at("nodes", "must be an array of nodes"));
+        return Vec::new();
+    };
+    let mut nodes = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("nodes[{i}]");
+        let Some(obj) = item.as_object() else {
+            p.push(Problem::at(
+                field,
+                "must be an object {id, op, inputs, attrs}",
+            ));
+            continue;
+        };
+        let id = obj.get("id").and_then(Value::as_str).map(str::to_string);
+        let node_name = id.clone();
+        let node_ref = node_name.as_deref();
+        let push = |p: &mut Vec<Problem>, f: String, m: String| {
+            p.push(match node_ref {
+                Some(n) => Problem::node(n, f, m),
+                None => Problem::at(f, m),
+            })
+        };
+        unknown_fields(
+            obj,
+            &["id", "op", "inputs", "attrs"],
+            &format!("{field}."),
+            node_ref,
+            p,
+        );
+        if id.is_none() {
+            push(p, format!("{field}.id"), "missing or not a string".into());
+        }
+        let op = match obj.get("op").and_then(Value::as_str) {
+            Some(s) => s.to_string(),
+            None => {
+                push(
+                    p,
+                    format!("{field}.op"),
+                    "missing or not a string naming an operator".into(),
+                );
+                String::new()
+            }
+        };
+        let inputs = match obj.get("inputs") {
+            None => Vec::new(),
+            Some(Value::Array(refs)) => refs
+                .iter()
+                .enumerate()
+                .filter_map(|(k, r)| match r.as_str() {
+                    Some(s) => Some(s.to_string()),
+                    None => {
+                        push(
+                            p,
+                            format!("{field}.inputs[{k}]"),
+                            "must be a string reference".into(),
+                        );
+                        None
+                    }
+                })
+                .collect(),
+            Some(_) => {
+                push(
+                    p,
+                    format!("{field}.inputs"),
+                    "must be an array of references".into(),
+                );
+                Vec::new()
+            }
+        };
+        let attrs = match obj.get("attrs") {
+            None => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => {
+                push(p, format!("{field}.attrs"), "must be an object".into());
+                Map::new()
+            }
+        };
+        nodes.push(NodeDoc {
+            id: id.unwrap_or_default(),
+            op,
+            inputs,
+            attrs,
+        });
+    }
+    nodes
+}

@@ -1,0 +1,153 @@
+//! Graphs: the document format ([`doc`]), problems ([`problem`]) and the checked, typed
+//! petgraph graph built from a document ([`build`]).
+
+pub mod build;
+pub mod doc;
+pub mod problem;
+
+use crate::ops::{Op, ParamSpec, TensorType};
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::Direction;
+use std::collections::{BTreeSet, HashMap};
+
+pub use doc::{GraphDoc, FORMAT};
+pub use problem::{Problem, Problems};
+
+/// A node of the typed graph.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The node id (or graph input name).
+    pub id: String,
+    /// Graph input or operator.
+    pub kind: NodeKind,
+    /// Type of each output.
+    pub outputs: Vec<TensorType>,
+    /// Weights the operator declares.
+    pub params: Vec<ParamSpec>,
+}
+
+/// What a node is.
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    /// A graph input.
+    Input,
+    /// An operator.
+    Op(Op),
+}
+
+/// An edge: output `from_port` of the source feeds input `to_port` of the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    /// Output index on the source.
+    pub from_port: usize,
+    /// Input index on the target.
+    pub to_port: usize,
+}
+
+/// A graph output: a node output under a name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputRef {
+    /// The reference as written (`"probs"`, `"split1:1"`).
+    pub name: String,
+    /// The node.
+    pub node: NodeIndex,
+    /// Its output index.
+    pub port: usize,
+}
+
+/// A validated graph: every edge typed, nodes in topological order.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    /// The document it was built from.
+    pub doc: GraphDoc,
+    /// The dataflow graph.
+    pub dag: StableDiGraph<Node, Edge>,
+    /// All nodes (inputs included) in topological order.
+    pub order: Vec<NodeIndex>,
+    /// Graph inputs by name.
+    pub inputs: Vec<(String, NodeIndex)>,
+    /// Graph outputs.
+    pub outputs: Vec<OutputRef>,
+}
+
+/// Parses, checks and types a graph file. Reports every problem at once.
+pub fn load_graph(text: &str) -> Result<Graph, Problems> {
+    let doc = doc::decode(text).map_err(Problems)?;
+    Graph::build(doc)
+}
+
+impl Graph {
+    /// Checks and types a document.
+    pub fn build(doc: GraphDoc) -> Result<Graph, Problems> {
+        build::build(doc).map_err(Problems)
+    }
+
+    /// The same graph with every symbolic dimension bound (all shapes concrete).
+    pub fn bind(&self, bindings: &HashMap<String, usize>) -> Result<Graph, Problems> {
+        let mut doc = self.doc.clone();
+        let mut problems = Vec::new();
+        for (name, decl) in doc.inputs.iter_mut() {
+            match crate::shape::bind(&decl.shape, bindings) {
+                Ok(s) => decl.shape = s,
+                Err(e) => problems.push(Problem::at(format!("inputs.{name}.shape"), e)),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Problems(problems));
+        }
+        Graph::build(doc)
+    }
+
+    /// The symbolic dimension names of the graph inputs.
+    pub fn symbols(&self) -> BTreeSet<String> {
+        let mut s = BTreeSet::new();
+        for decl in self.doc.inputs.values() {
+            for d in &decl.shape {
+                if let crate::shape::Dim::Sym(name) = d {
+                    s.insert(name.clone());
+                }
+            }
+        }
+        s
+    }
+
+    /// The sources of a node's inputs, in input order: (node, output port).
+    pub fn node_inputs(&self, ix: NodeIndex) -> Vec<(NodeIndex, usize)> {
+        let mut v: Vec<(usize, NodeIndex, usize)> = self
+            .dag
+            .edges_directed(ix, Direction::Incoming)
+            .map(|e| {
+                use petgraph::visit::EdgeRef;
+                (e.weight().to_port, e.source(), e.weight().from_port)
+            })
+            .collect();
+        v.sort_by_key(|x| x.0);
+        v.into_iter().map(|(_, n, p)| (n, p)).collect()
+    }
+
+    /// The types of a node's inputs.
+    pub fn input_types(&self, ix: NodeIndex) -> Vec<TensorType> {
+        self.node_inputs(ix)
+            .into_iter()
+            .map(|(n, p)| self.dag[n].outputs[p].clone())
+            .collect()
+    }
+
+    /// The operator nodes in topological order.
+    pub fn op_nodes(&self) -> impl Iterator<Item = (NodeIndex, &Node, &Op)> {
+        self.order
+            .iter()
+            .filter_map(|&ix| match &self.dag[ix].kind {
+                NodeKind::Op(op) => Some((ix, &self.dag[ix], op)),
+                NodeKind::Input => None,
+            })
+    }
+
+    /// The type of a graph input by name.
+    pub fn input_type(&self, name: &str) -> Option<&TensorType> {
+        self.inputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, ix)| &self.dag[*ix].outputs[0])
+    }
+}

@@ -1,0 +1,468 @@
+//! Conv/pool family: `conv2d` (stride, padding, dilation, groups, bias), `max_pool2d`,
+//! `avg_pool2d` (ceil mode, count_include_pad) and `global_avg_pool`, all NCHW.
+//! Kernels: `shaders/conv.wgsl`; `global_avg_pool` uses the reduce kernel.
+
+use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
+use super::kernel::{dispatch_1d, fill, variant, word, Concrete, Kernel, Lowering, Slot, WG};
+use super::{need_f32, Arity, Init, OpSchema, ParamSpec, TensorType};
+use crate::shape::{show, Dim};
+
+/// Family tag.
+pub const FAMILY: &str = "conv";
+const SHADER: &str = include_str!("../../../shaders/conv.wgsl");
+
+const CONV_ATTRS: &[AttrSpec] = &[
+    required("out_channels", AttrKind::Int, "Output channels."),
+    required("kernel_size", AttrKind::Ints, "[kh, kw]."),
+    optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
+    optional(
+        "pads",
+        AttrKind::Ints,
+        "[0, 0, 0, 0]",
+        "[top, left, bottom, right] (or [ph, pw]).",
+    ),
+    optional("dilations", AttrKind::Ints, "[1, 1]", "[dh, dw]."),
+    optional(
+        "groups",
+        AttrKind::Int,
+        "1",
+        "Channel groups (depthwise when = channels).",
+    ),
+    optional("bias", AttrKind::Bool, "true", "Add a learned bias."),
+];
+const MAX_POOL_ATTRS: &[AttrSpec] = &[
+    required("kernel_size", AttrKind::Ints, "[kh, kw]."),
+    optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
+    optional(
+        "pads",
+        AttrKind::Ints,
+        "[0, 0, 0, 0]",
+        "[top, left, bottom, right] (or [ph, pw]).",
+    ),
+    optional("dilations", AttrKind::Ints, "[1, 1]", "[dh, dw]."),
+    optional(
+        "ceil_mode",
+        AttrKind::Bool,
+        "false",
+        "Round the output size up.",
+    ),
+];
+const AVG_POOL_ATTRS: &[AttrSpec] = &[
+    required("kernel_size", AttrKind::Ints, "[kh, kw]."),
+    optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
+    optional(
+        "pads",
+        AttrKind::Ints,
+        "[0, 0, 0, 0]",
+        "[top, left, bottom, right] (or [ph, pw]).",
+    ),
+    optional("dilations", AttrKind::Ints, "[1, 1]", "[dh, dw]."),
+    optional(
+        "ceil_mode",
+        AttrKind::Bool,
+        "false",
+        "Round the output size up.",
+    ),
+    optional(
+        "count_include_pad",
+        AttrKind::Bool,
+        "false",
+        "Count padding in the divisor.",
+    ),
+];
+
+const fn op(
+    name: &'static str,
+    doc: &'static str,
+    attrs: &'static [AttrSpec],
+    params: &'static [&'static str],
+) -> OpSchema {
+    OpSchema {
+        name,
+        family: FAMILY,
+        doc,
+        inputs: Arity::Fixed(&["x"]),
+        outputs: &["y"],
+        attrs,
+        params,
+    }
+}
+
+/// Schemas of the family.
+pub const SCHEMAS: &[OpSchema] = &[
+    op(
+        "conv2d",
+        "2-D convolution over NCHW input; weight [OC, C/groups, kh, kw].",
+        CONV_ATTRS,
+        &["weight", "bias"],
+    ),
+    op(
+        "max_pool2d",
+        "2-D max pooling over NCHW input.",
+        MAX_POOL_ATTRS,
+        &[],
+    ),
+    op(
+        "avg_pool2d",
+        "2-D average pooling over NCHW input.",
+        AVG_POOL_ATTRS,
+        &[],
+    ),
+    op(
+        "global_avg_pool",
+        "Mean over H and W: [N, C, H, W] → [N, C, 1, 1].",
+        &[],
+        &[],
+    ),
+];
+
+/// Window geometry shared by convolution and pooling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window {
+    /// [kh, kw]
+    pub kernel: [usize; 2],
+    /// [sh, sw]
+    pub strides: [usize; 2],
+    /// [top, left, bottom, right]
+    pub pads: [usize; 4],
+    /// [dh, dw]
+    pub dilations: [usize; 2],
+    /// Round output size up.
+    pub ceil_mode: bool,
+}
+
+/// A parsed conv/pool operator.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConvOp {
+    /// conv2d
+    Conv2d {
+        /// Window.
+        window: Window,
+        /// Output channels.
+        out_channels: usize,
+        /// Groups.
+        groups: usize,
+        /// Bias.
+        bias: bool,
+    },
+    /// max_pool2d
+    MaxPool(Window),
+    /// avg_pool2d
+    AvgPool {
+        /// Window.
+        window: Window,
+        /// Count padding in the divisor.
+        count_include_pad: bool,
+    },
+    /// global_avg_pool
+    GlobalAvgPool,
+}
+
+fn pair(r: &mut AttrReader, name: &str, min: i64) -> [usize; 2] {
+    let v = r.ints(name);
+    if v.len() != 2 || v.iter().any(|&x| x < min || x > 1 << 20) {
+        r.reject(
+            name,
+            format!("{name} must be two integers ≥ {min}, got {v:?}"),
+        );
+        return [min.max(1) as usize; 2];
+    }
+    [v[0] as usize, v[1] as usize]
+}
+
+fn window(r: &mut AttrReader, ceil: bool) -> Window {
+    let kernel = pair(r, "kernel_size", 1);
+    let strides = pair(r, "strides", 1);
+    let dilations = pair(r, "dilations", 1);
+    let p = r.ints("pads");
+    let pads = match p.as_slice() {
+        [a, b] if *a >= 0 && *b >= 0 => [*a as usize, *b as usize, *a as usize, *b as usize],
+        [a, b, c, d] if p.iter().all(|&x| (0..1 << 20).contains(&x)) => {
+            [*a as usize, *b as usize, *c as usize, *d as usize]
+        }
+        _ => {
+            r.reject("pads", format!("pads must be [top, left, bottom, right] or [ph, pw] of non-negative integers, got {p:?}"));
+            [0; 4]
+        }
+    };
+    Window {
+        kernel,
+        strides,
+        pads,
+        dilations,
+        ceil_mode: ceil && r.bool("ceil_mode"),
+    }
+}
+
+/// Parses attributes.
+pub fn parse(name: &str, r: &mut AttrReader) -> ConvOp {
+    match name {
+        "conv2d" => {
+            let w = window(r, false);
+            let oc = r.int("out_channels");
+            let groups = r.int("groups");
+            if oc < 1 {
+                r.reject(
+                    "out_channels",
+                    format!("out_channels must be at least 1, got {oc}"),
+                );
+            }
+            if groups < 1 || oc % groups.max(1) != 0 {
+                r.reject(
+                    "groups",
+                    format!("groups must be ≥ 1 and divide out_channels ({oc}), got {groups}"),
+                );
+            }
+            ConvOp::Conv2d {
+                window: w,
+                out_channels: oc.max(1) as usize,
+                groups: groups.max(1) as usize,
+                bias: r.bool("bias"),
+            }
+        }
+        "max_pool2d" => ConvOp::MaxPool(window(r, true)),
+        "avg_pool2d" => ConvOp::AvgPool {
+            window: window(r, true),
+            count_include_pad: r.bool("count_include_pad"),
+        },
+        _ => ConvOp::GlobalAvgPool,
+    }
+}
+
+impl Window {
+    /// Output size along one spatial axis (ONNX rules, including ceil mode).
+    pub fn out_size(&self, input: usize, axis: usize) -> Result<usize, String> {
+        let span = (self.kernel[axis] - 1) * self.dilations[axis] + 1;
+        let padded = input + self.pads[axis] + self.pads[axis + 2];
+        if padded < span {
+            return Err(format!(
+                "window span {span} exceeds the padded input size {padded}"
+            ));
+        }
+        let s = self.strides[axis];
+        let mut out = if self.ceil_mode {
+            (padded - span).div_ceil(s) + 1
+        } else {
+            (padded - span) / s + 1
+        };
+        // In ceil mode, the last window must start inside the input or the leading padding.
+        if self.ceil_mode && (out - 1) * s >= input + self.pads[axis] {
+            out -= 1;
+        }
+        Ok(out)
+    }
+
+    fn info(&self) -> Result<Vec<u32>, String> {
+        [
+            self.kernel[0],
+            self.kernel[1],
+            self.strides[0],
+            self.strides[1],
+            self.pads[0],
+            self.pads[1],
+            self.dilations[0],
+            self.dilations[1],
+        ]
+        .iter()
+        .map(|&v| word(v))
+        .collect()
+    }
+}
+
+impl ConvOp {
+    /// Name in graph files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ConvOp::Conv2d { .. } => "conv2d",
+            ConvOp::MaxPool(_) => "max_pool2d",
+            ConvOp::AvgPool { .. } => "avg_pool2d",
+            ConvOp::GlobalAvgPool => "global_avg_pool",
+        }
+    }
+
+    fn window(&self) -> Option<&Window> {
+        match self {
+            ConvOp::Conv2d { window, .. }
+            | ConvOp::MaxPool(window)
+            | ConvOp::AvgPool { window, .. } => Some(window),
+            ConvOp::GlobalAvgPool => None,
+        }
+    }
+
+    /// Output type.
+    pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        let x = &inputs[0];
+        need_f32(self.name(), "input", x)?;
+        let s = &x.shape;
+        if s.len() != 4 {
+            return Err(format!(
+                "{} needs a 4-D input [N, C, H, W], got {}",
+                self.name(),
+                show(s)
+            ));
+        }
+        let mut out = s.clone();
+        if let ConvOp::GlobalAvgPool = self {
+            out[2] = Dim::Known(1);
+            out[3] = Dim::Known(1);
+            return Ok(vec![TensorType::f32(out)]);
+        }
+        let (Some(h), Some(w)) = (s[2].known(), s[3].known()) else {
+            return Err(format!(
+                "{} needs known H and W, got {}",
+                self.name(),
+                show(s)
+            ));
+        };
+        let win = self.window().ok_or("no window")?;
+        out[2] = Dim::Known(win.out_size(h, 0)?);
+        out[3] = Dim::Known(win.out_size(w, 1)?);
+        if let ConvOp::Conv2d {
+            out_channels,
+            groups,
+            ..
+        } = self
+        {
+            let Some(c) = s[1].known() else {
+                return Err(format!(
+                    "conv2d needs a known channel count, got {}",
+                    show(s)
+                ));
+            };
+            if c % groups != 0 {
+                return Err(format!(
+                    "groups {groups} does not divide the {c} input channels"
+                ));
+            }
+            out[1] = Dim::Known(*out_channels);
+        }
+        Ok(vec![TensorType::f32(out)])
+    }
+
+    /// Weights of `conv2d`.
+    pub fn params(&self, inputs: &[TensorType]) -> Result<Vec<ParamSpec>, String> {
+        let ConvOp::Conv2d {
+            window,
+            out_channels,
+            groups,
+            bias,
+        } = self
+        else {
+            return Ok(Vec::new());
+        };
+        let c = inputs[0].shape.get(1).and_then(Dim::known).unwrap_or(1);
+        let fan_in = (c / groups) * window.kernel[0] * window.kernel[1];
+        let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+        let mut v = vec![ParamSpec {
+            name: "weight",
+            shape: vec![
+                *out_channels,
+                c / groups,
+                window.kernel[0],
+                window.kernel[1],
+            ],
+            init: Init::Uniform(bound),
+        }];
+        if *bias {
+            v.push(ParamSpec {
+                name: "bias",
+                shape: vec![*out_channels],
+                init: Init::Uniform(bound),
+            });
+        }
+        Ok(v)
+    }
+
+    /// Multiply-adds of a convolution, counted as 2 FLOPs.
+    pub fn flops(&self, inputs: &[Vec<usize>], outputs: &[Vec<usize>]) -> u64 {
+        let out: usize = outputs[0].iter().product();
+        match self {
+            ConvOp::Conv2d { window, groups, .. } => {
+                let c = inputs[0].get(1).copied().unwrap_or(1);
+                2 * (out * (c / groups) * window.kernel[0] * window.kernel[1]) as u64
+            }
+            ConvOp::GlobalAvgPool => inputs[0].iter().product::<usize>() as u64,
+            ConvOp::MaxPool(w) | ConvOp::AvgPool { window: w, .. } => {
+                (out * w.kernel[0] * w.kernel[1]) as u64
+            }
+        }
+    }
+
+    /// GPU kernel.
+    pub fn lower(&self, inputs: &[Concrete], outputs: &[Concrete]) -> Result<Lowering, String> {
+        let x = &inputs[0].shape;
+        let o = &outputs[0].shape;
+        let wg = ("WG", WG.to_string());
+        let n_out = outputs[0].numel();
+        let kernel = match self {
+            ConvOp::GlobalAvgPool => {
+                super::reduce::reduce_kernel("global_avg_pool", x, &[2, 3], true)?
+            }
+            ConvOp::Conv2d {
+                window,
+                groups,
+                bias,
+                ..
+            } => {
+                let mut info: Vec<u32> = [x[0], x[1], x[2], x[3], o[1], o[2], o[3]]
+                    .iter()
+                    .map(|&v| word(v))
+                    .collect::<Result<_, _>>()?;
+                info.extend(window.info()?);
+                info.push(word(*groups)?);
+                let (decl, out) = if *bias {
+                    (
+                        "@group(0) @binding(4) var<storage, read> bias: array<f32>;",
+                        "acc + bias[oc]",
+                    )
+                } else {
+                    ("", "acc")
+                };
+                let mut slots = vec![Slot::Output(0), Slot::Input(0), Slot::Param(0)];
+                if *bias {
+                    slots.push(Slot::Param(1));
+                }
+                Kernel {
+                    label: "conv2d".into(),
+                    source: fill(
+                        variant(SHADER, "conv2d"),
+                        &[wg, ("BIAS_DECL", decl.into()), ("OUT", out.into())],
+                    ),
+                    slots,
+                    info,
+                    workgroups: dispatch_1d(n_out, WG)?,
+                }
+            }
+            ConvOp::MaxPool(window) | ConvOp::AvgPool { window, .. } => {
+                let include = matches!(
+                    self,
+                    ConvOp::AvgPool {
+                        count_include_pad: true,
+                        ..
+                    }
+                );
+                let mut info: Vec<u32> = [x[0] * x[1], x[2], x[3], o[2], o[3]]
+                    .iter()
+                    .map(|&v| word(v))
+                    .collect::<Result<_, _>>()?;
+                info.extend(window.info()?);
+                info.push(u32::from(include));
+                info.push(word(window.pads[2])?);
+                info.push(word(window.pads[3])?);
+                let out = if let ConvOp::MaxPool(_) = self {
+                    "best"
+                } else {
+                    "sum / count"
+                };
+                Kernel {
+                    label: self.name().into(),
+                    source: fill(variant(SHADER, "pool"), &[wg, ("OUT", out.into())]),
+                    slots: vec![Slot::Output(0), Slot::Input(0)],
+                    info,
+                    workgroups: dispatch_1d(n_out, WG)?,
+                }
+            }
+        };
+        Ok(Lowering::Kernels(vec![kernel]))
+    }
+}

@@ -1,0 +1,328 @@
+//! Matmul family: `matmul` (numpy semantics: batched, broadcast, 1-D promotion) and
+//! `linear` (x · weight + bias, weight stored [in, out]). Kernels: `shaders/matmul.wgsl`.
+
+use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
+use super::kernel::{dispatch_1d, fill, variant, word, Concrete, Kernel, Lowering, Slot, WG};
+use super::{need_f32, Arity, Init, OpSchema, ParamSpec, TensorType};
+use crate::shape::{broadcast, broadcast_strides, show, Dim};
+
+/// Family tag.
+pub const FAMILY: &str = "matmul";
+const SHADER: &str = include_str!("../../../shaders/matmul.wgsl");
+
+const LINEAR_ATTRS: &[AttrSpec] = &[
+    required("out_features", AttrKind::Int, "Size of each output row."),
+    optional("bias", AttrKind::Bool, "true", "Add a learned bias."),
+];
+
+/// Schemas of the family.
+pub const SCHEMAS: &[OpSchema] = &[
+    OpSchema {
+        name: "matmul",
+        family: FAMILY,
+        doc: "Matrix product with numpy semantics: batched over leading axes, broadcasting them.",
+        inputs: Arity::Fixed(&["a", "b"]),
+        outputs: &["y"],
+        attrs: &[],
+        params: &[],
+    },
+    OpSchema {
+        name: "linear",
+        family: FAMILY,
+        doc: "Fully connected layer: y = x · weight + bias, weight [in, out].",
+        inputs: Arity::Fixed(&["x"]),
+        outputs: &["y"],
+        attrs: LINEAR_ATTRS,
+        params: &["weight", "bias"],
+    },
+];
+
+/// A parsed matmul-family operator.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MatMulOp {
+    /// `matmul`.
+    MatMul,
+    /// `linear`.
+    Linear {
+        /// Output features.
+        out_features: usize,
+        /// Whether a bias is added.
+        bias: bool,
+    },
+}
+
+/// Parses attributes.
+pub fn parse(name: &str, r: &mut AttrReader) -> MatMulOp {
+    if name == "matmul" {
+        return MatMulOp::MatMul;
+    }
+    let out = r.int("out_features");
+    if out < 1 {
+        r.reject(
+            "out_features",
+            format!("out_features must be at least 1, got {out}"),
+        );
+    }
+    MatMulOp::Linear {
+        out_features: out.max(1) as usize,
+        bias: r.bool("bias"),
+    }
+}
+
+/// The logical shapes of a matmul after 1-D promotion: (batch dims of a, of b, M, K, K of b, N).
+struct Operands<'a> {
+    a_batch: &'a [Dim],
+    b_batch: &'a [Dim],
+    m: Option<&'a Dim>,
+    k_a: &'a Dim,
+    k_b: &'a Dim,
+    n: Option<&'a Dim>,
+}
+
+fn operands<'a>(a: &'a [Dim], b: &'a [Dim]) -> Result<Operands<'a>, String> {
+    if a.is_empty() || b.is_empty() {
+        return Err("matmul needs inputs of rank 1 or more".into());
+    }
+    let (a_batch, m, k_a) = if a.len() == 1 {
+        (&a[..0], None, &a[0])
+    } else {
+        (&a[..a.len() - 2], Some(&a[a.len() - 2]), &a[a.len() - 1])
+    };
+    let (b_batch, k_b, n) = if b.len() == 1 {
+        (&b[..0], &b[0], None)
+    } else {
+        (&b[..b.len() - 2], &b[b.len() - 2], Some(&b[b.len() - 1]))
+    };
+    Ok(Operands {
+        a_batch,
+        b_batch,
+        m,
+        k_a,
+        k_b,
+        n,
+    })
+}
+
+impl MatMulOp {
+    /// Name in graph files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MatMulOp::MatMul => "matmul",
+            MatMulOp::Linear { .. } => "linear",
+        }
+    }
+
+    /// Output types.
+    pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        for (t, which) in inputs.iter().zip(["a", "b"]) {
+            need_f32(self.name(), which, t)?;
+        }
+        match self {
+            MatMulOp::MatMul => {
+                let (a, b) = (&inputs[0].shape, &inputs[1].shape);
+                let o = operands(a, b)?;
+                if o.k_a != o.k_b {
+                    return Err(format!(
+                        "inner dimensions differ: a {} has K = {}, b {} has K = {}",
+                        show(a),
+                        o.k_a,
+                        show(b),
+                        o.k_b
+                    ));
+                }
+                let mut out = broadcast(o.a_batch, o.b_batch)
+                    .map_err(|e| format!("batch dimensions: {e}"))?;
+                out.extend(o.m.cloned());
+                out.extend(o.n.cloned());
+                Ok(vec![TensorType::f32(out)])
+            }
+            MatMulOp::Linear { out_features, .. } => {
+                let x = &inputs[0].shape;
+                match x.last() {
+                    None => Err("linear needs an input of rank 1 or more".into()),
+                    Some(Dim::Sym(s)) => Err(format!(
+                        "linear needs a known last dimension (in_features), got '{s}' in {}",
+                        show(x)
+                    )),
+                    Some(Dim::Known(_)) => {
+                        let mut out = x.clone();
+                        out.pop();
+                        out.push(Dim::Known(*out_features));
+                        Ok(vec![TensorType::f32(out)])
+                    }
+                }
+            }
+        }
+    }
+
+    /// Weights of `linear`.
+    pub fn params(&self, inputs: &[TensorType]) -> Result<Vec<ParamSpec>, String> {
+        let MatMulOp::Linear { out_features, bias } = self else {
+            return Ok(Vec::new());
+        };
+        let fan_in = inputs[0].shape.last().and_then(Dim::known).unwrap_or(1);
+        let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+        let mut specs = vec![ParamSpec {
+            name: "weight",
+            shape: vec![fan_in, *out_features],
+            init: Init::Uniform(bound),
+        }];
+        if *bias {
+            specs.push(ParamSpec {
+                name: "bias",
+                shape: vec![*out_features],
+                init: Init::Uniform(bound),
+            });
+        }
+        Ok(specs)
+    }
+
+    /// 2·M·N·K per product.
+    pub fn flops(&self, inputs: &[Vec<usize>], outputs: &[Vec<usize>]) -> u64 {
+        let k = inputs[0].last().copied().unwrap_or(1);
+        2 * k as u64 * outputs[0].iter().product::<usize>() as u64
+    }
+
+    /// GPU kernels.
+    pub fn lower(&self, inputs: &[Concrete], outputs: &[Concrete]) -> Result<Lowering, String> {
+        let (problem, b_slot, bias) = match self {
+            MatMulOp::MatMul => (
+                batched_problem(&inputs[0].shape, &inputs[1].shape)?,
+                Slot::Input(1),
+                false,
+            ),
+            MatMulOp::Linear { out_features, bias } => {
+                let x = &inputs[0].shape;
+                let k = x.last().copied().unwrap_or(1);
+                let m = x.iter().product::<usize>() / k.max(1);
+                let p = Problem {
+                    m,
+                    n: *out_features,
+                    k,
+                    offsets: vec![(0, 0)],
+                };
+                (p, Slot::Param(0), *bias)
+            }
+        };
+        debug_assert_eq!(
+            outputs[0].numel(),
+            problem.m * problem.n * problem.offsets.len()
+        );
+        Ok(Lowering::Kernels(vec![matmul_kernel(
+            &problem, b_slot, bias,
+        )?]))
+    }
+}
+
+/// A batched matmul problem: sizes and per-batch element offsets of A and B.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// Inner dimension.
+    pub k: usize,
+    /// (A offset, B offset) of each batch, in elements.
+    pub offsets: Vec<(usize, usize)>,
+}
+
+/// The batched problem of numpy matmul on concrete shapes.
+pub fn batched_problem(a: &[usize], b: &[usize]) -> Result<Problem, String> {
+    let a2: Vec<usize> = if a.len() == 1 {
+        vec![1, a[0]]
+    } else {
+        a.to_vec()
+    };
+    let b2: Vec<usize> = if b.len() == 1 {
+        vec![b[0], 1]
+    } else {
+        b.to_vec()
+    };
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let n = b2[b2.len() - 1];
+    let (ab, bb) = (&a2[..a2.len() - 2], &b2[..b2.len() - 2]);
+    let rank = ab.len().max(bb.len());
+    let mut out_batch = vec![1; rank];
+    for i in 0..rank {
+        let da = if i + ab.len() >= rank {
+            ab[i + ab.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + bb.len() >= rank {
+            bb[i + bb.len() - rank]
+        } else {
+            1
+        };
+        out_batch[i] = da.max(db);
+    }
+    let sa = broadcast_strides(ab, &out_batch);
+    let sb = broadcast_strides(bb, &out_batch);
+    let count: usize = out_batch.iter().product();
+    let mut offsets = Vec::with_capacity(count);
+    for idx in 0..count {
+        let (mut rem, mut oa, mut ob) = (idx, 0, 0);
+        for d in (0..rank).rev() {
+            let c = rem % out_batch[d];
+            rem /= out_batch[d];
+            oa += c * sa[d];
+            ob += c * sb[d];
+        }
+        offsets.push((oa * m * k, ob * k * n));
+    }
+    Ok(Problem { m, n, k, offsets })
+}
+
+/// Builds the kernel for a problem; `bias` binds the weight slot after B.
+pub fn matmul_kernel(p: &Problem, b_slot: Slot, bias: bool) -> Result<Kernel, String> {
+    let batches = p.offsets.len();
+    if batches > super::kernel::MAX_GROUPS as usize {
+        return Err(format!(
+            "{batches} matmul batches exceed the dispatch limit"
+        ));
+    }
+    let mut info = vec![word(p.m)?, word(p.n)?, word(p.k)?, word(batches)?];
+    for &(oa, ob) in &p.offsets {
+        info.push(word(oa)?);
+        info.push(word(ob)?);
+    }
+    let vec4 = p.k.is_multiple_of(4) && p.n.is_multiple_of(4) && p.k > 0;
+    let (bias_decl, epilogue) = match (bias, vec4) {
+        (false, _) => (String::new(), "return v;".to_string()),
+        (true, true) => (
+            "@group(0) @binding(4) var<storage, read> bias: array<vec4<f32>>;".into(),
+            "return v + bias[col4];".into(),
+        ),
+        (true, false) => (
+            "@group(0) @binding(4) var<storage, read> bias: array<f32>;".into(),
+            "return v + bias[col];".into(),
+        ),
+    };
+    let (name, workgroups) = if vec4 {
+        let gx = (p.n / 4).div_ceil(8);
+        let gy = p.m.div_ceil(4).div_ceil(8);
+        ("vec4", [word(gx)?, word(gy)?, batches as u32])
+    } else {
+        ("scalar", dispatch_1d(p.m * p.n * batches, WG)?)
+    };
+    let source = fill(
+        variant(SHADER, name),
+        &[
+            ("BIAS_DECL", bias_decl),
+            ("EPILOGUE", epilogue),
+            ("WG", WG.to_string()),
+        ],
+    );
+    let mut slots = vec![Slot::Input(0), b_slot, Slot::Output(0)];
+    if bias {
+        slots.push(Slot::Param(1));
+    }
+    Ok(Kernel {
+        label: format!("matmul {name}"),
+        source,
+        slots,
+        info,
+        workgroups,
+    })
+}

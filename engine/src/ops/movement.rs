@@ -1,0 +1,835 @@
+//! Movement (reindex) family: operators where each output element is one input element.
+//! Views (`reshape`, `flatten`, `squeeze`, `unsqueeze`, `identity`, `dropout`) alias their
+//! input's buffer; `transpose`, `slice`, `expand`, `concat`, `split` are strided copies and
+//! `gather` an indexed copy (`shaders/movement.wgsl`).
+
+use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
+use super::kernel::{
+    dispatch_1d, fill, signed_word, variant, word, Concrete, Kernel, Lowering, Slot, WG,
+};
+use super::{Arity, OpSchema, TensorType};
+use crate::dtype::DType;
+use crate::shape::{self, broadcast, show, Dim, Product, Shape};
+
+/// Family tag.
+pub const FAMILY: &str = "movement";
+const SHADER: &str = include_str!("../../../shaders/movement.wgsl");
+
+const fn one(name: &'static str, doc: &'static str, attrs: &'static [AttrSpec]) -> OpSchema {
+    OpSchema {
+        name,
+        family: FAMILY,
+        doc,
+        inputs: Arity::Fixed(&["x"]),
+        outputs: &["y"],
+        attrs,
+        params: &[],
+    }
+}
+
+/// Schemas of the family.
+pub const SCHEMAS: &[OpSchema] = &[
+    one(
+        "reshape",
+        "Same elements, new shape; 0 copies the input dimension, -1 is inferred.",
+        &[
+            required("shape", AttrKind::Ints, "Target shape."),
+            optional(
+                "allowzero",
+                AttrKind::Bool,
+                "false",
+                "Treat 0 as a real zero size.",
+            ),
+        ],
+    ),
+    one(
+        "flatten",
+        "Flattens to 2-D: [prod(dims before axis), prod(dims from axis)].",
+        &[optional(
+            "axis",
+            AttrKind::Int,
+            "1",
+            "First axis of the second dimension.",
+        )],
+    ),
+    one(
+        "squeeze",
+        "Removes axes of size 1.",
+        &[optional(
+            "axes",
+            AttrKind::Ints,
+            "null",
+            "Axes to remove (all of size 1 when absent).",
+        )],
+    ),
+    one(
+        "unsqueeze",
+        "Inserts axes of size 1.",
+        &[required(
+            "axes",
+            AttrKind::Ints,
+            "Positions of the new axes in the output.",
+        )],
+    ),
+    one("identity", "Passes its input through.", &[]),
+    one(
+        "dropout",
+        "Identity at inference.",
+        &[optional(
+            "ratio",
+            AttrKind::Float,
+            "0.5",
+            "Drop probability in training (unused at inference).",
+        )],
+    ),
+    one(
+        "transpose",
+        "Permutes axes.",
+        &[optional(
+            "perm",
+            AttrKind::Ints,
+            "null",
+            "Output axis i is input axis perm[i] (reversed when absent).",
+        )],
+    ),
+    OpSchema {
+        name: "concat",
+        family: FAMILY,
+        doc: "Joins inputs along an axis.",
+        inputs: Arity::Variadic(1),
+        outputs: &["y"],
+        attrs: &[required("axis", AttrKind::Int, "Axis to join along.")],
+        params: &[],
+    },
+    OpSchema {
+        name: "split",
+        family: FAMILY,
+        doc: "Splits along an axis into parts (outputs `node:0`, `node:1`, ...).",
+        inputs: Arity::Fixed(&["x"]),
+        outputs: &["parts"],
+        attrs: &[
+            optional("axis", AttrKind::Int, "0", "Axis to split."),
+            optional("sizes", AttrKind::Ints, "null", "Size of each part."),
+            optional(
+                "num_outputs",
+                AttrKind::Int,
+                "null",
+                "Number of equal parts (last may be smaller).",
+            ),
+        ],
+        params: &[],
+    },
+    one(
+        "slice",
+        "Takes start:end:step along axes (negative values count from the end).",
+        &[
+            required("starts", AttrKind::Ints, "Start per axis."),
+            required("ends", AttrKind::Ints, "End (exclusive) per axis, clamped."),
+            optional("axes", AttrKind::Ints, "null", "Axes (0.. when absent)."),
+            optional(
+                "steps",
+                AttrKind::Ints,
+                "null",
+                "Steps (1 when absent; negative reverses).",
+            ),
+        ],
+    ),
+    one(
+        "expand",
+        "Broadcasts to a shape (numpy rules, both ways).",
+        &[required("shape", AttrKind::Ints, "Target shape.")],
+    ),
+    OpSchema {
+        name: "gather",
+        family: FAMILY,
+        doc: "Takes entries of x at i32 indices along an axis.",
+        inputs: Arity::Fixed(&["x", "indices"]),
+        outputs: &["y"],
+        attrs: &[optional("axis", AttrKind::Int, "0", "Axis indexed.")],
+        params: &[],
+    },
+];
+
+/// A parsed movement operator.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MovementOp {
+    /// reshape
+    Reshape {
+        /// Target shape with 0 and -1 markers.
+        shape: Vec<i64>,
+        /// 0 is a real size.
+        allowzero: bool,
+    },
+    /// flatten
+    Flatten {
+        /// Split axis.
+        axis: i64,
+    },
+    /// squeeze
+    Squeeze {
+        /// Axes or all size-1.
+        axes: Option<Vec<i64>>,
+    },
+    /// unsqueeze
+    Unsqueeze {
+        /// Output positions.
+        axes: Vec<i64>,
+    },
+    /// identity (and dropout, when `dropout` is set).
+    Identity {
+        /// Written as `dropout` in the file.
+        dropout: bool,
+    },
+    /// transpose
+    Transpose {
+        /// Permutation.
+        perm: Option<Vec<i64>>,
+    },
+    /// concat
+    Concat {
+        /// Axis.
+        axis: i64,
+    },
+    /// split
+    Split {
+        /// Axis.
+        axis: i64,
+        /// Explicit part sizes, or `parts` equal ones.
+        sizes: Option<Vec<i64>>,
+        /// Number of parts.
+        parts: usize,
+    },
+    /// slice
+    Slice {
+        /// Starts.
+        starts: Vec<i64>,
+        /// Ends.
+        ends: Vec<i64>,
+        /// Axes.
+        axes: Option<Vec<i64>>,
+        /// Steps.
+        steps: Option<Vec<i64>>,
+    },
+    /// expand
+    Expand {
+        /// Target shape.
+        shape: Vec<i64>,
+    },
+    /// gather
+    Gather {
+        /// Axis.
+        axis: i64,
+    },
+}
+
+/// Parses attributes.
+pub fn parse(name: &str, r: &mut AttrReader) -> MovementOp {
+    match name {
+        "reshape" => MovementOp::Reshape {
+            shape: r.ints("shape"),
+            allowzero: r.bool("allowzero"),
+        },
+        "flatten" => MovementOp::Flatten {
+            axis: r.int("axis"),
+        },
+        "squeeze" => MovementOp::Squeeze {
+            axes: r.opt_ints("axes"),
+        },
+        "unsqueeze" => MovementOp::Unsqueeze {
+            axes: r.ints("axes"),
+        },
+        "identity" => MovementOp::Identity { dropout: false },
+        "dropout" => {
+            let ratio = r.float("ratio");
+            if !(0.0..1.0).contains(&ratio) {
+                r.reject("ratio", format!("ratio must be in [0, 1), got {ratio}"));
+            }
+            MovementOp::Identity { dropout: true }
+        }
+        "transpose" => MovementOp::Transpose {
+            perm: r.opt_ints("perm"),
+        },
+        "concat" => MovementOp::Concat {
+            axis: r.int("axis"),
+        },
+        "split" => {
+            let axis = r.int("axis");
+            let sizes = r.opt_ints("sizes");
+            let num = r.opt_int("num_outputs");
+            let parts = match (&sizes, num) {
+                (Some(s), None) if !s.is_empty() && s.iter().all(|&x| x >= 0) => s.len(),
+                (None, Some(n)) if (1..=1024).contains(&n) => n as usize,
+                (Some(_), Some(_)) => {
+                    r.reject("sizes", "give either sizes or num_outputs, not both");
+                    1
+                }
+                (None, None) => {
+                    r.reject("sizes", "split needs sizes or num_outputs");
+                    1
+                }
+                (Some(_), None) => {
+                    r.reject(
+                        "sizes",
+                        "sizes must be a non-empty list of non-negative integers",
+                    );
+                    1
+                }
+                (None, Some(n)) => {
+                    r.reject(
+                        "num_outputs",
+                        format!("num_outputs must be in 1..=1024, got {n}"),
+                    );
+                    1
+                }
+            };
+            MovementOp::Split { axis, sizes, parts }
+        }
+        "slice" => MovementOp::Slice {
+            starts: r.ints("starts"),
+            ends: r.ints("ends"),
+            axes: r.opt_ints("axes"),
+            steps: r.opt_ints("steps"),
+        },
+        "expand" => MovementOp::Expand {
+            shape: r.ints("shape"),
+        },
+        _ => MovementOp::Gather {
+            axis: r.int("axis"),
+        },
+    }
+}
+
+/// One sliced axis: (axis, start, step, output length).
+type SliceAxis = (usize, i64, i64, usize);
+
+impl MovementOp {
+    /// Name in graph files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MovementOp::Reshape { .. } => "reshape",
+            MovementOp::Flatten { .. } => "flatten",
+            MovementOp::Squeeze { .. } => "squeeze",
+            MovementOp::Unsqueeze { .. } => "unsqueeze",
+            MovementOp::Identity { dropout: false } => "identity",
+            MovementOp::Identity { dropout: true } => "dropout",
+            MovementOp::Transpose { .. } => "transpose",
+            MovementOp::Concat { .. } => "concat",
+            MovementOp::Split { .. } => "split",
+            MovementOp::Slice { .. } => "slice",
+            MovementOp::Expand { .. } => "expand",
+            MovementOp::Gather { .. } => "gather",
+        }
+    }
+
+    /// Number of outputs.
+    pub fn num_outputs(&self) -> usize {
+        match self {
+            MovementOp::Split { parts, .. } => *parts,
+            _ => 1,
+        }
+    }
+
+    /// Output types.
+    pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        let x = &inputs[0];
+        let dims = &x.shape;
+        let same = |shape: Shape| {
+            Ok(vec![TensorType {
+                shape,
+                dtype: x.dtype,
+            }])
+        };
+        match self {
+            MovementOp::Reshape { shape, allowzero } => {
+                same(reshape_target(dims, shape, *allowzero)?)
+            }
+            MovementOp::Flatten { axis } => {
+                let r = dims.len() as i64;
+                if *axis < -r || *axis > r {
+                    return Err(format!("axis {axis} is out of range for rank {r}"));
+                }
+                let a = if *axis < 0 { axis + r } else { *axis } as usize;
+                let p = |d: &[Dim]| Product::of(d).map(|p| p.to_dim()).ok_or("size overflows");
+                same(vec![p(&dims[..a])?, p(&dims[a..])?])
+            }
+            MovementOp::Squeeze { axes } => {
+                let remove: Vec<usize> = match axes {
+                    None => (0..dims.len())
+                        .filter(|&i| dims[i] == Dim::Known(1))
+                        .collect(),
+                    Some(list) => {
+                        let mut v = Vec::new();
+                        for &a in list {
+                            let i = shape::axis(a, dims.len())?;
+                            if dims[i] != Dim::Known(1) {
+                                return Err(format!(
+                                    "cannot squeeze axis {a} of size {} in {}",
+                                    dims[i],
+                                    show(dims)
+                                ));
+                            }
+                            v.push(i);
+                        }
+                        v
+                    }
+                };
+                same(
+                    dims.iter()
+                        .enumerate()
+                        .filter(|(i, _)| !remove.contains(i))
+                        .map(|(_, d)| d.clone())
+                        .collect(),
+                )
+            }
+            MovementOp::Unsqueeze { axes } => {
+                let rank = dims.len() + axes.len();
+                let mut at = Vec::new();
+                for &a in axes {
+                    let i = shape::axis(a, rank)?;
+                    if at.contains(&i) {
+                        return Err(format!("axes {axes:?} repeat axis {a}"));
+                    }
+                    at.push(i);
+                }
+                let mut rest = dims.iter();
+                same(
+                    (0..rank)
+                        .map(|i| {
+                            if at.contains(&i) {
+                                Dim::Known(1)
+                            } else {
+                                rest.next().cloned().unwrap_or(Dim::Known(1))
+                            }
+                        })
+                        .collect(),
+                )
+            }
+            MovementOp::Identity { .. } => same(dims.clone()),
+            MovementOp::Transpose { perm } => {
+                let p = permutation(perm, dims.len())?;
+                same(p.iter().map(|&i| dims[i].clone()).collect())
+            }
+            MovementOp::Concat { axis } => {
+                let a = shape::axis(*axis, dims.len())?;
+                let mut total = Product::of(&[]).ok_or("overflow")?;
+                for (k, t) in inputs.iter().enumerate() {
+                    if t.dtype != x.dtype {
+                        return Err(format!(
+                            "input {k} is {} but input 0 is {}",
+                            t.dtype, x.dtype
+                        ));
+                    }
+                    if t.shape.len() != dims.len()
+                        || t.shape
+                            .iter()
+                            .zip(dims)
+                            .enumerate()
+                            .any(|(i, (u, v))| i != a && u != v)
+                    {
+                        return Err(format!(
+                            "input {k} has shape {} but input 0 has {}: all dimensions except axis {a} must match",
+                            show(&t.shape),
+                            show(dims)
+                        ));
+                    }
+                    let p = Product::of(&t.shape[a..a + 1]).ok_or("overflow")?;
+                    if !p.syms.is_empty() {
+                        return Err(format!(
+                            "concat along symbolic dimension {} is not supported",
+                            t.shape[a]
+                        ));
+                    }
+                    total.coeff += p.coeff;
+                }
+                let mut out = dims.clone();
+                out[a] = Dim::Known(total.coeff);
+                same(out)
+            }
+            MovementOp::Split { axis, .. } => {
+                let a = shape::axis(*axis, dims.len())?;
+                let Some(len) = dims[a].known() else {
+                    return Err(format!(
+                        "split along symbolic dimension {} is not supported",
+                        dims[a]
+                    ));
+                };
+                let sizes = self.split_sizes(len)?;
+                Ok(sizes
+                    .into_iter()
+                    .map(|s| {
+                        let mut d = dims.clone();
+                        d[a] = Dim::Known(s);
+                        TensorType {
+                            shape: d,
+                            dtype: x.dtype,
+                        }
+                    })
+                    .collect())
+            }
+            MovementOp::Slice { .. } => {
+                let mut out = dims.clone();
+                for (a, _, _, len) in self.slice_axes(dims)? {
+                    out[a] = Dim::Known(len);
+                }
+                same(out)
+            }
+            MovementOp::Expand { shape } => {
+                let target: Vec<Dim> = shape
+                    .iter()
+                    .map(|&d| {
+                        usize::try_from(d)
+                            .map(Dim::Known)
+                            .map_err(|_| format!("expand shape {shape:?} has a negative size"))
+                    })
+                    .collect::<Result<_, _>>()?;
+                same(broadcast(dims, &target).map_err(|e| format!("cannot expand: {e}"))?)
+            }
+            MovementOp::Gather { axis } => {
+                let idx = &inputs[1];
+                if idx.dtype != DType::I32 {
+                    return Err(format!("gather indices must be i32, got {idx}"));
+                }
+                let a = shape::axis(*axis, dims.len())?;
+                let mut out: Shape = dims[..a].to_vec();
+                out.extend(idx.shape.iter().cloned());
+                out.extend(dims[a + 1..].iter().cloned());
+                same(out)
+            }
+        }
+    }
+
+    /// Sizes of the parts of a split of an axis of length `len`.
+    pub fn split_sizes(&self, len: usize) -> Result<Vec<usize>, String> {
+        let MovementOp::Split { sizes, parts, .. } = self else {
+            return Ok(vec![len]);
+        };
+        match sizes {
+            Some(s) => {
+                let v: Vec<usize> = s.iter().map(|&x| x.max(0) as usize).collect();
+                if v.iter().sum::<usize>() != len {
+                    return Err(format!(
+                        "split sizes {s:?} do not add up to the axis length {len}"
+                    ));
+                }
+                Ok(v)
+            }
+            None => {
+                let chunk = len.div_ceil(*parts);
+                if chunk * (parts - 1) >= len && *parts > 1 && len > 0 {
+                    return Err(format!(
+                        "cannot split length {len} into {parts} non-empty parts"
+                    ));
+                }
+                Ok((0..*parts)
+                    .map(|i| chunk.min(len.saturating_sub(i * chunk)))
+                    .collect())
+            }
+        }
+    }
+
+    /// The resolved slice per axis (ONNX clamping rules).
+    fn slice_axes(&self, dims: &[Dim]) -> Result<Vec<SliceAxis>, String> {
+        let MovementOp::Slice {
+            starts,
+            ends,
+            axes,
+            steps,
+        } = self
+        else {
+            return Ok(Vec::new());
+        };
+        let n = starts.len();
+        if ends.len() != n
+            || axes.as_ref().is_some_and(|a| a.len() != n)
+            || steps.as_ref().is_some_and(|s| s.len() != n)
+        {
+            return Err(format!(
+                "starts, ends, axes and steps must have the same length ({n} starts)"
+            ));
+        }
+        let mut out = Vec::new();
+        let mut seen = Vec::new();
+        for k in 0..n {
+            let a = match axes {
+                Some(list) => shape::axis(list[k], dims.len())?,
+                None if k < dims.len() => k,
+                None => return Err(format!("{n} starts for a tensor of rank {}", dims.len())),
+            };
+            if seen.contains(&a) {
+                return Err(format!("axis {a} is sliced twice"));
+            }
+            seen.push(a);
+            let step = steps.as_ref().map_or(1, |s| s[k]);
+            if step == 0 {
+                return Err("slice step must not be 0".into());
+            }
+            let Some(d) = dims[a].known() else {
+                if starts[k] == 0 && ends[k] >= i64::from(i32::MAX) && step == 1 {
+                    continue;
+                }
+                return Err(format!(
+                    "slicing symbolic dimension {} needs start 0, step 1 and an open end",
+                    dims[a]
+                ));
+            };
+            let d = d as i64;
+            let (mut s, mut e) = (starts[k], ends[k]);
+            if s < 0 {
+                s += d;
+            }
+            if e < 0 {
+                e += d;
+            }
+            let (s, e) = if step > 0 {
+                (s.clamp(0, d), e.clamp(0, d))
+            } else {
+                (s.clamp(0, (d - 1).max(0)), e.clamp(-1, d - 1))
+            };
+            let len = if step > 0 {
+                if e > s {
+                    (e - s + step - 1) / step
+                } else {
+                    0
+                }
+            } else if s > e {
+                (s - e + (-step) - 1) / (-step)
+            } else {
+                0
+            };
+            out.push((a, s, step, len as usize));
+        }
+        Ok(out)
+    }
+
+    /// GPU kernels.
+    pub fn lower(&self, inputs: &[Concrete], outputs: &[Concrete]) -> Result<Lowering, String> {
+        let x = &inputs[0].shape;
+        let xs = shape::strides(x);
+        let out = &outputs[0].shape;
+        let contiguous = |s: &[usize]| {
+            shape::strides(s)
+                .iter()
+                .map(|&v| v as i64)
+                .collect::<Vec<_>>()
+        };
+        let kernels = match self {
+            MovementOp::Reshape { .. }
+            | MovementOp::Flatten { .. }
+            | MovementOp::Squeeze { .. }
+            | MovementOp::Unsqueeze { .. }
+            | MovementOp::Identity { .. } => return Ok(Lowering::Alias),
+            MovementOp::Transpose { perm } => {
+                let p = permutation(perm, x.len())?;
+                let src: Vec<i64> = p.iter().map(|&i| xs[i] as i64).collect();
+                vec![copy_kernel(
+                    "transpose",
+                    0,
+                    out,
+                    0,
+                    &src,
+                    0,
+                    &contiguous(out),
+                )?]
+            }
+            MovementOp::Slice { .. } => {
+                let dims = shape::known(x);
+                let mut src: Vec<i64> = xs.iter().map(|&v| v as i64).collect();
+                let mut base = 0i64;
+                for (a, start, step, _) in self.slice_axes(&dims)? {
+                    base += start * xs[a] as i64;
+                    src[a] = step * xs[a] as i64;
+                }
+                vec![copy_kernel(
+                    "slice",
+                    0,
+                    out,
+                    base,
+                    &src,
+                    0,
+                    &contiguous(out),
+                )?]
+            }
+            MovementOp::Expand { .. } => {
+                let src: Vec<i64> = shape::broadcast_strides(x, out)
+                    .iter()
+                    .map(|&v| v as i64)
+                    .collect();
+                vec![copy_kernel("expand", 0, out, 0, &src, 0, &contiguous(out))?]
+            }
+            MovementOp::Concat { axis } => {
+                let a = shape::axis(*axis, x.len())?;
+                let os = contiguous(out);
+                let mut offset = 0usize;
+                let mut ks = Vec::new();
+                for (i, t) in inputs.iter().enumerate() {
+                    if t.numel() > 0 {
+                        let base = offset as i64 * os[a];
+                        ks.push(copy_kernel_io(
+                            "concat",
+                            i,
+                            0,
+                            &t.shape,
+                            0,
+                            &contiguous(&t.shape),
+                            base,
+                            &os,
+                        )?);
+                    }
+                    offset += t.shape[a];
+                }
+                ks
+            }
+            MovementOp::Split { axis, .. } => {
+                let a = shape::axis(*axis, x.len())?;
+                let src: Vec<i64> = xs.iter().map(|&v| v as i64).collect();
+                let mut offset = 0usize;
+                let mut ks = Vec::new();
+                for (j, o) in outputs.iter().enumerate() {
+                    if o.numel() > 0 {
+                        let base = (offset * xs[a]) as i64;
+                        ks.push(copy_kernel_io(
+                            "split",
+                            0,
+                            j,
+                            &o.shape,
+                            base,
+                            &src,
+                            0,
+                            &contiguous(&o.shape),
+                        )?);
+                    }
+                    offset += o.shape[a];
+                }
+                ks
+            }
+            MovementOp::Gather { axis } => {
+                let a = shape::axis(*axis, x.len())?;
+                let n = outputs[0].numel();
+                let inner: usize = x[a + 1..].iter().product();
+                vec![Kernel {
+                    label: "gather".into(),
+                    source: fill(variant(SHADER, "gather"), &[("WG", WG.to_string())]),
+                    slots: vec![Slot::Output(0), Slot::Input(0), Slot::Input(1)],
+                    info: vec![
+                        word(n)?,
+                        word(x[a])?,
+                        word(inputs[1].numel().max(1))?,
+                        word(inner.max(1))?,
+                    ],
+                    workgroups: dispatch_1d(n, WG)?,
+                }]
+            }
+        };
+        Ok(Lowering::Kernels(kernels))
+    }
+}
+
+/// The permutation of a transpose (reversed axes when absent), checked.
+pub fn permutation(perm: &Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>, String> {
+    let p: Vec<usize> = match perm {
+        None => (0..rank).rev().collect(),
+        Some(list) => list
+            .iter()
+            .map(|&a| shape::axis(a, rank))
+            .collect::<Result<_, _>>()?,
+    };
+    let mut sorted = p.clone();
+    sorted.sort_unstable();
+    if sorted != (0..rank).collect::<Vec<_>>() {
+        return Err(format!("perm {perm:?} is not a permutation of 0..{rank}"));
+    }
+    Ok(p)
+}
+
+/// The target shape of a reshape (0 copies, -1 inferred), checked against the element count.
+pub fn reshape_target(dims: &[Dim], target: &[i64], allowzero: bool) -> Result<Shape, String> {
+    let total = Product::of(dims).ok_or("input size overflows")?;
+    let mut out: Vec<Option<Dim>> = Vec::new();
+    let mut infer_at = None;
+    for (i, &t) in target.iter().enumerate() {
+        match t {
+            -1 if infer_at.is_none() => {
+                infer_at = Some(i);
+                out.push(None);
+            }
+            -1 => return Err(format!("shape {target:?} has more than one -1")),
+            0 if !allowzero => match dims.get(i) {
+                Some(d) => out.push(Some(d.clone())),
+                None => {
+                    return Err(format!(
+                        "shape {target:?} copies dimension {i} (0) but the input has rank {}",
+                        dims.len()
+                    ))
+                }
+            },
+            t if t >= 0 => out.push(Some(Dim::Known(t as usize))),
+            _ => return Err(format!("shape {target:?} has an invalid size {t}")),
+        }
+    }
+    let known: Vec<Dim> = out.iter().flatten().cloned().collect();
+    let have = Product::of(&known).ok_or("target size overflows")?;
+    let mismatch = || {
+        format!(
+            "cannot reshape {} ({} elements) to {target:?}",
+            show(dims),
+            total.to_dim()
+        )
+    };
+    match infer_at {
+        Some(i) => {
+            let rest = total.divide(&have).ok_or_else(mismatch)?;
+            out[i] = Some(rest.to_dim());
+        }
+        None if have != total => return Err(mismatch()),
+        None => {}
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn copy_kernel_io(
+    label: &str,
+    input: usize,
+    output: usize,
+    domain: &[usize],
+    src_base: i64,
+    src: &[i64],
+    dst_base: i64,
+    dst: &[i64],
+) -> Result<Kernel, String> {
+    let n: usize = domain.iter().product();
+    let mut info = vec![
+        word(n)?,
+        word(domain.len())?,
+        signed_word(src_base)?,
+        signed_word(dst_base)?,
+    ];
+    for &d in domain {
+        info.push(word(d)?);
+    }
+    for &s in src {
+        info.push(signed_word(s)?);
+    }
+    for &s in dst {
+        info.push(signed_word(s)?);
+    }
+    Ok(Kernel {
+        label: label.to_string(),
+        source: fill(variant(SHADER, "copy"), &[("WG", WG.to_string())]),
+        slots: vec![Slot::Output(output), Slot::Input(input)],
+        info,
+        workgroups: dispatch_1d(n, WG)?,
+    })
+}
+
+fn copy_kernel(
+    label: &str,
+    input: usize,
+    domain: &[usize],
+    src_base: i64,
+    src: &[i64],
+    dst_base: i64,
+    dst: &[i64],
+) -> Result<Kernel, String> {
+    copy_kernel_io(label, input, 0, domain, src_base, src, dst_base, dst)
+}

@@ -1,0 +1,188 @@
+//! Reduce family: `reduce_sum` and `reduce_mean` over any axes, with or without kept
+//! dimensions. Kernels: `shaders/reduce.wgsl` (a thread per output for short reductions, a
+//! workgroup tree per output for long ones).
+
+use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
+use super::kernel::{
+    dispatch_1d, fill, variant, word, Concrete, Kernel, Lowering, Slot, MAX_GROUPS, WG,
+};
+use super::{need_f32, Arity, OpSchema, TensorType};
+use crate::shape::{self, Dim};
+
+/// Family tag.
+pub const FAMILY: &str = "reduce";
+const SHADER: &str = include_str!("../../../shaders/reduce.wgsl");
+
+const ATTRS: &[AttrSpec] = &[
+    optional(
+        "axes",
+        AttrKind::Ints,
+        "null",
+        "Axes to reduce (all when absent; none when []).",
+    ),
+    optional(
+        "keepdims",
+        AttrKind::Bool,
+        "true",
+        "Keep reduced axes with size 1.",
+    ),
+];
+
+/// Schemas of the family.
+pub const SCHEMAS: &[OpSchema] = &[
+    OpSchema {
+        name: "reduce_sum",
+        family: FAMILY,
+        doc: "Sum over axes.",
+        inputs: Arity::Fixed(&["x"]),
+        outputs: &["y"],
+        attrs: ATTRS,
+        params: &[],
+    },
+    OpSchema {
+        name: "reduce_mean",
+        family: FAMILY,
+        doc: "Mean over axes.",
+        inputs: Arity::Fixed(&["x"]),
+        outputs: &["y"],
+        attrs: ATTRS,
+        params: &[],
+    },
+];
+
+/// A parsed reduction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReduceOp {
+    /// Mean instead of sum.
+    pub mean: bool,
+    /// Axes (None: all).
+    pub axes: Option<Vec<i64>>,
+    /// Keep reduced axes as size 1.
+    pub keepdims: bool,
+}
+
+/// Parses attributes.
+pub fn parse(name: &str, r: &mut AttrReader) -> ReduceOp {
+    ReduceOp {
+        mean: name == "reduce_mean",
+        axes: r.opt_ints("axes"),
+        keepdims: r.bool("keepdims"),
+    }
+}
+
+/// Resolves reduction axes to a sorted set of distinct non-negative axes.
+pub fn resolve_axes(axes: &Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>, String> {
+    let mut out = match axes {
+        None => (0..rank).collect(),
+        Some(list) => list
+            .iter()
+            .map(|&a| shape::axis(a, rank))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    out.sort_unstable();
+    let n = out.len();
+    out.dedup();
+    if out.len() != n {
+        return Err(format!("axes {axes:?} repeat an axis"));
+    }
+    Ok(out)
+}
+
+impl ReduceOp {
+    /// Name in graph files.
+    pub fn name(&self) -> &'static str {
+        if self.mean {
+            "reduce_mean"
+        } else {
+            "reduce_sum"
+        }
+    }
+
+    /// Output type.
+    pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        need_f32(self.name(), "input", &inputs[0])?;
+        let x = &inputs[0].shape;
+        let axes = resolve_axes(&self.axes, x.len())?;
+        let mut out = Vec::new();
+        for (i, d) in x.iter().enumerate() {
+            if !axes.contains(&i) {
+                out.push(d.clone());
+            } else if self.keepdims {
+                out.push(Dim::Known(1));
+            }
+        }
+        Ok(vec![TensorType::f32(out)])
+    }
+
+    /// GPU kernel.
+    pub fn lower(&self, inputs: &[Concrete], _outputs: &[Concrete]) -> Result<Lowering, String> {
+        let axes = resolve_axes(&self.axes, inputs[0].shape.len())?;
+        Ok(Lowering::Kernels(vec![reduce_kernel(
+            self.name(),
+            &inputs[0].shape,
+            &axes,
+            self.mean,
+        )?]))
+    }
+}
+
+/// A kernel summing `x` over `axes` (sorted), scaled to a mean when `mean`.
+pub fn reduce_kernel(
+    label: &str,
+    x: &[usize],
+    axes: &[usize],
+    mean: bool,
+) -> Result<Kernel, String> {
+    let strides = shape::strides(x);
+    let kept: Vec<usize> = (0..x.len()).filter(|i| !axes.contains(i)).collect();
+    let n_out: usize = kept.iter().map(|&i| x[i]).product();
+    let count: usize = axes.iter().map(|&i| x[i]).product();
+    // The reduced elements are contiguous when the axes are the trailing ones.
+    let contiguous = axes
+        .iter()
+        .enumerate()
+        .all(|(k, &a)| a == x.len() - axes.len() + k);
+    let scale = if mean && count > 0 {
+        1.0 / count as f32
+    } else {
+        1.0
+    };
+    let mut info = vec![
+        word(n_out)?,
+        word(count)?,
+        word(kept.len())?,
+        word(axes.len())?,
+        u32::from(contiguous),
+        scale.to_bits(),
+    ];
+    for &i in &kept {
+        info.push(word(x[i])?);
+    }
+    for &i in &kept {
+        info.push(word(strides[i])?);
+    }
+    for &i in axes {
+        info.push(word(x[i])?);
+    }
+    for &i in axes {
+        info.push(word(strides[i])?);
+    }
+    let group = count >= WG as usize && n_out <= (MAX_GROUPS as usize) * (MAX_GROUPS as usize);
+    let (name, workgroups) = if group {
+        ("group", dispatch_1d(n_out, 1)?)
+    } else {
+        ("thread", dispatch_1d(n_out, WG)?)
+    };
+    let source = format!(
+        "{}\n{}",
+        variant(SHADER, "common"),
+        fill(variant(SHADER, name), &[("WG", WG.to_string())])
+    );
+    Ok(Kernel {
+        label: format!("{label} {name}"),
+        source,
+        slots: vec![Slot::Output(0), Slot::Input(0)],
+        info,
+        workgroups,
+    })
+}

@@ -1,0 +1,178 @@
+//! The GPU device: adapter choice (`SLUICE_ADAPTER`, `WGPU_BACKEND`), device creation with
+//! the adapter's real limits, and adapter summaries for `sluice devices`.
+
+use super::RunError;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// What `sluice devices` shows about an adapter.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdapterSummary {
+    /// Adapter name.
+    pub name: String,
+    /// Backend (Vulkan, Metal, Dx12, Gl, BrowserWebGpu).
+    pub backend: String,
+    /// Discrete, integrated, virtual, CPU.
+    pub device_type: String,
+    /// Driver and version.
+    pub driver: String,
+    /// `shader-f16` is available.
+    pub shader_f16: bool,
+    /// Timestamp queries are available.
+    pub timestamp_query: bool,
+    /// Subgroup operations are available.
+    pub subgroups: bool,
+    /// Largest buffer, in bytes.
+    pub max_buffer_size: u64,
+    /// Largest storage binding, in bytes.
+    pub max_storage_binding: u64,
+    /// Largest workgroup count per dimension.
+    pub max_workgroups_per_dimension: u32,
+    /// Most invocations per workgroup.
+    pub max_invocations_per_workgroup: u32,
+}
+
+impl AdapterSummary {
+    fn of(adapter: &wgpu::Adapter) -> AdapterSummary {
+        let info = adapter.get_info();
+        let f = adapter.features();
+        let l = adapter.limits();
+        AdapterSummary {
+            name: info.name,
+            backend: format!("{:?}", info.backend),
+            device_type: format!("{:?}", info.device_type),
+            driver: format!("{} {}", info.driver, info.driver_info)
+                .trim()
+                .to_string(),
+            shader_f16: f.contains(wgpu::Features::SHADER_F16),
+            timestamp_query: f.contains(wgpu::Features::TIMESTAMP_QUERY),
+            subgroups: f.contains(wgpu::Features::SUBGROUP),
+            max_buffer_size: l.max_buffer_size,
+            max_storage_binding: l.max_storage_buffer_binding_size,
+            max_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+            max_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+        }
+    }
+}
+
+/// An open device and queue on the chosen adapter.
+#[derive(Debug, Clone)]
+pub struct GpuContext {
+    /// The device.
+    pub device: wgpu::Device,
+    /// Its queue.
+    pub queue: wgpu::Queue,
+    /// The adapter's description.
+    pub adapter: AdapterSummary,
+    /// Limits in force on the device (the adapter's own).
+    pub limits: wgpu::Limits,
+}
+
+/// Where no adapter is found, what to install.
+pub const INSTALL_HINT: &str =
+    "install a Vulkan driver: on Debian/Ubuntu `apt-get install mesa-vulkan-drivers` \
+     (Mesa's lavapipe, a software GPU; on Debian 12 take it from bookworm-backports: \
+     `apt-get install -t bookworm-backports mesa-vulkan-drivers`), or your GPU vendor's driver; \
+     or run with `--device cpu`";
+
+fn instance() -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+}
+
+fn rank(a: &wgpu::Adapter) -> u32 {
+    let info = a.get_info();
+    let ty = match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 40,
+        wgpu::DeviceType::IntegratedGpu => 30,
+        wgpu::DeviceType::VirtualGpu => 20,
+        wgpu::DeviceType::Cpu => 10,
+        wgpu::DeviceType::Other => 0,
+    };
+    let backend = match info.backend {
+        wgpu::Backend::Gl => 0,
+        _ => 1,
+    };
+    ty + backend
+}
+
+/// Every adapter this machine offers (native only; the browser offers one).
+#[cfg(not(target_arch = "wasm32"))]
+pub async fn list_adapters() -> Vec<AdapterSummary> {
+    instance()
+        .enumerate_adapters(wgpu::Backends::all())
+        .await
+        .iter()
+        .map(AdapterSummary::of)
+        .collect()
+}
+
+async fn choose_adapter() -> Result<wgpu::Adapter, RunError> {
+    let inst = instance();
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let mut adapters = inst.enumerate_adapters(wgpu::Backends::all()).await;
+        if let Ok(want) = std::env::var("SLUICE_ADAPTER") {
+            let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
+            let pick = match want.parse::<usize>() {
+                Ok(i) if i < adapters.len() => Some(i),
+                _ => names
+                    .iter()
+                    .position(|n| n.to_lowercase().contains(&want.to_lowercase())),
+            };
+            return match pick {
+                Some(i) => Ok(adapters.swap_remove(i)),
+                None => Err(RunError::NoAdapter(format!(
+                    "SLUICE_ADAPTER='{want}' matches none of: {}",
+                    if names.is_empty() {
+                        "(no adapters)".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                ))),
+            };
+        }
+        adapters.sort_by_key(|a| std::cmp::Reverse(rank(a)));
+        adapters
+            .into_iter()
+            .next()
+            .ok_or_else(|| RunError::NoAdapter(INSTALL_HINT.into()))
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        inst.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| RunError::NoAdapter(format!("{e}: this browser offers no WebGPU adapter")))
+    }
+}
+
+impl GpuContext {
+    /// Opens the best adapter (or the one `SLUICE_ADAPTER` names) with its real limits.
+    pub async fn new() -> Result<GpuContext, RunError> {
+        let adapter = choose_adapter().await?;
+        let summary = AdapterSummary::of(&adapter);
+        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("sluice"),
+                required_features: adapter.features() & wanted,
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| RunError::RequestDevice(e.to_string()))?;
+        device.on_uncaptured_error(Arc::new(|e: wgpu::Error| {
+            tracing::error!("uncaptured GPU error: {e}");
+        }));
+        tracing::info!(adapter = %summary.name, backend = %summary.backend, "opened GPU device");
+        Ok(GpuContext {
+            device,
+            queue,
+            adapter: summary,
+            limits,
+        })
+    }
+}

@@ -1,0 +1,107 @@
+//! Host tensors: a concrete shape and its elements, as the CPU reference and the runtime's
+//! inputs and outputs see them.
+
+use crate::dtype::DType;
+use crate::shape::numel;
+
+/// The elements of a tensor, in row-major order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TensorData {
+    /// Floats.
+    F32(Vec<f32>),
+    /// 32-bit integers.
+    I32(Vec<i32>),
+    /// Booleans.
+    Bool(Vec<bool>),
+}
+
+/// A host tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor {
+    /// The concrete shape.
+    pub shape: Vec<usize>,
+    /// The elements (`numel(shape)` of them).
+    pub data: TensorData,
+}
+
+impl Tensor {
+    /// A float tensor; the caller guarantees `data.len() == numel(shape)`.
+    pub fn f32(shape: Vec<usize>, data: Vec<f32>) -> Tensor {
+        debug_assert_eq!(numel(&shape), data.len());
+        Tensor {
+            shape,
+            data: TensorData::F32(data),
+        }
+    }
+
+    /// A float tensor filled with one value.
+    pub fn full(shape: Vec<usize>, value: f32) -> Tensor {
+        let n = numel(&shape);
+        Tensor::f32(shape, vec![value; n])
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self.data {
+            TensorData::F32(_) => DType::F32,
+            TensorData::I32(_) => DType::I32,
+            TensorData::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match &self.data {
+            TensorData::F32(v) => v.len(),
+            TensorData::I32(v) => v.len(),
+            TensorData::Bool(v) => v.len(),
+        }
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The float elements, if this is a float tensor.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            TensorData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Every element as a float (integers and booleans converted).
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match &self.data {
+            TensorData::F32(v) => v.clone(),
+            TensorData::I32(v) => v.iter().map(|&x| x as f32).collect(),
+            TensorData::Bool(v) => v.iter().map(|&x| f32::from(u8::from(x))).collect(),
+        }
+    }
+
+    /// The device representation: 4 little-endian bytes per element.
+    pub fn to_device_bytes(&self) -> Vec<u8> {
+        match &self.data {
+            TensorData::F32(v) => bytemuck::cast_slice(v).to_vec(),
+            TensorData::I32(v) => bytemuck::cast_slice(v).to_vec(),
+            TensorData::Bool(v) => v.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect(),
+        }
+    }
+
+    /// Rebuilds a tensor from its device representation.
+    pub fn from_device_bytes(shape: Vec<usize>, dtype: DType, bytes: &[u8]) -> Tensor {
+        let words = bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+        let data = match dtype {
+            DType::F32 => TensorData::F32(words.map(f32::from_le_bytes).collect()),
+            DType::I32 => TensorData::I32(words.map(i32::from_le_bytes).collect()),
+            DType::Bool => TensorData::Bool(words.map(|w| u32::from_le_bytes(w) != 0).collect()),
+        };
+        Tensor { shape, data }
+    }
+
+    /// A checksum for summaries: the sum of all elements as f64.
+    pub fn checksum(&self) -> f64 {
+        self.to_f32_vec().iter().map(|&x| f64::from(x)).sum()
+    }
+}
