@@ -9,6 +9,7 @@
 pub mod cpu;
 pub mod dtype;
 pub mod graph;
+pub mod npy;
 pub mod ops;
 pub mod rng;
 pub mod runtime;

@@ -263,8 +263,7 @@ pub fn build(doc: GraphDoc) -> Result<Graph, Vec<Problem>> {
             Some(ix) => {
                 let port = port.unwrap_or(0);
                 let node = &graph.dag[ix];
-                let typed = !node.outputs.is_empty() || matches!(node.kind, NodeKind::Input);
-                if typed && port >= node.outputs.len() {
+                if !node.outputs.is_empty() && port >= node.outputs.len() {
                     p.push(Problem::at(
                         format!("outputs[{k}]"),
                         format!("'{name}' has no output {port}"),

@@ -93,7 +93,7 @@ impl<'a> AttrReader<'a> {
     }
 
     fn value(&mut self, name: &str) -> Option<Value> {
-        if let Some(v) = self.attrs.get(name) {
+        if let Some(v) = self.attrs.get(name).filter(|v| !v.is_null()) {
             return Some(v.clone());
         }
         let spec = self.schema.iter().find(|s| s.name == name)?;

@@ -411,7 +411,7 @@ impl MovementOp {
             }
             MovementOp::Concat { axis } => {
                 let a = shape::axis(*axis, dims.len())?;
-                let mut total = Product::of(&[]).ok_or("overflow")?;
+                let mut total = 0usize;
                 for (k, t) in inputs.iter().enumerate() {
                     if t.dtype != x.dtype {
                         return Err(format!(
@@ -439,10 +439,10 @@ impl MovementOp {
                             t.shape[a]
                         ));
                     }
-                    total.coeff += p.coeff;
+                    total += p.coeff;
                 }
                 let mut out = dims.clone();
-                out[a] = Dim::Known(total.coeff);
+                out[a] = Dim::Known(total);
                 same(out)
             }
             MovementOp::Split { axis, .. } => {

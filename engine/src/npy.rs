@@ -1,0 +1,145 @@
+//! `.npy` bytes as engine tensors (via `npyz`): f32, f64 (narrowed), f16 (widened), i32,
+//! i64 (range-checked to i32) and bool. Works on bytes, so the CLI, the server and the
+//! editor share it.
+
+use crate::tensor::{Tensor, TensorData};
+
+/// Largest .npy array accepted, in elements.
+pub const MAX_ELEMENTS: u64 = 1 << 31;
+
+/// Why .npy bytes could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum NpyError {
+    /// Header or data unreadable.
+    #[error("not a valid .npy file: {0}")]
+    Format(String),
+    /// Valid, but not something Sluice takes.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+fn format_err(e: impl std::fmt::Display) -> NpyError {
+    NpyError::Format(e.to_string())
+}
+
+/// Parses .npy bytes.
+pub fn parse(bytes: &[u8]) -> Result<Tensor, NpyError> {
+    let npy = npyz::NpyFile::new(bytes).map_err(format_err)?;
+    if npy.order() != npyz::Order::C {
+        return Err(NpyError::Unsupported(
+            "Fortran-order arrays are not supported; save with order='C'".into(),
+        ));
+    }
+    let shape: Vec<u64> = npy.shape().to_vec();
+    let n = shape
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or_else(|| {
+            NpyError::Unsupported(format!("shape {shape:?} exceeds {MAX_ELEMENTS} elements"))
+        })?;
+    // The data must be present before anything is allocated for it.
+    let descr = npy.dtype().descr().trim_matches('\'').to_string();
+    let width: u64 = match descr.as_str() {
+        "<f4" | "<i4" => 4,
+        "<f8" | "<i8" => 8,
+        "<f2" => 2,
+        "|b1" => 1,
+        other => return Err(NpyError::Unsupported(format!(
+            "dtype {other} is not supported (use float32, float64, float16, int32, int64 or bool)"
+        ))),
+    };
+    if (bytes.len() as u64) < n * width {
+        return Err(NpyError::Format(format!(
+            "the header promises {n} elements but the file is {} bytes",
+            bytes.len()
+        )));
+    }
+    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    let data = match descr.as_str() {
+        "<f4" => TensorData::F32(npy.into_vec::<f32>().map_err(format_err)?),
+        "<f8" => TensorData::F32(
+            npy.into_vec::<f64>()
+                .map_err(format_err)?
+                .into_iter()
+                .map(|x| x as f32)
+                .collect(),
+        ),
+        "<f2" => TensorData::F32(
+            npy.into_vec::<u16>()
+                .map_err(format_err)?
+                .into_iter()
+                .map(|b| half::f16::from_bits(b).to_f32())
+                .collect(),
+        ),
+        "<i4" => TensorData::I32(npy.into_vec::<i32>().map_err(format_err)?),
+        "<i8" => {
+            let v = npy.into_vec::<i64>().map_err(format_err)?;
+            let mut out = Vec::with_capacity(v.len());
+            for x in v {
+                out.push(i32::try_from(x).map_err(|_| {
+                    NpyError::Unsupported(format!("int64 value {x} does not fit in i32"))
+                })?);
+            }
+            TensorData::I32(out)
+        }
+        _ => TensorData::Bool(npy.into_vec::<bool>().map_err(format_err)?),
+    };
+    let t = Tensor { shape: dims, data };
+    if t.len() as u64 != n {
+        return Err(NpyError::Format(format!(
+            "the file holds {} elements, but its header says {n}",
+            t.len()
+        )));
+    }
+    Ok(t)
+}
+
+/// Serialises a tensor as .npy bytes.
+pub fn to_bytes(t: &Tensor) -> Result<Vec<u8>, NpyError> {
+    use npyz::WriterBuilder;
+    let mut buf = Vec::new();
+    let shape: Vec<u64> = t.shape.iter().map(|&d| d as u64).collect();
+    macro_rules! write_items {
+        ($ty:ty, $items:expr) => {{
+            let mut w = npyz::WriteOptions::<$ty>::new()
+                .default_dtype()
+                .shape(&shape)
+                .writer(&mut buf)
+                .begin_nd()
+                .map_err(format_err)?;
+            w.extend($items).map_err(format_err)?;
+            w.finish().map_err(format_err)?;
+        }};
+    }
+    match &t.data {
+        TensorData::F32(v) => write_items!(f32, v.iter().copied()),
+        TensorData::I32(v) => write_items!(i32, v.iter().copied()),
+        TensorData::Bool(v) => write_items!(bool, v.iter().copied()),
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_garbage() {
+        let t = Tensor::f32(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.5]);
+        let bytes = to_bytes(&t).unwrap();
+        assert_eq!(parse(&bytes).unwrap(), t);
+        let i = Tensor {
+            shape: vec![3],
+            data: TensorData::I32(vec![-1, 0, 7]),
+        };
+        assert_eq!(parse(&to_bytes(&i).unwrap()).unwrap(), i);
+        assert!(parse(b"not a numpy file").is_err());
+        let mut cut = bytes.clone();
+        cut.truncate(bytes.len() - 3);
+        assert!(parse(&cut).is_err());
+        // A header promising a huge array must not allocate it.
+        let huge = String::from_utf8_lossy(&bytes).replace("(2, 3)", "(99999999999,)");
+        assert!(parse(huge.as_bytes()).is_err());
+    }
+}
