@@ -1,1 +1,274 @@
+//! The `sluice` CLI end to end: examples on the GPU and the CPU, .npy inputs and outputs,
+//! safetensors weights, devices and the operator listing, and bad arguments.
 
+use serde_json::Value;
+use sluice_engine::{npy, Tensor};
+use sluice_tests::{compare, root, sluice};
+use std::path::PathBuf;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sluice-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run_json(args: &[&str]) -> Value {
+    let out = sluice().args(args).arg("--json").output().unwrap();
+    assert!(
+        out.status.success(),
+        "sluice {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn examples_run_on_gpu_and_cpu_with_the_same_result() {
+    for name in ["mlp", "cnn", "transformer_block"] {
+        let graph = root().join(format!("assets/graphs/{name}.json"));
+        let g = graph.to_str().unwrap();
+        let gpu = run_json(&["run", g, "--batch", "4", "--seed", "3"]);
+        let cpu = run_json(&["run", g, "--batch", "4", "--seed", "3", "--device", "cpu"]);
+        let (a, b) = (&gpu["outputs"][0], &cpu["outputs"][0]);
+        assert_eq!(a["shape"], b["shape"], "{name}");
+        assert_eq!(a["shape"][0], 4, "{name}: batch not bound");
+        let (ca, cb) = (
+            a["checksum"].as_f64().unwrap(),
+            b["checksum"].as_f64().unwrap(),
+        );
+        assert!(
+            (ca - cb).abs() <= 1e-3 * (1.0 + cb.abs()),
+            "{name}: checksums {ca} vs {cb}"
+        );
+        assert_ne!(
+            gpu["device"], "cpu (reference)",
+            "{name} did not run on a GPU adapter"
+        );
+    }
+}
+
+#[test]
+fn npy_inputs_and_outputs_round_trip() {
+    let dir = tmp("npy");
+    let x: Vec<f32> = (0..2 * 784)
+        .map(|i| ((i % 97) as f32 - 48.0) / 50.0)
+        .collect();
+    let input = dir.join("x.npy");
+    std::fs::write(
+        &input,
+        npy::to_bytes(&Tensor::f32(vec![2, 784], x)).unwrap(),
+    )
+    .unwrap();
+    let graph = root().join("assets/graphs/mlp.json");
+    let mut outs = Vec::new();
+    for device in ["gpu", "cpu"] {
+        let out_dir = dir.join(device);
+        let status = sluice()
+            .args([
+                "run",
+                graph.to_str().unwrap(),
+                "--batch",
+                "2",
+                "--device",
+                device,
+            ])
+            .arg("--input")
+            .arg(format!("x={}", input.display()))
+            .arg("--output")
+            .arg(&out_dir)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let t = npy::parse(&std::fs::read(out_dir.join("probs.npy")).unwrap()).unwrap();
+        assert_eq!(t.shape, vec![2, 10]);
+        let sums: Vec<f32> = t
+            .as_f32()
+            .unwrap()
+            .chunks(10)
+            .map(|r| r.iter().sum())
+            .collect();
+        assert!(
+            sums.iter().all(|s| (s - 1.0).abs() < 1e-5),
+            "softmax rows sum to {sums:?}"
+        );
+        outs.push(t);
+    }
+    compare("mlp gpu vs cpu", &outs[0], &outs[1], 1e-6, 1e-4).unwrap();
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let dir = tmp("badin");
+    let graph = root().join("assets/graphs/mlp.json");
+    let g = graph.to_str().unwrap();
+    let wrong = dir.join("wrong.npy");
+    std::fs::write(
+        &wrong,
+        npy::to_bytes(&Tensor::f32(vec![3, 5], vec![0.0; 15])).unwrap(),
+    )
+    .unwrap();
+    let garbage = dir.join("garbage.npy");
+    std::fs::write(&garbage, b"\x93NUMPY garbage").unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--input".into(), format!("x={}", wrong.display())],
+            "has shape [3, 5] but the graph declares f32 [1, 784]",
+        ),
+        (
+            vec!["--input".into(), format!("x={}", garbage.display())],
+            "garbage.npy",
+        ),
+        (
+            vec!["--input".into(), "x=/nonexistent/x.npy".into()],
+            "cannot read /nonexistent/x.npy",
+        ),
+        (
+            vec!["--input".into(), "y=whatever.npy".into()],
+            "the graph has no input 'y' (inputs: x)",
+        ),
+        (
+            vec!["--input".into(), "x".into()],
+            "--input takes NAME=FILE.npy",
+        ),
+        (
+            vec!["--batch".into(), "0".into()],
+            "--batch must be at least 1",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = sluice()
+            .args(["run", g, "--device", "cpu"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: expected \"{expected}\" in:\n{stderr}"
+        );
+        assert!(!stderr.contains("panicked"));
+    }
+    let out = sluice()
+        .args(["run", "/nonexistent/graph.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read /nonexistent/graph.json"));
+}
+
+#[test]
+fn weights_come_from_a_safetensors_file() {
+    let dir = tmp("st");
+    let mut doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("assets/graphs/mlp.json")).unwrap(),
+    )
+    .unwrap();
+    let g = sluice_engine::load_graph(&doc.to_string()).unwrap();
+    let weights = sluice_engine::weights::init_weights(&g, 42);
+    let views: Vec<(String, safetensors::tensor::TensorView)> = weights
+        .iter()
+        .map(|(k, t)| {
+            let bytes: &[u8] = bytemuck_cast(t.as_f32().unwrap());
+            (
+                k.clone(),
+                safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::F32,
+                    t.shape.clone(),
+                    bytes,
+                )
+                .unwrap(),
+            )
+        })
+        .collect();
+    std::fs::write(
+        dir.join("mlp.safetensors"),
+        safetensors::serialize(views, None).unwrap(),
+    )
+    .unwrap();
+    doc["params"] = serde_json::json!({ "file": "mlp.safetensors" });
+    std::fs::write(dir.join("mlp.json"), doc.to_string()).unwrap();
+    let from_file = run_json(&[
+        "run",
+        dir.join("mlp.json").to_str().unwrap(),
+        "--device",
+        "cpu",
+    ]);
+    let seeded = run_json(&[
+        "run",
+        root().join("assets/graphs/mlp.json").to_str().unwrap(),
+        "--device",
+        "cpu",
+    ]);
+    assert_eq!(
+        from_file["outputs"][0]["checksum"],
+        seeded["outputs"][0]["checksum"]
+    );
+    assert_eq!(
+        from_file["outputs"][0]["first"],
+        seeded["outputs"][0]["first"]
+    );
+    // A file without one of the weights names it.
+    let partial: Vec<_> = weights
+        .iter()
+        .filter(|(k, _)| k.as_str() != "fc2.bias")
+        .map(|(k, t)| {
+            (
+                k.clone(),
+                safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::F32,
+                    t.shape.clone(),
+                    bytemuck_cast(t.as_f32().unwrap()),
+                )
+                .unwrap(),
+            )
+        })
+        .collect();
+    std::fs::write(
+        dir.join("mlp.safetensors"),
+        safetensors::serialize(partial, None).unwrap(),
+    )
+    .unwrap();
+    let out = sluice()
+        .args([
+            "run",
+            dir.join("mlp.json").to_str().unwrap(),
+            "--device",
+            "cpu",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no tensor 'fc2.bias'"));
+}
+
+fn bytemuck_cast(v: &[f32]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+#[test]
+fn devices_and_ops_list_what_exists() {
+    let devices = run_json(&["devices"]);
+    let list = devices.as_array().unwrap();
+    assert!(!list.is_empty(), "no adapters listed");
+    assert!(list[0]["max_storage_binding"].as_u64().unwrap() > 0);
+    let ops = run_json(&["ops"]);
+    let names: Vec<&str> = ops
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    for op in [
+        "matmul",
+        "linear",
+        "conv2d",
+        "layer_norm",
+        "gather",
+        "where",
+        "constant",
+    ] {
+        assert!(names.contains(&op), "{op} missing from sluice ops");
+    }
+}

@@ -45,9 +45,11 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor, NpyError> {
         "<f8" | "<i8" => 8,
         "<f2" => 2,
         "|b1" => 1,
-        other => return Err(NpyError::Unsupported(format!(
+        other => {
+            return Err(NpyError::Unsupported(format!(
             "dtype {other} is not supported (use float32, float64, float16, int32, int64 or bool)"
-        ))),
+        )))
+        }
     };
     if (bytes.len() as u64) < n * width {
         return Err(NpyError::Format(format!(

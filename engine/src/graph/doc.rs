@@ -83,23 +83,48 @@ pub struct ParamsDoc {
 
 /// Parses and structurally checks a graph file. Reports every problem found.
 pub fn decode(text: &str) -> Result<GraphDoc, Vec<Problem>> {
-    let value: Value = serde_json::from_str(text).map_err(|e| {
-        vec![Problem::at(
-            format!("line {}, column {}", e.line(), e.column()),
-            format!("malformed JSON: {e}"),
-        )]
-    })?;
-    decode_value(&value)
+    strict(decode_partial(text))
 }
 
 /// Structurally checks a parsed JSON value as a graph document.
 pub fn decode_value(value: &Value) -> Result<GraphDoc, Vec<Problem>> {
+    strict(decode_value_partial(value))
+}
+
+fn strict((doc, problems): (Option<GraphDoc>, Vec<Problem>)) -> Result<GraphDoc, Vec<Problem>> {
+    match doc {
+        Some(d) if problems.is_empty() => Ok(d),
+        _ => Err(problems),
+    }
+}
+
+/// Parses a graph file, returning the problems found and, when its structure is usable
+/// despite them (an unknown field, a malformed node), the document, so that checking can
+/// go on and report the graph's other problems in the same pass.
+pub fn decode_partial(text: &str) -> (Option<GraphDoc>, Vec<Problem>) {
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) => decode_value_partial(&value),
+        Err(e) => (
+            None,
+            vec![Problem::at(
+                format!("line {}, column {}", e.line(), e.column()),
+                format!("malformed JSON: {e}"),
+            )],
+        ),
+    }
+}
+
+/// [`decode_partial`] on a parsed value.
+pub fn decode_value_partial(value: &Value) -> (Option<GraphDoc>, Vec<Problem>) {
     let mut p = Vec::new();
     let Some(obj) = value.as_object() else {
-        return Err(vec![Problem::at(
-            "document",
-            "a graph file must be a JSON object",
-        )]);
+        return (
+            None,
+            vec![Problem::at(
+                "document",
+                "a graph file must be a JSON object",
+            )],
+        );
     };
     unknown_fields(
         obj,
@@ -177,20 +202,19 @@ pub fn decode_value(value: &Value) -> Result<GraphDoc, Vec<Problem>> {
     let params = typed_field::<ParamsDoc>(obj, "params", &mut p).unwrap_or_default();
     let layout = typed_field(obj, "layout", &mut p).unwrap_or_default();
     let stages = typed_field(obj, "stages", &mut p).unwrap_or_default();
-    if p.is_empty() {
-        Ok(GraphDoc {
-            format,
-            name,
-            inputs,
-            nodes,
-            outputs,
-            params,
-            layout,
-            stages,
-        })
-    } else {
-        Err(p)
-    }
+    // A document of another format version is not checked further.
+    let usable = format == FORMAT;
+    let doc = usable.then_some(GraphDoc {
+        format,
+        name,
+        inputs,
+        nodes,
+        outputs,
+        params,
+        layout,
+        stages,
+    });
+    (doc, p)
 }
 
 fn typed_field<T: serde::de::DeserializeOwned>(

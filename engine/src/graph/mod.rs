@@ -72,8 +72,18 @@ pub struct Graph {
 
 /// Parses, checks and types a graph file. Reports every problem at once.
 pub fn load_graph(text: &str) -> Result<Graph, Problems> {
-    let doc = doc::decode(text).map_err(Problems)?;
-    Graph::build(doc)
+    let (doc, mut problems) = doc::decode_partial(text);
+    let Some(doc) = doc else {
+        return Err(Problems(problems));
+    };
+    match build::build(doc) {
+        Ok(g) if problems.is_empty() => Ok(g),
+        Ok(_) => Err(Problems(problems)),
+        Err(more) => {
+            problems.extend(more);
+            Err(Problems(problems))
+        }
+    }
 }
 
 impl Graph {
