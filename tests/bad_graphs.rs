@@ -351,3 +351,27 @@ fn validate_prints_every_edge_type_of_a_valid_graph() {
         assert!(text.contains(line), "missing {line} in:\n{text}");
     }
 }
+
+#[test]
+fn the_format_documentation_covers_every_operator_and_its_example_is_valid() {
+    let text = std::fs::read_to_string(sluice_tests::root().join("docs/graph-format.md")).unwrap();
+    for s in sluice_engine::ops::schemas() {
+        assert!(
+            text.contains(&format!("| `{}` |", s.name)),
+            "docs/graph-format.md does not document '{}'",
+            s.name
+        );
+        for a in s.attrs {
+            assert!(
+                text.contains(&format!("`{}`", a.name)),
+                "docs/graph-format.md does not document {}.{}",
+                s.name,
+                a.name
+            );
+        }
+    }
+    let start = text.find("```json\n").unwrap() + 8;
+    let end = start + text[start..].find("```").unwrap();
+    sluice_engine::load_graph(&text[start..end])
+        .unwrap_or_else(|p| panic!("the documented example is invalid: {p}"));
+}

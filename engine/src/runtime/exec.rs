@@ -5,7 +5,7 @@
 
 use super::gpu::GpuContext;
 use super::plan::Plan;
-use super::readback::map_read;
+use super::readback::{map_read, wait_idle};
 use super::RunError;
 use crate::tensor::{Tensor, TensorData};
 use crate::weights::Weights;
@@ -271,11 +271,8 @@ impl GpuExecutable {
         Ok(())
     }
 
-    /// Runs once: upload inputs, one command buffer of all passes, one readback.
-    pub async fn run(
-        &self,
-        inputs: &HashMap<String, Tensor>,
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
+    /// Checks and uploads the inputs of a run.
+    pub fn upload_inputs(&self, inputs: &HashMap<String, Tensor>) -> Result<(), RunError> {
         for (name, v) in &self.plan.inputs {
             let t = inputs.get(name).ok_or_else(|| RunError::Input {
                 name: name.clone(),
@@ -305,14 +302,16 @@ impl GpuExecutable {
                 );
             }
         }
-        let device = &self.ctx.device;
-        let mut encoder =
-            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("run") });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("passes"),
-                timestamp_writes: None,
-            });
+        Ok(())
+    }
+
+    /// Records every pass of the plan, `repeat` times, into one compute pass.
+    fn encode_passes(&self, encoder: &mut wgpu::CommandEncoder, repeat: usize) {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("passes"),
+            timestamp_writes: None,
+        });
+        for _ in 0..repeat {
             for p in &self.passes {
                 pass.push_debug_group(&p.label);
                 pass.set_pipeline(&p.pipeline);
@@ -321,6 +320,32 @@ impl GpuExecutable {
                 pass.pop_debug_group();
             }
         }
+    }
+
+    /// Runs the passes `repeat` times on the inputs already on the device, without
+    /// uploading or reading back (for measuring kernels on resident data).
+    pub async fn run_resident(&self, repeat: usize) -> Result<(), RunError> {
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("resident"),
+            });
+        self.encode_passes(&mut encoder, repeat);
+        self.ctx.queue.submit([encoder.finish()]);
+        wait_idle(&self.ctx.device, &self.ctx.queue).await
+    }
+
+    /// Runs once: upload inputs, one command buffer of all passes, one readback.
+    pub async fn run(
+        &self,
+        inputs: &HashMap<String, Tensor>,
+    ) -> Result<Vec<(String, Tensor)>, RunError> {
+        self.upload_inputs(inputs)?;
+        let device = &self.ctx.device;
+        let mut encoder =
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("run") });
+        self.encode_passes(&mut encoder, 1);
         for &(v, offset) in &self.readback_layout {
             let bytes = self.plan.buffers[self.plan.values[v].buffer];
             if bytes > 0 {

@@ -25,3 +25,19 @@ pub async fn map_read(device: &wgpu::Device, buffer: &wgpu::Buffer) -> Result<()
         )),
     }
 }
+
+/// Waits until all work submitted to `queue` so far has finished.
+pub async fn wait_idle(device: &wgpu::Device, queue: &wgpu::Queue) -> Result<(), RunError> {
+    let (tx, rx) = futures_channel::oneshot::channel();
+    queue.on_submitted_work_done(move || {
+        let _ = tx.send(());
+    });
+    #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| RunError::Device(format!("waiting for the GPU failed: {e}")))?;
+    #[cfg(not(all(feature = "native", not(target_arch = "wasm32"))))]
+    let _ = device;
+    rx.await
+        .map_err(|_| RunError::Device("the device was lost before the work finished".into()))
+}
