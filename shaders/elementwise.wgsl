@@ -1,6 +1,7 @@
 // Elementwise family: unary, binary with numpy broadcasting, and `where`.
 // Filled by engine/src/ops/elementwise.rs: {{INPUTS}} declares src0.. at bindings 2..,
-// {{LOADS}} reads x0.. for element i, {{EXPR}} is the operator's expression.
+// {{LOADS}} reads x0.. for element i, {{BODY}} holds fused statements and {{EXPR}} is
+// the value stored.
 // info = [n] (contiguous) or [n, rank, out shape, then each input's strides] (broadcast).
 
 //! variant helpers
@@ -65,5 +66,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
 {{LOADS}}
+{{BODY}}
     dst[i] = {{EXPR}};
 }

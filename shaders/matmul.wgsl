@@ -11,9 +11,13 @@
 @group(0) @binding(2) var<storage, read> b: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> c: array<vec4<f32>>;
 {{BIAS_DECL}}
+{{HELPERS}}
+{{EP}}
 
 fn epilogue(v: vec4<f32>, col4: u32) -> vec4<f32> {
-    {{EPILOGUE}}
+    let b = {{BIAS}};
+    let c = col4 * 4u;
+    return vec4<f32>(ep(v.x + b.x, c), ep(v.y + b.y, c + 1u), ep(v.z + b.z, c + 2u), ep(v.w + b.w, c + 3u));
 }
 
 @compute @workgroup_size(8, 8, 1)
@@ -72,9 +76,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read_write> c: array<f32>;
 {{BIAS_DECL}}
+{{HELPERS}}
+{{EP}}
 
 fn epilogue(v: f32, col: u32) -> f32 {
-    {{EPILOGUE}}
+    return ep(v + {{BIAS}}, col);
 }
 
 @compute @workgroup_size({{WG}})

@@ -113,7 +113,7 @@ fn bad_inputs_are_clear_errors() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec!["--input".into(), format!("x={}", wrong.display())],
-            "has shape [3, 5] but the graph declares f32 [1, 784]",
+            "has shape [3, 5] but the graph declares f32 [3, 784]",
         ),
         (
             vec!["--input".into(), format!("x={}", garbage.display())],

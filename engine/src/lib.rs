@@ -14,6 +14,7 @@ pub mod ops;
 pub mod rng;
 pub mod runtime;
 pub mod shape;
+pub mod telemetry;
 pub mod tensor;
 pub mod weights;
 

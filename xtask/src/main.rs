@@ -4,7 +4,10 @@
 //!   `cargo clippy -D warnings`, the engine's wasm32 check and `cargo test --workspace`.
 //!   `.ci/run` calls exactly this.
 //! - `demo`: make sure a GPU adapter exists, build `sluice` and run the example graphs.
+//! - `bench`: build `sluice` in release mode, run the DESIGN.md workloads
+//!   (`assets/bench/`) and write one JSON report (`target/bench-report.json`).
 
+mod bench;
 mod setup;
 
 use anyhow::{bail, Context, Result};
@@ -19,8 +22,12 @@ fn main() -> Result<()> {
     match task.as_str() {
         "test" => test(),
         "demo" => demo(&root),
+        "bench" => {
+            setup::ensure_gpu_adapter()?;
+            bench::bench(&root)
+        }
         _ => {
-            eprintln!("usage: cargo xtask <task>\n\n  test   set up (GPU driver, wasm target), then fmt, clippy, wasm check, all tests\n  demo   set up, then run the example graphs headless");
+            eprintln!("usage: cargo xtask <task>\n\n  test   set up (GPU driver, wasm target), then fmt, clippy, wasm check, all tests\n  demo   set up, then run the example graphs headless\n  bench  run the benchmark workloads, write target/bench-report.json");
             bail!("unknown task '{task}'")
         }
     }
@@ -79,7 +86,48 @@ fn test() -> Result<()> {
             "wasm32-unknown-unknown",
         ],
     )?;
-    run(&cargo, &["test", "--workspace"])?;
+    run_tests(&cargo)
+}
+
+/// `cargo test --workspace`, echoing its output, then one closing line with the totals.
+fn run_tests(cargo: &str) -> Result<()> {
+    use std::io::{BufRead, BufReader};
+    println!("$ {cargo} test --workspace");
+    let start = Instant::now();
+    let mut child = Command::new(cargo)
+        .args(["test", "--workspace"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("cannot start cargo test")?;
+    let (mut passed, mut failed) = (0u64, 0u64);
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines() {
+            let line = line?;
+            println!("{line}");
+            if let Some(rest) = line.strip_prefix("test result: ") {
+                let count = |word: &str| -> u64 {
+                    rest.split(';')
+                        .find_map(|part| {
+                            part.trim().strip_suffix(word).map(|n| {
+                                n.trim()
+                                    .trim_start_matches("ok. ")
+                                    .trim_start_matches("FAILED. ")
+                            })
+                        })
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0)
+                };
+                passed += count("passed");
+                failed += count("failed");
+            }
+        }
+    }
+    let status = child.wait()?;
+    println!("  ({:.0} s)", start.elapsed().as_secs_f64());
+    println!("tests: {passed} passed, {failed} failed");
+    if !status.success() {
+        bail!("`cargo test --workspace` failed ({status})");
+    }
     Ok(())
 }
 

@@ -26,6 +26,16 @@ pub struct Node {
     pub params: Vec<ParamSpec>,
 }
 
+impl Node {
+    /// The operator name (`input` for graph inputs).
+    pub fn op_name(&self) -> String {
+        match &self.kind {
+            NodeKind::Input => "input".into(),
+            NodeKind::Op(op) => op.name().into(),
+        }
+    }
+}
+
 /// What a node is.
 #[derive(Debug, Clone)]
 pub enum NodeKind {

@@ -3,7 +3,9 @@
 //! Kernels: `shaders/conv.wgsl`; `global_avg_pool` uses the reduce kernel.
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
-use super::kernel::{dispatch_1d, fill, variant, word, Concrete, Kernel, Lowering, Slot, WG};
+use super::kernel::{
+    dispatch_1d, fill, variant, word, Concrete, Epilogue, Kernel, Lowering, Slot, WG,
+};
 use super::{need_f32, Arity, Init, OpSchema, ParamSpec, TensorType};
 use crate::shape::{show, Dim};
 
@@ -388,8 +390,13 @@ impl ConvOp {
         }
     }
 
-    /// GPU kernel.
-    pub fn lower(&self, inputs: &[Concrete], outputs: &[Concrete]) -> Result<Lowering, String> {
+    /// GPU kernel; a convolution applies `epilogue` to each result.
+    pub fn lower(
+        &self,
+        inputs: &[Concrete],
+        outputs: &[Concrete],
+        epilogue: &Epilogue,
+    ) -> Result<Lowering, String> {
         let x = &inputs[0].shape;
         let o = &outputs[0].shape;
         let wg = ("WG", WG.to_string());
@@ -413,20 +420,30 @@ impl ConvOp {
                 let (decl, out) = if *bias {
                     (
                         "@group(0) @binding(4) var<storage, read> bias: array<f32>;",
-                        "acc + bias[oc]",
+                        "ep(acc + bias[oc], oc)",
                     )
                 } else {
-                    ("", "acc")
+                    ("", "ep(acc, oc)")
                 };
                 let mut slots = vec![Slot::Output(0), Slot::Input(0), Slot::Param(0)];
                 if *bias {
                     slots.push(Slot::Param(1));
                 }
+                slots.extend(epilogue.extra_slots.iter().copied());
+                let ep = format!(
+                    "{}\n{}",
+                    super::elementwise::helpers(),
+                    epilogue.wgsl(4 + u32::from(*bias))
+                );
                 Kernel {
-                    label: "conv2d".into(),
+                    label: format!("conv2d{}", epilogue.label()),
                     source: fill(
                         variant(SHADER, "conv2d"),
-                        &[wg, ("BIAS_DECL", decl.into()), ("OUT", out.into())],
+                        &[
+                            wg,
+                            ("BIAS_DECL", format!("{decl}\n{ep}")),
+                            ("OUT", out.into()),
+                        ],
                     ),
                     slots,
                     info,

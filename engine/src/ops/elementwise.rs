@@ -303,21 +303,47 @@ impl ElementwiseOp {
     /// GPU kernel.
     pub fn lower(&self, inputs: &[Concrete], outputs: &[Concrete]) -> Result<Lowering, String> {
         let args: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
-        let kernel = elementwise_kernel(self.name(), &self.wgsl(&args), inputs, &outputs[0].shape)?;
+        let kernel = elementwise_kernel(
+            self.name(),
+            "",
+            &self.wgsl(&args),
+            inputs,
+            &outputs[0].shape,
+            None,
+        )?;
         Ok(Lowering::Kernels(vec![kernel]))
     }
 }
 
-/// One elementwise kernel computing `expr` over inputs `x0..` into an output of `out` shape.
-/// Inputs of dtype bool are read as `x{i}: bool`.
+/// The WGSL helper functions elementwise expressions use (`sl_erf`, `sl_tanh`, ...).
+pub fn helpers() -> &'static str {
+    variant(SHADER, "helpers")
+}
+
+/// One elementwise kernel: `stmts` then `expr` over inputs `x0..`, into an output of `out`
+/// shape. Inputs of dtype bool are read as `x{i}: bool`. With `in_place = Some(k)`, input
+/// k (same shape as the output) is read from the output buffer and gets no binding of its
+/// own: the kernel overwrites it.
 pub fn elementwise_kernel(
     label: &str,
+    stmts: &str,
     expr: &str,
     inputs: &[Concrete],
     out: &[usize],
+    in_place: Option<usize>,
 ) -> Result<Kernel, String> {
     let n: usize = out.iter().product();
     let contiguous = inputs.iter().all(|t| t.shape == out);
+    if let Some(k) = in_place {
+        if inputs
+            .get(k)
+            .is_none_or(|t| t.shape != out || t.dtype != DType::F32)
+        {
+            return Err(format!(
+                "in-place input {k} must be f32 of the output's shape"
+            ));
+        }
+    }
     let mut info = vec![word(n)?];
     if !contiguous {
         info.push(word(out.len())?);
@@ -332,7 +358,12 @@ pub fn elementwise_kernel(
     }
     let mut decls = String::new();
     let mut loads = String::new();
+    let mut slots = vec![Slot::Output(0)];
     for (i, t) in inputs.iter().enumerate() {
+        if in_place == Some(i) {
+            loads.push_str(&format!("    let x{i} = dst[i];\n"));
+            continue;
+        }
         let index = if contiguous {
             "i".to_string()
         } else {
@@ -345,24 +376,28 @@ pub fn elementwise_kernel(
         };
         decls.push_str(&format!(
             "@group(0) @binding({}) var<storage, read> src{i}: array<{ty}>;\n",
-            i + 2
+            slots.len() + 1
         ));
+        slots.push(Slot::Input(i));
         loads.push_str(&format!("    let x{i} = {read};\n"));
     }
     let source = fill(
         variant(SHADER, "main"),
         &[
             ("INPUTS", decls),
-            ("HELPERS", variant(SHADER, "helpers").to_string()),
+            ("HELPERS", helpers().to_string()),
             ("WG", WG.to_string()),
             ("LOADS", loads),
+            ("BODY", stmts.to_string()),
             ("EXPR", expr.to_string()),
         ],
     );
-    let mut slots = vec![Slot::Output(0)];
-    slots.extend((0..inputs.len()).map(Slot::Input));
     Ok(Kernel {
-        label: label.to_string(),
+        label: if in_place.is_some() {
+            format!("{label} (in place)")
+        } else {
+            label.to_string()
+        },
         source,
         slots,
         info,

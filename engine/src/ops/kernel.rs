@@ -124,3 +124,58 @@ pub fn variant(file: &'static str, name: &str) -> &'static str {
         None => body,
     }
 }
+
+/// Elementwise work applied to a kernel's result before it is stored (fusion): WGSL
+/// statements over `x` (the value) and `col` (its column, for row-vector operands),
+/// ending in `result`. Row-vector operands are read as `e{k}[col]` from extra bindings.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Epilogue {
+    /// Statements (`let t0 = ...;`).
+    pub stmts: String,
+    /// The final expression (`x` when there is no work).
+    pub result: String,
+    /// Slots of the row-vector operands, bound after the kernel's own bindings.
+    pub extra_slots: Vec<Slot>,
+    /// Labels of the fused nodes, for the kernel label.
+    pub fused: Vec<String>,
+}
+
+impl Epilogue {
+    /// No work: store the value as computed.
+    pub fn identity() -> Epilogue {
+        Epilogue {
+            result: "x".into(),
+            ..Default::default()
+        }
+    }
+
+    /// Declarations of the extra bindings from `first`, and the `ep` function.
+    pub fn wgsl(&self, first: u32) -> String {
+        let mut s = String::new();
+        for k in 0..self.extra_slots.len() {
+            s.push_str(&format!(
+                "@group(0) @binding({}) var<storage, read> e{k}: array<f32>;\n",
+                first + k as u32
+            ));
+        }
+        let col_use = if self.extra_slots.is_empty() {
+            "    _ = col;\n"
+        } else {
+            ""
+        };
+        s.push_str(&format!(
+            "fn ep(x: f32, col: u32) -> f32 {{\n{col_use}{}    return {};\n}}\n",
+            self.stmts, self.result
+        ));
+        s
+    }
+
+    /// A suffix for kernel labels naming what was fused.
+    pub fn label(&self) -> String {
+        if self.fused.is_empty() {
+            String::new()
+        } else {
+            format!(" + {}", self.fused.join(" + "))
+        }
+    }
+}

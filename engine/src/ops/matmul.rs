@@ -2,7 +2,9 @@
 //! `linear` (x · weight + bias, weight stored [in, out]). Kernels: `shaders/matmul.wgsl`.
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
-use super::kernel::{dispatch_1d, fill, variant, word, Concrete, Kernel, Lowering, Slot, WG};
+use super::kernel::{
+    dispatch_1d, fill, variant, word, Concrete, Epilogue, Kernel, Lowering, Slot, WG,
+};
 use super::{need_f32, Arity, Init, OpSchema, ParamSpec, TensorType};
 use crate::shape::{broadcast, broadcast_strides, show, Dim};
 
@@ -183,8 +185,13 @@ impl MatMulOp {
         2 * k as u64 * outputs[0].iter().product::<usize>() as u64
     }
 
-    /// GPU kernels.
-    pub fn lower(&self, inputs: &[Concrete], outputs: &[Concrete]) -> Result<Lowering, String> {
+    /// GPU kernels, with fused elementwise work in the epilogue.
+    pub fn lower(
+        &self,
+        inputs: &[Concrete],
+        outputs: &[Concrete],
+        epilogue: &Epilogue,
+    ) -> Result<Lowering, String> {
         let (problem, b_slot, bias) = match self {
             MatMulOp::MatMul => (
                 batched_problem(&inputs[0].shape, &inputs[1].shape)?,
@@ -209,7 +216,7 @@ impl MatMulOp {
             problem.m * problem.n * problem.offsets.len()
         );
         Ok(Lowering::Kernels(vec![matmul_kernel(
-            &problem, b_slot, bias,
+            &problem, b_slot, bias, epilogue,
         )?]))
     }
 }
@@ -275,7 +282,12 @@ pub fn batched_problem(a: &[usize], b: &[usize]) -> Result<Problem, String> {
 }
 
 /// Builds the kernel for a problem; `bias` binds the weight slot after B.
-pub fn matmul_kernel(p: &Problem, b_slot: Slot, bias: bool) -> Result<Kernel, String> {
+pub fn matmul_kernel(
+    p: &Problem,
+    b_slot: Slot,
+    bias: bool,
+    epilogue: &Epilogue,
+) -> Result<Kernel, String> {
     let batches = p.offsets.len();
     if batches > super::kernel::MAX_GROUPS as usize {
         return Err(format!(
@@ -288,15 +300,16 @@ pub fn matmul_kernel(p: &Problem, b_slot: Slot, bias: bool) -> Result<Kernel, St
         info.push(word(ob)?);
     }
     let vec4 = p.k.is_multiple_of(4) && p.n.is_multiple_of(4) && p.k > 0;
-    let (bias_decl, epilogue) = match (bias, vec4) {
-        (false, _) => (String::new(), "return v;".to_string()),
+    let (bias_decl, bias_read) = match (bias, vec4) {
+        (false, true) => (String::new(), "vec4<f32>(0.0)"),
+        (false, false) => (String::new(), "0.0"),
         (true, true) => (
-            "@group(0) @binding(4) var<storage, read> bias: array<vec4<f32>>;".into(),
-            "return v + bias[col4];".into(),
+            "@group(0) @binding(4) var<storage, read> bias: array<vec4<f32>>;".to_string(),
+            "bias[col4]",
         ),
         (true, false) => (
-            "@group(0) @binding(4) var<storage, read> bias: array<f32>;".into(),
-            "return v + bias[col];".into(),
+            "@group(0) @binding(4) var<storage, read> bias: array<f32>;".to_string(),
+            "bias[col]",
         ),
     };
     let (name, workgroups) = if vec4 {
@@ -310,7 +323,9 @@ pub fn matmul_kernel(p: &Problem, b_slot: Slot, bias: bool) -> Result<Kernel, St
         variant(SHADER, name),
         &[
             ("BIAS_DECL", bias_decl),
-            ("EPILOGUE", epilogue),
+            ("BIAS", bias_read.to_string()),
+            ("HELPERS", super::elementwise::helpers().to_string()),
+            ("EP", epilogue.wgsl(4 + u32::from(bias))),
             ("WG", WG.to_string()),
         ],
     );
@@ -318,8 +333,9 @@ pub fn matmul_kernel(p: &Problem, b_slot: Slot, bias: bool) -> Result<Kernel, St
     if bias {
         slots.push(Slot::Param(1));
     }
+    slots.extend(epilogue.extra_slots.iter().copied());
     Ok(Kernel {
-        label: format!("matmul {name}"),
+        label: format!("matmul {name}{}", epilogue.label()),
         source,
         slots,
         info,

@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use std::fmt;
 
-pub use kernel::{Kernel, Lowering, Slot};
+pub use kernel::{Epilogue, Kernel, Lowering, Slot};
 
 /// The shape and dtype of a value flowing along an edge.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -267,13 +267,28 @@ impl Op {
         inputs: &[kernel::Concrete],
         outputs: &[kernel::Concrete],
     ) -> Result<Lowering, String> {
+        self.lower_fused(inputs, outputs, &kernel::Epilogue::identity())
+    }
+
+    /// Whether fused elementwise work can run in this operator's epilogue.
+    pub fn takes_epilogue(&self) -> bool {
+        matches!(self, Op::MatMul(_) | Op::Conv(conv::ConvOp::Conv2d { .. }))
+    }
+
+    /// Lowers with an epilogue (for operators that [take one](Op::takes_epilogue)).
+    pub fn lower_fused(
+        &self,
+        inputs: &[kernel::Concrete],
+        outputs: &[kernel::Concrete],
+        epilogue: &kernel::Epilogue,
+    ) -> Result<Lowering, String> {
         match self {
-            Op::MatMul(o) => o.lower(inputs, outputs),
+            Op::MatMul(o) => o.lower(inputs, outputs, epilogue),
             Op::Elementwise(o) => o.lower(inputs, outputs),
             Op::Reduce(o) => o.lower(inputs, outputs),
             Op::Norm(o) => o.lower(inputs, outputs),
             Op::Movement(o) => o.lower(inputs, outputs),
-            Op::Conv(o) => o.lower(inputs, outputs),
+            Op::Conv(o) => o.lower(inputs, outputs, epilogue),
             Op::Constant(_) => Ok(Lowering::Constant),
         }
     }

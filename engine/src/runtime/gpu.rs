@@ -79,6 +79,7 @@ fn instance() -> wgpu::Instance {
     wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
 }
 
+#[cfg_attr(target_arch = "wasm32", allow(dead_code))]
 fn rank(a: &wgpu::Adapter) -> u32 {
     let info = a.get_info();
     let ty = match info.device_type {
@@ -151,7 +152,39 @@ async fn choose_adapter() -> Result<wgpu::Adapter, RunError> {
 impl GpuContext {
     /// Opens the best adapter (or the one `SLUICE_ADAPTER` names) with its real limits.
     pub async fn new() -> Result<GpuContext, RunError> {
-        let adapter = choose_adapter().await?;
+        GpuContext::open(choose_adapter().await?).await
+    }
+
+    /// Opens `count` devices for a pipeline: distinct adapters of the best kind while there
+    /// are enough, then further logical devices on the same adapters.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub async fn new_many(count: usize) -> Result<Vec<GpuContext>, RunError> {
+        let mut out = Vec::new();
+        for i in 0..count {
+            let adapters = if std::env::var("SLUICE_ADAPTER").is_ok() {
+                vec![choose_adapter().await?]
+            } else {
+                let mut all = instance().enumerate_adapters(wgpu::Backends::all()).await;
+                all.sort_by_key(|a| std::cmp::Reverse(rank(a)));
+                let best = all
+                    .first()
+                    .map(rank)
+                    .ok_or_else(|| RunError::NoAdapter(INSTALL_HINT.into()))?;
+                all.into_iter()
+                    .filter(|a| rank(a) == best)
+                    .collect::<Vec<_>>()
+            };
+            let n = adapters.len();
+            let adapter = adapters
+                .into_iter()
+                .nth(i % n)
+                .ok_or_else(|| RunError::NoAdapter(INSTALL_HINT.into()))?;
+            out.push(GpuContext::open(adapter).await?);
+        }
+        Ok(out)
+    }
+
+    async fn open(adapter: wgpu::Adapter) -> Result<GpuContext, RunError> {
         let summary = AdapterSummary::of(&adapter);
         let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
         let limits = adapter.limits();

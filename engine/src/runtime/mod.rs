@@ -2,9 +2,18 @@
 //! ([`exec`]), plus input checking and seeded random inputs shared with the CPU backend.
 
 pub mod exec;
+pub mod fusion;
 pub mod gpu;
+pub mod memory;
+pub mod partition;
+#[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+pub mod pipeline;
 pub mod plan;
 mod readback;
+pub mod schedule;
+#[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+pub mod session;
+pub mod stages;
 
 use crate::dtype::DType;
 use crate::graph::Graph;

@@ -1,16 +1,126 @@
-//! `sluice run`: bind the batch, load weights and inputs, run on the GPU or CPU, print a
-//! summary per output and write .npy files.
+//! `sluice run`: load weights and inputs (a dataset of any number of samples on axis 0),
+//! run batch by batch on the GPU (micro-batched, prefetched, optionally pipelined) or the
+//! CPU, print a summary per output and write .npy files and a trace.
 
-use super::{load, Device, RunArgs};
+use super::{load, report, Device, RunArgs};
 use crate::npy;
 use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
-use sluice_engine::runtime::{self, GpuContext, GpuExecutable, Plan};
+use sluice_engine::graph::Graph;
+use sluice_engine::runtime::session::Session;
+use sluice_engine::runtime::{self};
+use sluice_engine::shape::Dim;
 use sluice_engine::{cpu, Tensor};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A progress bar that appears only when the work takes more than a second.
+pub struct Progress {
+    start: Instant,
+    bar: Mutex<Option<ProgressBar>>,
+    label: &'static str,
+}
+
+impl Progress {
+    /// A new, hidden progress bar.
+    pub fn new(label: &'static str) -> Progress {
+        Progress {
+            start: Instant::now(),
+            bar: Mutex::new(None),
+            label,
+        }
+    }
+
+    /// Reports `done` of `total`.
+    pub fn update(&self, done: usize, total: usize) {
+        if self.start.elapsed() < Duration::from_secs(1) || total < 2 {
+            return;
+        }
+        let Ok(mut slot) = self.bar.lock() else {
+            return;
+        };
+        let bar = slot.get_or_insert_with(|| {
+            let b = ProgressBar::new(total as u64);
+            if let Ok(style) = ProgressStyle::with_template(
+                "{prefix} [{bar:40}] {pos}/{len} micro-batches ({eta})",
+            ) {
+                b.set_style(style.progress_chars("=> "));
+            }
+            b.set_prefix(self.label);
+            b
+        });
+        bar.set_position(done as u64);
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        if let Ok(mut slot) = self.bar.lock() {
+            if let Some(b) = slot.take() {
+                b.finish_and_clear();
+            }
+        }
+    }
+}
+
+/// Number of samples the inputs hold (axis 0 of batched inputs), checked for agreement.
+fn samples(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<Option<usize>> {
+    let mut n = None;
+    for (name, t) in inputs {
+        let batched = graph
+            .doc
+            .inputs
+            .get(name)
+            .is_some_and(|d| matches!(d.shape.first(), Some(Dim::Sym(_))));
+        if batched {
+            let rows = *t.shape.first().context("a batched input needs axis 0")?;
+            if let Some(m) = n.filter(|&m| m != rows) {
+                bail!("input '{name}' has {rows} samples but another input has {m}");
+            }
+            n = Some(rows);
+        }
+    }
+    Ok(n)
+}
+
+/// Reads `--input` files and fills the rest with seeded random data of `default_n` samples.
+pub fn inputs(
+    graph: &Graph,
+    specs: &[String],
+    seed: u64,
+    default_n: usize,
+) -> Result<HashMap<String, Tensor>> {
+    let mut given = HashMap::new();
+    for spec in specs {
+        let Some((name, file)) = spec.split_once('=') else {
+            bail!("--input takes NAME=FILE.npy, got '{spec}'");
+        };
+        if graph.input_type(name).is_none() {
+            let known: Vec<&str> = graph.inputs.iter().map(|(n, _)| n.as_str()).collect();
+            bail!(
+                "--input {name}: the graph has no input '{name}' (inputs: {})",
+                known.join(", ")
+            );
+        }
+        let t = npy::read(&PathBuf::from(file)).with_context(|| format!("--input {name}"))?;
+        given.insert(name.to_string(), t);
+    }
+    let n = samples(graph, &given)?.unwrap_or(default_n);
+    if n == 0 {
+        bail!("the inputs hold no samples");
+    }
+    let bindings: HashMap<String, usize> = graph.symbols().into_iter().map(|s| (s, n)).collect();
+    let bound = graph
+        .bind(&bindings)
+        .map_err(|p| anyhow::anyhow!("with {n} samples: {p}"))?;
+    let mut all = runtime::random_inputs(&bound, seed)?;
+    all.extend(given);
+    runtime::check_inputs(&bound, &all)?;
+    Ok(all)
+}
 
 /// Runs the command.
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
@@ -21,109 +131,68 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    if args.batch == 0 {
+    let e = &args.exec;
+    if e.batch == 0 {
         bail!("--batch must be at least 1");
     }
-    let bindings: HashMap<String, usize> = graph
-        .symbols()
-        .into_iter()
-        .map(|s| (s, args.batch))
-        .collect();
-    let bound = match graph.bind(&bindings) {
-        Ok(g) => g,
-        Err(problems) => {
-            eprintln!("with batch {}: {}", args.batch, problems.render());
-            return Ok(ExitCode::FAILURE);
-        }
-    };
-    let weights = load::weights(&args.graph, &bound)?;
-    let mut inputs = runtime::random_inputs(&bound, args.seed)?;
-    for spec in &args.inputs {
-        let Some((name, file)) = spec.split_once('=') else {
-            bail!("--input takes NAME=FILE.npy, got '{spec}'");
-        };
-        if bound.input_type(name).is_none() {
-            let known: Vec<&str> = bound.inputs.iter().map(|(n, _)| n.as_str()).collect();
-            bail!(
-                "--input {name}: the graph has no input '{name}' (inputs: {})",
-                known.join(", ")
-            );
-        }
-        let t = npy::read(&PathBuf::from(file)).with_context(|| format!("--input {name}"))?;
-        inputs.insert(name.to_string(), t);
-    }
-    runtime::check_inputs(&bound, &inputs)?;
-    let (outputs, device_name, compile_s, run_s) = match args.device {
+    let data = inputs(&graph, &args.inputs, args.seed, e.batch)?;
+    let weights = load::weights(&args.graph, &graph)?;
+    let progress = Progress::new("running");
+    let started = Instant::now();
+    let (outputs, device_name, session_report) = match args.device {
         Device::Cpu => {
-            let t = Instant::now();
-            let out = cpu::run(&bound, &weights, &inputs)?;
+            let n = samples(&graph, &data)?.unwrap_or(e.batch);
+            let bindings: HashMap<String, usize> =
+                graph.symbols().into_iter().map(|s| (s, n)).collect();
+            let bound = graph.bind(&bindings).map_err(|p| anyhow::anyhow!("{p}"))?;
             (
-                out,
+                cpu::run(&bound, &weights, &data)?,
                 "cpu (reference)".to_string(),
-                0.0,
-                t.elapsed().as_secs_f64(),
+                None,
             )
         }
-        Device::Gpu => pollster::block_on(async {
-            let ctx = GpuContext::new().await?;
-            let t0 = Instant::now();
-            let plan = Plan::new(&bound)?;
-            let exe = GpuExecutable::new(&ctx, plan, &weights).await?;
-            let compile = t0.elapsed().as_secs_f64();
-            let t1 = Instant::now();
-            let out = exe.run(&inputs).await?;
-            let name = format!(
-                "{} ({}, {})",
-                ctx.adapter.name, ctx.adapter.backend, ctx.adapter.driver
-            );
-            Ok::<_, anyhow::Error>((out, name, compile, t1.elapsed().as_secs_f64()))
-        })?,
+        Device::Gpu => {
+            let mut session = Session::new(&graph, &weights, &e.config())?;
+            let report = session.run(&data, "run", &|d, t| progress.update(d, t))?;
+            progress.finish();
+            let name = session.device_names().join(", ");
+            if let Some(path) = &args.trace {
+                report::write_trace(path, &report, &session)?;
+            }
+            (report.outputs.clone(), name, Some((report, session)))
+        }
     };
+    let elapsed = started.elapsed().as_secs_f64();
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for (name, t) in &outputs {
-            let file = dir.join(format!("{}.npy", name.replace([':', '/', '\\'], "_")));
-            npy::write(&file, t)?;
+            npy::write(
+                &dir.join(format!("{}.npy", name.replace([':', '/', '\\'], "_"))),
+                t,
+            )?;
         }
     }
-    print_summary(
-        args,
-        &graph.doc.name,
-        &outputs,
-        &device_name,
-        compile_s,
-        run_s,
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-fn head(t: &Tensor, n: usize) -> Vec<f32> {
-    t.to_f32_vec().into_iter().take(n).collect()
-}
-
-fn print_summary(
-    args: &RunArgs,
-    name: &str,
-    outputs: &[(String, Tensor)],
-    device: &str,
-    compile_s: f64,
-    run_s: f64,
-) {
+    let head = |t: &Tensor, n: usize| -> Vec<f32> { t.to_f32_vec().into_iter().take(n).collect() };
     if args.json {
         let outs: Vec<_> = outputs
             .iter()
             .map(|(n, t)| json!({ "name": n, "shape": t.shape, "dtype": t.dtype(), "first": head(t, 8), "checksum": t.checksum() }))
             .collect();
-        let doc = json!({
-            "graph": name, "batch": args.batch, "device": device,
-            "compile_seconds": compile_s, "run_seconds": run_s, "outputs": outs,
-            "written_to": args.output,
-        });
-        println!("{doc}");
-        return;
+        let metrics = session_report
+            .as_ref()
+            .map(|(r, _)| serde_json::to_value(&r.metrics).unwrap_or_default());
+        println!(
+            "{}",
+            json!({ "graph": graph.doc.name, "batch": e.batch, "device": device_name, "seconds": elapsed,
+                    "outputs": outs, "metrics": metrics, "written_to": args.output })
+        );
+        return Ok(ExitCode::SUCCESS);
     }
-    println!("graph '{name}', batch {}, on {device}", args.batch);
-    for (n, t) in outputs {
+    println!(
+        "graph '{}', batch {}, on {device_name}",
+        graph.doc.name, e.batch
+    );
+    for (n, t) in &outputs {
         let first: Vec<String> = head(t, 6).iter().map(|v| format!("{v:.6}")).collect();
         println!(
             "  {n}: {} {:?}  first [{}]  checksum {:.6}",
@@ -133,11 +202,10 @@ fn print_summary(
             t.checksum()
         );
     }
-    println!(
-        "  time: {:.3} ms run, {:.3} ms plan+compile",
-        run_s * 1e3,
-        compile_s * 1e3
-    );
+    println!("  time: {:.3} ms (compiling included)", elapsed * 1e3);
+    if let Some((r, s)) = &session_report {
+        report::print_metrics(r, s);
+    }
     match &args.output {
         Some(dir) => println!(
             "  wrote {} .npy file(s) to {}",
@@ -146,4 +214,8 @@ fn print_summary(
         ),
         None => println!("  (pass --output DIR to write .npy files)"),
     }
+    if let Some(t) = &args.trace {
+        println!("  trace: {} (open in https://ui.perfetto.dev)", t.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,226 @@
+//! Fusion over operator families: chains (and trees) of elementwise operators become one
+//! generated pass, and a chain of elementwise operators after `matmul`, `linear` or
+//! `conv2d` becomes that kernel's epilogue. Scalar constants are inlined as literals.
+//! An intermediate value may be fused away only when its one consumer is in the same
+//! group and it is not a graph output.
+
+use crate::graph::{Graph, NodeKind};
+use crate::ops::conv::ConvOp;
+use crate::ops::elementwise::ElementwiseOp;
+use crate::ops::Op;
+use petgraph::stable_graph::NodeIndex;
+use std::collections::{HashMap, HashSet};
+
+/// A unit of lowering: one node, or several fused into one kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unit {
+    /// One operator node.
+    Single(NodeIndex),
+    /// Elementwise nodes computed in one pass; `nodes` in topological order, the last is
+    /// the one whose output leaves the group.
+    Elementwise(Vec<NodeIndex>),
+    /// A matmul/linear/conv2d with elementwise nodes applied to its result in-kernel.
+    Epilogue {
+        /// The matmul, linear or conv2d.
+        anchor: NodeIndex,
+        /// The elementwise chain, in order; the last one's output leaves the unit.
+        chain: Vec<NodeIndex>,
+    },
+}
+
+impl Unit {
+    /// The node whose output(s) leave the unit.
+    pub fn root(&self) -> NodeIndex {
+        match self {
+            Unit::Single(n) => *n,
+            Unit::Elementwise(nodes) => *nodes.last().expect("non-empty group"),
+            Unit::Epilogue { anchor, chain } => *chain.last().unwrap_or(anchor),
+        }
+    }
+
+    /// Every node of the unit.
+    pub fn nodes(&self) -> Vec<NodeIndex> {
+        match self {
+            Unit::Single(n) => vec![*n],
+            Unit::Elementwise(nodes) => nodes.clone(),
+            Unit::Epilogue { anchor, chain } => std::iter::once(*anchor)
+                .chain(chain.iter().copied())
+                .collect(),
+        }
+    }
+}
+
+/// The scalar value of a node's output when it is a one-element constant.
+pub fn scalar_constant(graph: &Graph, node: NodeIndex) -> Option<f32> {
+    match &graph.dag[node].kind {
+        NodeKind::Op(Op::Constant(c)) if c.value.len() == 1 => c.value.as_f32().map(|v| v[0]),
+        _ => None,
+    }
+}
+
+fn elementwise(graph: &Graph, n: NodeIndex) -> Option<&ElementwiseOp> {
+    match &graph.dag[n].kind {
+        NodeKind::Op(Op::Elementwise(e)) => Some(e),
+        _ => None,
+    }
+}
+
+/// Number of uses of each node output (edges plus graph outputs).
+fn uses(graph: &Graph) -> HashMap<(NodeIndex, usize), usize> {
+    let mut u = HashMap::new();
+    for &ix in &graph.order {
+        for src in graph.node_inputs(ix) {
+            *u.entry(src).or_insert(0) += 1;
+        }
+    }
+    for o in &graph.outputs {
+        *u.entry((o.node, o.port)).or_insert(0) += 1;
+    }
+    u
+}
+
+/// Whether `node`'s single consumer is `consumer` and it is not a graph output.
+fn only_feeds(
+    graph: &Graph,
+    uses: &HashMap<(NodeIndex, usize), usize>,
+    node: NodeIndex,
+    consumer: NodeIndex,
+) -> bool {
+    uses.get(&(node, 0)) == Some(&1)
+        && graph
+            .node_inputs(consumer)
+            .iter()
+            .any(|&(n, p)| n == node && p == 0)
+}
+
+/// Whether an elementwise node can extend an epilogue whose running value is `value`:
+/// unary, or binary with the running value as one operand and a scalar constant (or, for
+/// matmul/linear, a 1-D tensor the length of a row) as the other.
+fn epilogue_link(graph: &Graph, node: NodeIndex, value: NodeIndex, row: Option<usize>) -> bool {
+    let Some(op) = elementwise(graph, node) else {
+        return false;
+    };
+    let ins = graph.node_inputs(node);
+    match op {
+        ElementwiseOp::Unary(_) => ins.first() == Some(&(value, 0)),
+        ElementwiseOp::Binary(_) => {
+            let Some(pos) = ins.iter().position(|&(n, p)| n == value && p == 0) else {
+                return false;
+            };
+            let (other, port) = ins[1 - pos];
+            if other == value {
+                return false;
+            }
+            if scalar_constant(graph, other).is_some() {
+                return true;
+            }
+            let t = &graph.dag[other].outputs[port];
+            let out = &graph.dag[node].outputs[0];
+            let value_t = &graph.dag[value].outputs[0];
+            // The result keeps the anchor's shape and the operand is a row vector.
+            row.is_some_and(|n| t.shape.len() == 1 && t.shape[0].known() == Some(n))
+                && out.shape == value_t.shape
+        }
+        ElementwiseOp::Where => false,
+    }
+}
+
+/// Groups the graph's operator nodes into units, in an order that respects dependencies.
+pub fn units(graph: &Graph, fuse: bool) -> Vec<Unit> {
+    let ops: Vec<NodeIndex> = graph.op_nodes().map(|(ix, _, _)| ix).collect();
+    if !fuse {
+        return ops.into_iter().map(Unit::Single).collect();
+    }
+    let uses = uses(graph);
+    let consumers = |n: NodeIndex| -> Vec<NodeIndex> {
+        graph
+            .dag
+            .neighbors_directed(n, petgraph::Direction::Outgoing)
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    let mut taken: HashSet<NodeIndex> = HashSet::new();
+    let mut epilogues: HashMap<NodeIndex, Vec<NodeIndex>> = HashMap::new();
+    // Epilogues first: anchors in topological order, chains extended greedily.
+    for &a in &ops {
+        let row = match &graph.dag[a].kind {
+            NodeKind::Op(Op::MatMul(_)) => {
+                graph.dag[a].outputs[0].shape.last().and_then(|d| d.known())
+            }
+            NodeKind::Op(Op::Conv(ConvOp::Conv2d { .. })) => None,
+            _ => continue,
+        };
+        let mut chain = Vec::new();
+        let mut value = a;
+        loop {
+            let next = consumers(value);
+            if next.len() != 1
+                || !only_feeds(graph, &uses, value, next[0])
+                || !epilogue_link(graph, next[0], value, row)
+            {
+                break;
+            }
+            chain.push(next[0]);
+            taken.insert(next[0]);
+            value = next[0];
+        }
+        if !chain.is_empty() {
+            taken.insert(a);
+            epilogues.insert(a, chain);
+        }
+    }
+    // Elementwise groups: a node is absorbed into its one consumer when both are elementwise.
+    let mut absorbed_into: HashMap<NodeIndex, NodeIndex> = HashMap::new();
+    for &n in &ops {
+        if taken.contains(&n) || elementwise(graph, n).is_none() {
+            continue;
+        }
+        let next = consumers(n);
+        if next.len() == 1
+            && !taken.contains(&next[0])
+            && elementwise(graph, next[0]).is_some()
+            && only_feeds(graph, &uses, n, next[0])
+        {
+            absorbed_into.insert(n, next[0]);
+        }
+    }
+    let root_of = |mut n: NodeIndex| {
+        while let Some(&c) = absorbed_into.get(&n) {
+            n = c;
+        }
+        n
+    };
+    let mut groups: HashMap<NodeIndex, Vec<NodeIndex>> = HashMap::new();
+    for &n in &ops {
+        if !taken.contains(&n) && elementwise(graph, n).is_some() {
+            groups.entry(root_of(n)).or_default().push(n);
+        }
+    }
+    // Emit units when their root comes up in topological order: by then every input of
+    // every member has been computed.
+    let epilogue_roots: HashMap<NodeIndex, NodeIndex> = epilogues
+        .iter()
+        .map(|(&a, c)| (*c.last().unwrap_or(&a), a))
+        .collect();
+    let mut out = Vec::new();
+    for &n in &ops {
+        if let Some(&anchor) = epilogue_roots.get(&n) {
+            out.push(Unit::Epilogue {
+                anchor,
+                chain: epilogues[&anchor].clone(),
+            });
+        } else if taken.contains(&n) {
+            continue;
+        } else if let Some(members) = groups.get(&n) {
+            if members.len() == 1 {
+                out.push(Unit::Single(n));
+            } else {
+                out.push(Unit::Elementwise(members.clone()));
+            }
+        } else if !absorbed_into.contains_key(&n) {
+            out.push(Unit::Single(n));
+        }
+    }
+    out
+}

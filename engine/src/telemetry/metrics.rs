@@ -1,0 +1,277 @@
+//! Metrics from events, with fixed definitions:
+//!
+//! - utilisation of a device = busy time (union of its compute spans) / wall time of the
+//!   run; steady state = the same from its second micro-batch's first pass to its last
+//!   micro-batch's last pass (excluding warm-up and pipeline fill);
+//! - bubble fraction = idle time of all stages / (stages × wall time), next to the GPipe
+//!   figure (S−1)/(M+S−1);
+//! - overlap = the share of upload time hidden under compute on the same device;
+//! - throughput = samples / wall time; latency = per micro-batch, first upload to last
+//!   download.
+
+use super::{Event, EventKind};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Per device (stage) figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeviceMetrics {
+    /// Device index.
+    pub device: usize,
+    /// Stage it ran.
+    pub stage: usize,
+    /// Busy nanoseconds.
+    pub busy_ns: u64,
+    /// Busy / wall.
+    pub utilisation: f64,
+    /// Busy / window over the steady state.
+    pub steady_utilisation: f64,
+}
+
+/// Time spent in one node over the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeTime {
+    /// Node id or fused group.
+    pub node: String,
+    /// Total compute nanoseconds.
+    pub total_ns: u64,
+    /// Share of all compute time.
+    pub share: f64,
+}
+
+/// Everything derived from one run's events.
+#[derive(Debug, Clone, Serialize)]
+pub struct Metrics {
+    /// First event start to last event end.
+    pub wall_ns: u64,
+    /// Samples processed.
+    pub samples: usize,
+    /// Samples per second.
+    pub throughput: f64,
+    /// Median micro-batch latency.
+    pub latency_p50_ns: u64,
+    /// 99th percentile micro-batch latency.
+    pub latency_p99_ns: u64,
+    /// Per device.
+    pub devices: Vec<DeviceMetrics>,
+    /// Measured bubble fraction (pipelines of 2+ stages).
+    pub bubble_fraction: Option<f64>,
+    /// GPipe's (S−1)/(M+S−1).
+    pub ideal_bubble: Option<f64>,
+    /// Share of upload time hidden under compute.
+    pub overlap: f64,
+    /// The most expensive nodes, most expensive first.
+    pub top_nodes: Vec<NodeTime>,
+}
+
+/// Total length of the union of intervals.
+pub fn union_ns(spans: &mut [(u64, u64)]) -> u64 {
+    spans.sort_unstable();
+    let mut total = 0;
+    let mut cur: Option<(u64, u64)> = None;
+    for &(s, e) in spans.iter() {
+        match cur {
+            Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                cur = Some((s, e));
+            }
+            None => cur = Some((s, e)),
+        }
+    }
+    if let Some((cs, ce)) = cur {
+        total += ce - cs;
+    }
+    total
+}
+
+fn overlap_with(span: (u64, u64), merged: &[(u64, u64)]) -> u64 {
+    merged
+        .iter()
+        .map(|&(s, e)| e.min(span.1).saturating_sub(s.max(span.0)))
+        .sum()
+}
+
+fn merged(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    spans.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in spans {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Derives the metrics of a run over `stages` stages and `micro_batches` micro-batches.
+pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: usize) -> Metrics {
+    let start = events.iter().map(|e| e.start_ns).min().unwrap_or(0);
+    let end = events.iter().map(|e| e.end_ns).max().unwrap_or(0);
+    let wall = end.saturating_sub(start).max(1);
+    let mut by_device: BTreeMap<(usize, usize), Vec<&Event>> = BTreeMap::new();
+    for e in events {
+        by_device.entry((e.device, e.stage)).or_default().push(e);
+    }
+    let mut devices = Vec::new();
+    let mut overlap_hidden = 0u64;
+    let mut upload_total = 0u64;
+    for (&(device, stage), evs) in &by_device {
+        let compute: Vec<(u64, u64)> = evs
+            .iter()
+            .filter(|e| e.kind == EventKind::Compute)
+            .map(|e| (e.start_ns, e.end_ns))
+            .collect();
+        let busy = union_ns(&mut compute.clone());
+        let mbs: Vec<usize> = {
+            let mut v: Vec<usize> = evs
+                .iter()
+                .filter(|e| e.kind == EventKind::Compute)
+                .map(|e| e.micro_batch)
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let steady = if mbs.len() >= 2 {
+            let second = mbs[1];
+            let w0 = evs
+                .iter()
+                .filter(|e| e.kind == EventKind::Compute && e.micro_batch == second)
+                .map(|e| e.start_ns)
+                .min()
+                .unwrap_or(start);
+            let w1 = compute.iter().map(|c| c.1).max().unwrap_or(end);
+            let mut inside: Vec<(u64, u64)> = compute
+                .iter()
+                .filter(|c| c.1 > w0)
+                .map(|&(s, e)| (s.max(w0), e.min(w1)))
+                .collect();
+            union_ns(&mut inside) as f64 / (w1.saturating_sub(w0)).max(1) as f64
+        } else {
+            busy as f64 / wall as f64
+        };
+        devices.push(DeviceMetrics {
+            device,
+            stage,
+            busy_ns: busy,
+            utilisation: busy as f64 / wall as f64,
+            steady_utilisation: steady.min(1.0),
+        });
+        let m = merged(compute);
+        for u in evs.iter().filter(|e| e.kind == EventKind::Upload) {
+            upload_total += u.duration_ns();
+            overlap_hidden += overlap_with((u.start_ns, u.end_ns), &m);
+        }
+    }
+    // Latency per micro-batch: first event to last event of that micro-batch.
+    let mut spans: BTreeMap<usize, (u64, u64)> = BTreeMap::new();
+    for e in events {
+        let s = spans.entry(e.micro_batch).or_insert((e.start_ns, e.end_ns));
+        s.0 = s.0.min(e.start_ns);
+        s.1 = s.1.max(e.end_ns);
+    }
+    let mut lat: Vec<u64> = spans.values().map(|(s, e)| e - s).collect();
+    lat.sort_unstable();
+    let mut node_totals: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in events.iter().filter(|e| e.kind == EventKind::Compute) {
+        *node_totals.entry(e.node.as_str()).or_default() += e.duration_ns();
+    }
+    let all: u64 = node_totals.values().sum::<u64>().max(1);
+    let mut top_nodes: Vec<NodeTime> = node_totals
+        .into_iter()
+        .map(|(node, total_ns)| NodeTime {
+            node: node.to_string(),
+            total_ns,
+            share: total_ns as f64 / all as f64,
+        })
+        .collect();
+    top_nodes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.node.cmp(&b.node)));
+    top_nodes.truncate(10);
+    let (bubble_fraction, ideal_bubble) = if stages >= 2 {
+        let idle: u64 = devices.iter().map(|d| wall.saturating_sub(d.busy_ns)).sum();
+        (
+            Some(idle as f64 / (stages as f64 * wall as f64)),
+            Some(crate::runtime::schedule::ideal_bubble(
+                stages,
+                micro_batches,
+            )),
+        )
+    } else {
+        (None, None)
+    };
+    Metrics {
+        wall_ns: wall,
+        samples,
+        throughput: samples as f64 / (wall as f64 / 1e9),
+        latency_p50_ns: percentile(&lat, 0.5),
+        latency_p99_ns: percentile(&lat, 0.99),
+        devices,
+        bubble_fraction,
+        ideal_bubble,
+        overlap: if upload_total == 0 {
+            0.0
+        } else {
+            overlap_hidden as f64 / upload_total as f64
+        },
+        top_nodes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(device: usize, stage: usize, mb: usize, kind: EventKind, s: u64, e: u64) -> Event {
+        Event {
+            run: "r".into(),
+            device,
+            stage,
+            micro_batch: mb,
+            node: format!("n{mb}"),
+            kind,
+            start_ns: s,
+            end_ns: e,
+        }
+    }
+
+    #[test]
+    fn ideal_two_stage_pipeline_has_the_gpipe_bubble() {
+        // S = 2, M = 4, every stage step takes 10: stage s runs m during [10(s+m), 10(s+m+1)).
+        let mut events = Vec::new();
+        for s in 0..2 {
+            for m in 0..4 {
+                let t = 10 * (s + m) as u64;
+                events.push(ev(s, s, m, EventKind::Compute, t, t + 10));
+            }
+        }
+        let m = compute(&events, 2, 4, 8);
+        assert_eq!(m.wall_ns, 50);
+        let b = m.bubble_fraction.unwrap();
+        assert!((b - 0.2).abs() < 1e-12, "bubble {b}");
+        assert!((m.ideal_bubble.unwrap() - 0.2).abs() < 1e-12);
+        assert!((m.devices[0].utilisation - 0.8).abs() < 1e-12);
+        assert!((m.devices[0].steady_utilisation - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn overlap_counts_uploads_under_compute() {
+        let events = vec![
+            ev(0, 0, 0, EventKind::Compute, 0, 100),
+            ev(0, 0, 1, EventKind::Upload, 50, 150),
+            ev(0, 0, 1, EventKind::Compute, 150, 250),
+        ];
+        let m = compute(&events, 1, 2, 2);
+        assert!((m.overlap - 0.5).abs() < 1e-12);
+        assert_eq!(m.devices[0].busy_ns, 200);
+        assert_eq!(union_ns(&mut [(0, 10), (5, 20), (30, 40)]), 30);
+    }
+}

@@ -1,0 +1,90 @@
+//! `sluice bench`: one warm-up batch, then `--reps` batches of seeded random inputs through
+//! the configured session; prints throughput, latency, utilisation, bubbles, overlap,
+//! memory and the most expensive nodes (`--json`: the same as one document).
+
+use super::{load, report, run::Progress, BenchArgs};
+use anyhow::{bail, Result};
+use serde_json::json;
+use sluice_engine::runtime::session::Session;
+use std::process::ExitCode;
+
+/// Runs the command.
+pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
+    let graph = match load::graph(&args.graph)? {
+        Ok(g) => g,
+        Err(problems) => {
+            load::report(&args.graph, &problems);
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let e = &args.exec;
+    if e.batch == 0 || args.reps == 0 {
+        bail!("--batch and --reps must be at least 1");
+    }
+    let weights = load::weights(&args.graph, &graph)?;
+    let mut session = Session::new(&graph, &weights, &e.config())?;
+    let warm = super::run::inputs(&graph, &[], args.seed, e.batch)?;
+    session.run(&warm, "warm-up", &|_, _| {})?;
+    let data = super::run::inputs(&graph, &[], args.seed + 1, e.batch * args.reps)?;
+    let progress = Progress::new("benchmark");
+    let report = session.run(&data, "bench", &|d, t| progress.update(d, t))?;
+    progress.finish();
+    if let Some(path) = &args.trace {
+        report::write_trace(path, &report, &session)?;
+    }
+    let plan_steps: usize = session.plans().iter().map(|p| p.steps.len()).sum();
+    let flops: u64 =
+        session.plans().iter().map(|p| p.total_flops()).sum::<u64>() * report.micro_batches as u64;
+    let busy: u64 = report.metrics.devices.iter().map(|d| d.busy_ns).sum();
+    let checksums: Vec<_> = report
+        .outputs
+        .iter()
+        .map(|(n, t)| json!({ "name": n, "checksum": t.checksum(), "shape": t.shape }))
+        .collect();
+    if args.json {
+        let doc = json!({
+            "graph": graph.doc.name,
+            "config": e.config(),
+            "reps": args.reps,
+            "devices": session.device_names(),
+            "timing": report.timing,
+            "passes_per_micro_batch": plan_steps,
+            "metrics": report.metrics,
+            "compute_gflops": if busy > 0 { flops as f64 / busy as f64 } else { 0.0 },
+            "memory": { "planned_bytes": session.memory().planned_bytes, "naive_bytes": session.memory().naive_bytes,
+                        "weight_bytes": session.memory().weight_bytes, "allocated_bytes": session.allocated_bytes() },
+            "stages": session.stage_summary(),
+            "outputs": checksums,
+        });
+        println!("{doc}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "bench '{}': batch {}, {} micro-batch(es), {} stage(s), prefetch {}, fusion {}, {} reps, {} passes per micro-batch",
+        graph.doc.name,
+        e.batch,
+        e.microbatches,
+        e.stages,
+        e.prefetch,
+        if e.no_fuse { "off" } else { "on" },
+        args.reps,
+        plan_steps
+    );
+    report::print_metrics(&report, &session);
+    if busy > 0 {
+        println!(
+            "  compute:      {:.2} GFLOP/s while busy",
+            flops as f64 / busy as f64
+        );
+    }
+    if let Some(s) = session.stage_summary() {
+        for (i, nodes) in s.nodes.iter().enumerate() {
+            println!(
+                "  stage {i}: {} (predicted {:.3} ms)",
+                nodes.join(", "),
+                1e3 * s.partition.stage_costs[i]
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

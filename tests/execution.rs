@@ -1,0 +1,389 @@
+//! Efficient execution: fusion, memory planning, batching, prefetch and pipelines give the
+//! same numbers as the plain single-device run and the CPU reference; plans never let two
+//! live tensors share a buffer; traces are well formed.
+
+use serde_json::{json, Value};
+use sluice_engine::graph::Graph;
+use sluice_engine::runtime::plan::{Plan, PlanOptions, ValueKind};
+use sluice_engine::runtime::session::{RunConfig, Session};
+use sluice_engine::runtime::{random_inputs, GpuExecutable};
+use sluice_engine::telemetry::trace::chrome_trace;
+use sluice_engine::weights::init_weights;
+use sluice_engine::{Tensor, TensorData};
+use sluice_tests::{compare, gpu, graph, root, run_cpu};
+use std::collections::{BTreeMap, HashMap};
+
+fn load(path: &str) -> Graph {
+    let text = std::fs::read_to_string(root().join(path)).unwrap();
+    sluice_engine::load_graph(&text).unwrap()
+}
+
+fn bind(g: &Graph, n: usize) -> Graph {
+    g.bind(&g.symbols().into_iter().map(|s| (s, n)).collect())
+        .unwrap()
+}
+
+/// Walks a plan's passes and checks that every buffer a pass reads still holds the value
+/// it expects (no other value was written there since), and that no pass binds one buffer
+/// twice except an in-place overwrite of a dead input.
+fn check_buffers(plan: &Plan) -> Result<(), String> {
+    let mut owner: HashMap<usize, usize> = HashMap::new();
+    for v in &plan.values {
+        if v.kind != ValueKind::Intermediate {
+            owner.insert(v.buffer, v.storage);
+        }
+    }
+    for (t, step) in plan.steps.iter().enumerate() {
+        for (slot, &v) in step.kernel.slots.iter().zip(&step.bindings) {
+            let val = &plan.values[v];
+            if !matches!(slot, sluice_engine::ops::Slot::Output(_))
+                && owner.get(&val.buffer) != Some(&val.storage)
+            {
+                return Err(format!(
+                    "pass {t} ({}) reads '{}' from buffer {} which holds another tensor",
+                    step.kernel.label, val.name, val.buffer
+                ));
+            }
+        }
+        for (slot, &v) in step.kernel.slots.iter().zip(&step.bindings) {
+            if matches!(slot, sluice_engine::ops::Slot::Output(_)) {
+                owner.insert(plan.values[v].buffer, plan.values[v].storage);
+            }
+        }
+    }
+    for (name, v) in &plan.outputs {
+        let val = &plan.values[*v];
+        if owner.get(&val.buffer) != Some(&val.storage) {
+            return Err(format!("output '{name}' was overwritten before readback"));
+        }
+    }
+    Ok(())
+}
+
+/// A random graph of elementwise chains, matmuls, linears, reshapes and reductions.
+fn random_graph(seed: u64) -> Value {
+    let mut rng = sluice_engine::rng::Rng::new(seed);
+    let mut nodes = Vec::new();
+    let mut avail: Vec<String> = vec!["x".into(), "y".into()];
+    let n = 4 + rng.below(14) as usize;
+    for i in 0..n {
+        let id = format!("n{i}");
+        let pick = |rng: &mut sluice_engine::rng::Rng, avail: &Vec<String>| {
+            avail[rng.below(avail.len() as u64) as usize].clone()
+        };
+        let a = pick(&mut rng, &avail);
+        let node = match rng.below(9) {
+            0 => json!({ "id": id, "op": "relu", "inputs": [a] }),
+            1 => json!({ "id": id, "op": "add", "inputs": [a, pick(&mut rng, &avail)] }),
+            2 => json!({ "id": id, "op": "mul", "inputs": [a, "k"] }),
+            3 => json!({ "id": id, "op": "linear", "inputs": [a], "attrs": { "out_features": 8 } }),
+            4 => json!({ "id": id, "op": "sigmoid", "inputs": [a] }),
+            5 => json!({ "id": id, "op": "matmul", "inputs": [a, "w"] }),
+            6 => json!({ "id": id, "op": "sub", "inputs": [a, "row"] }),
+            7 => json!({ "id": id, "op": "tanh", "inputs": [a] }),
+            _ => json!({ "id": id, "op": "softmax", "inputs": [a] }),
+        };
+        nodes.push(node);
+        avail.push(id);
+    }
+    nodes.push(json!({ "id": "k", "op": "constant", "attrs": { "value": [0.5], "shape": [] } }));
+    let outs: Vec<String> = avail
+        .iter()
+        .rev()
+        .take(1 + rng.below(3) as usize)
+        .cloned()
+        .collect();
+    json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": [5, 8] }, "y": { "shape": [5, 8] }, "w": { "shape": [8, 8] }, "row": { "shape": [8] } },
+        "nodes": nodes,
+        "outputs": outs,
+    })
+}
+
+#[test]
+fn random_graphs_plan_safely_and_fusion_keeps_results() {
+    for seed in 0..40 {
+        let g = graph(&random_graph(seed));
+        let weights = init_weights(&g, seed);
+        let inputs = random_inputs(&g, seed).unwrap();
+        let cpu = run_cpu(&g, &weights, &inputs);
+        for fuse in [true, false] {
+            let plan = Plan::with_options(&g, PlanOptions { fuse }).unwrap();
+            check_buffers(&plan).unwrap_or_else(|e| panic!("seed {seed} fuse {fuse}: {e}"));
+            let exe = pollster::block_on(GpuExecutable::new(gpu(), plan, &weights)).unwrap();
+            let got = pollster::block_on(exe.run(&inputs)).unwrap();
+            for ((name, a), (_, b)) in got.iter().zip(&cpu) {
+                compare(&format!("seed {seed} fuse {fuse} {name}"), a, b, 1e-4, 1e-4).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn fusion_and_memory_planning_shrink_the_examples() {
+    let tb = bind(&load("assets/graphs/transformer_block.json"), 64);
+    let fused = Plan::new(&tb).unwrap();
+    let unfused = Plan::with_options(&tb, PlanOptions { fuse: false }).unwrap();
+    assert!(
+        fused.steps.len() < unfused.steps.len(),
+        "fusion removed no pass"
+    );
+    check_buffers(&fused).unwrap();
+    check_buffers(&unfused).unwrap();
+    let ratio = fused.memory.planned_bytes as f64 / fused.memory.naive_bytes as f64;
+    assert!(
+        ratio <= 0.6,
+        "transformer_block at batch 64: planned peak is {:.0}% of the naive sum",
+        100.0 * ratio
+    );
+    let w3 = bind(&load("assets/bench/w3_chain.json"), 1);
+    let p = Plan::new(&w3).unwrap();
+    assert_eq!(
+        p.steps.len(),
+        2,
+        "W3 should be one fused pass and the sum: {:?}",
+        p.steps.iter().map(|s| &s.kernel.label).collect::<Vec<_>>()
+    );
+}
+
+fn dataset(g: &Graph, n: usize, seed: u64) -> HashMap<String, Tensor> {
+    random_inputs(&bind(g, n), seed).unwrap()
+}
+
+#[test]
+fn batches_microbatches_and_prefetch_keep_outputs_in_order() {
+    let g = load("assets/graphs/mlp.json");
+    let weights = init_weights(&g, 42);
+    let data = dataset(&g, 23, 4);
+    let want = run_cpu(&bind(&g, 23), &weights, &data);
+    for (batch, micro, prefetch) in [(8, 1, 1), (8, 4, 2), (6, 3, 3), (23, 1, 2)] {
+        let cfg = RunConfig {
+            batch,
+            microbatches: micro,
+            stages: 1,
+            prefetch,
+            fuse: true,
+            profile: false,
+        };
+        let mut s = Session::new(&g, &weights, &cfg).unwrap();
+        let r = s.run(&data, "t", &|_, _| {}).unwrap();
+        compare(
+            &format!("batch {batch} micro {micro} prefetch {prefetch}"),
+            &r.outputs[0].1,
+            &want[0].1,
+            1e-6,
+            1e-4,
+        )
+        .unwrap();
+    }
+}
+
+fn w5_outputs(
+    stages: usize,
+    micro: usize,
+    data: &HashMap<String, Tensor>,
+) -> (Vec<(String, Tensor)>, Value) {
+    let g = load("assets/bench/w5_pipeline.json");
+    let weights = init_weights(&g, 1);
+    let cfg = RunConfig {
+        batch: 16,
+        microbatches: micro,
+        stages,
+        prefetch: 2,
+        fuse: true,
+        profile: false,
+    };
+    let mut s = Session::new(&g, &weights, &cfg).unwrap();
+    let r = s.run(data, "w5", &|_, _| {}).unwrap();
+    let trace = chrome_trace(&r.events, &s.device_names());
+    (r.outputs, trace)
+}
+
+#[test]
+fn two_stage_pipelines_equal_the_single_device_run() {
+    let g = load("assets/bench/w5_pipeline.json");
+    let data = dataset(&g, 32, 7);
+    let (single, _) = w5_outputs(1, 1, &data);
+    for micro in [1, 2, 4, 8] {
+        let (two, _) = w5_outputs(2, micro, &data);
+        assert_eq!(two[0].1.shape, single[0].1.shape);
+        assert_eq!(two[0].1, single[0].1, "S=2, M={micro} differs from S=1");
+    }
+}
+
+#[test]
+fn pipeline_trace_is_well_formed() {
+    let g = load("assets/bench/w5_pipeline.json");
+    let data = dataset(&g, 32, 8);
+    let (_, trace) = w5_outputs(2, 4, &data);
+    check_trace(&trace, 2, 8);
+}
+
+/// A trace slice: start, end, name.
+type Slice = (f64, f64, String);
+
+/// One compute track per (device, stage); slices on a track nest properly; timestamps
+/// never go backwards; every micro-batch appears on every stage.
+fn check_trace(trace: &Value, stages: usize, micro_batches: usize) {
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    let mut tracks: BTreeMap<(u64, u64), Vec<Slice>> = BTreeMap::new();
+    let mut names: BTreeMap<(u64, u64), String> = BTreeMap::new();
+    let mut last_ts = f64::MIN;
+    for e in events {
+        let (pid, tid) = (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap_or(0));
+        match e["ph"].as_str().unwrap() {
+            "M" => {
+                if e["name"] == "thread_name" {
+                    names.insert((pid, tid), e["args"]["name"].as_str().unwrap().to_string());
+                }
+            }
+            "X" => {
+                let ts = e["ts"].as_f64().unwrap();
+                assert!(ts >= last_ts, "timestamps go backwards at {e}");
+                last_ts = ts;
+                let dur = e["dur"].as_f64().unwrap();
+                assert!(dur >= 0.0);
+                tracks.entry((pid, tid)).or_default().push((
+                    ts,
+                    ts + dur,
+                    e["name"].as_str().unwrap().to_string(),
+                ));
+            }
+            other => panic!("unexpected phase {other}"),
+        }
+    }
+    let compute_tracks: Vec<&(u64, u64)> = names
+        .iter()
+        .filter(|(_, n)| n.contains("compute"))
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        compute_tracks.len(),
+        stages,
+        "one compute track per device and stage: {names:?}"
+    );
+    let devices: std::collections::BTreeSet<u64> = compute_tracks.iter().map(|k| k.0).collect();
+    assert_eq!(devices.len(), stages, "each stage on its own device");
+    for (key, slices) in &tracks {
+        // Proper nesting: a slice starting inside another ends inside it.
+        let mut stack: Vec<(f64, f64)> = Vec::new();
+        let eps = 1e-3;
+        for &(s, e, ref name) in slices {
+            while stack.last().is_some_and(|&(_, pe)| s >= pe - eps) {
+                stack.pop();
+            }
+            if let Some(&(_, pe)) = stack.last() {
+                assert!(
+                    e <= pe + eps,
+                    "slice {name} [{s}, {e}] on track {key:?} overlaps its parent ending at {pe}"
+                );
+            }
+            stack.push((s, e));
+        }
+    }
+    for k in compute_tracks {
+        let present: std::collections::BTreeSet<String> = tracks[k]
+            .iter()
+            .filter(|(_, _, n)| n.starts_with("micro-batch "))
+            .map(|(_, _, n)| n.clone())
+            .collect();
+        for m in 0..micro_batches {
+            assert!(
+                present.contains(&format!("micro-batch {m}")),
+                "micro-batch {m} missing on track {k:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn cli_plan_bench_and_trace() {
+    let dir = std::env::temp_dir().join(format!("sluice-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.json");
+    let graph = root().join("assets/bench/w5_pipeline.json");
+    let out = sluice_tests::sluice()
+        .args([
+            "bench",
+            graph.to_str().unwrap(),
+            "--batch",
+            "16",
+            "--microbatches",
+            "4",
+            "--stages",
+            "2",
+            "--reps",
+            "2",
+            "--json",
+            "--trace",
+        ])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let b = doc["metrics"]["bubble_fraction"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&b));
+    assert!((doc["metrics"]["ideal_bubble"].as_f64().unwrap() - 0.2).abs() < 1e-9);
+    assert_eq!(doc["metrics"]["devices"].as_array().unwrap().len(), 2);
+    let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    check_trace(&t, 2, 8);
+    let out = sluice_tests::sluice()
+        .args([
+            "plan",
+            root()
+                .join("assets/graphs/transformer_block.json")
+                .to_str()
+                .unwrap(),
+            "--batch",
+            "64",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("planned peak") && text.contains("buffers:"),
+        "{text}"
+    );
+    let data = dir.join("data.npy");
+    let x: Vec<f32> = (0..10 * 784).map(|i| (i % 13) as f32 / 13.0).collect();
+    std::fs::write(
+        &data,
+        sluice_engine::npy::to_bytes(&Tensor {
+            shape: vec![10, 784],
+            data: TensorData::F32(x),
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let out = sluice_tests::sluice()
+        .args([
+            "run",
+            root().join("assets/graphs/mlp.json").to_str().unwrap(),
+            "--batch",
+            "4",
+            "--microbatches",
+            "2",
+            "--json",
+            "--input",
+        ])
+        .arg(format!("x={}", data.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["outputs"][0]["shape"],
+        json!([10, 10]),
+        "a 10-sample dataset gives 10 rows"
+    );
+}
