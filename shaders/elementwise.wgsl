@@ -1,8 +1,8 @@
 // Elementwise family: unary, binary with numpy broadcasting, and `where`.
-// Filled by engine/src/ops/elementwise.rs: {{INPUTS}} declares src0.. at bindings 2..,
-// {{LOADS}} reads x0.. for element i, {{BODY}} holds fused statements and {{EXPR}} is
-// the value stored.
-// info = [n] (contiguous) or [n, rank, out shape, then each input's strides] (broadcast).
+// Filled by engine/src/ops/elementwise.rs: {{LOADS}} reads x0.. for element i, {{BODY}}
+// holds fused statements and {{EXPR}} is the value stored. Arithmetic is f32 whatever
+// the storage. info = [n] (contiguous) or [n, rank, out shape, then each input's
+// strides] (broadcast).
 
 //! variant helpers
 fn sl_erf(x: f32) -> f32 {
@@ -52,20 +52,12 @@ fn sl_offset(i: u32, operand: u32) -> u32 {
     return off;
 }
 
-//! variant main
-@group(0) @binding(0) var<storage, read> info: array<u32>;
-@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
-{{INPUTS}}
-
-{{HELPERS}}
-
-@compute @workgroup_size({{WG}})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * {{WG}}u;
-    if (i >= info[0]) {
-        return;
-    }
+//! variant value
+// The value of output element i: inputs read through ld_src{k} (whatever their storage),
+// fused statements, then the stored expression. The entry point is generated
+// (engine/src/ops/kernel.rs, per_element_main) for the output's storage.
+fn value(i: u32) -> f32 {
 {{LOADS}}
 {{BODY}}
-    dst[i] = {{EXPR}};
+    return {{EXPR}};
 }

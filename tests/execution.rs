@@ -109,7 +109,14 @@ fn random_graphs_plan_safely_and_fusion_keeps_results() {
         let inputs = random_inputs(&g, seed).unwrap();
         let cpu = run_cpu(&g, &weights, &inputs);
         for fuse in [true, false] {
-            let plan = Plan::with_options(&g, PlanOptions { fuse }).unwrap();
+            let plan = Plan::with_options(
+                &g,
+                PlanOptions {
+                    fuse,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             check_buffers(&plan).unwrap_or_else(|e| panic!("seed {seed} fuse {fuse}: {e}"));
             let exe = pollster::block_on(GpuExecutable::new(gpu(), plan, &weights)).unwrap();
             let got = pollster::block_on(exe.run(&inputs)).unwrap();
@@ -124,7 +131,14 @@ fn random_graphs_plan_safely_and_fusion_keeps_results() {
 fn fusion_and_memory_planning_shrink_the_examples() {
     let tb = bind(&load("assets/graphs/transformer_block.json"), 64);
     let fused = Plan::new(&tb).unwrap();
-    let unfused = Plan::with_options(&tb, PlanOptions { fuse: false }).unwrap();
+    let unfused = Plan::with_options(
+        &tb,
+        PlanOptions {
+            fuse: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(
         fused.steps.len() < unfused.steps.len(),
         "fusion removed no pass"
@@ -165,6 +179,7 @@ fn batches_microbatches_and_prefetch_keep_outputs_in_order() {
             prefetch,
             fuse: true,
             profile: false,
+            ..Default::default()
         };
         let mut s = Session::new(&g, &weights, &cfg).unwrap();
         let r = s.run(&data, "t", &|_, _| {}).unwrap();
@@ -193,6 +208,7 @@ fn w5_outputs(
         prefetch: 2,
         fuse: true,
         profile: false,
+        ..Default::default()
     };
     let mut s = Session::new(&g, &weights, &cfg).unwrap();
     let r = s.run(data, "w5", &|_, _| {}).unwrap();

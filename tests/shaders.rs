@@ -2,7 +2,7 @@
 //! example graphs, parses and validates with naga; and every variant of every shader file
 //! is among them.
 
-use sluice_engine::runtime::Plan;
+use sluice_engine::runtime::plan::{HalfStorage, Plan, PlanOptions, Precision};
 use sluice_tests::op_cases::op_cases;
 use sluice_tests::{graph, root};
 use std::collections::BTreeMap;
@@ -23,18 +23,48 @@ fn validate(label: &str, source: &str) -> Result<(), String> {
 fn every_generated_kernel_validates_with_naga() {
     let mut sources: BTreeMap<String, String> = BTreeMap::new();
     let mut graphs: Vec<sluice_engine::Graph> = op_cases().iter().map(|c| graph(&c.doc)).collect();
-    for name in ["mlp", "cnn", "transformer_block"] {
-        let text =
-            std::fs::read_to_string(root().join(format!("assets/graphs/{name}.json"))).unwrap();
+    for name in [
+        "graphs/mlp",
+        "graphs/cnn",
+        "graphs/transformer_block",
+        "bench/w3_chain",
+        "bench/w5_pipeline",
+    ] {
+        let text = std::fs::read_to_string(root().join(format!("assets/{name}.json"))).unwrap();
         let g = sluice_engine::load_graph(&text).unwrap();
         graphs.push(g.bind(&[("N".to_string(), 2)].into()).unwrap());
     }
+    let options = [
+        PlanOptions::default(),
+        PlanOptions {
+            fuse: false,
+            ..Default::default()
+        },
+        PlanOptions {
+            fuse: true,
+            precision: Precision::Mixed,
+            half: HalfStorage::Packed,
+        },
+        PlanOptions {
+            fuse: true,
+            precision: Precision::Mixed,
+            half: HalfStorage::Native,
+        },
+        PlanOptions {
+            fuse: true,
+            precision: Precision::F16,
+            half: HalfStorage::Native,
+        },
+    ];
     for g in &graphs {
-        let plan = Plan::new(g).unwrap_or_else(|e| panic!("plan failed: {e}"));
-        for step in plan.steps {
-            sources
-                .entry(step.kernel.source.clone())
-                .or_insert(format!("{} ({})", step.node, step.kernel.label));
+        for o in options {
+            let plan = Plan::with_options(g, o).unwrap_or_else(|e| panic!("plan failed: {e}"));
+            for step in plan.steps {
+                sources.entry(step.kernel.source.clone()).or_insert(format!(
+                    "{} ({}, {:?} {:?})",
+                    step.node, step.kernel.label, o.precision, o.half
+                ));
+            }
         }
     }
     let failures: Vec<String> = sources
@@ -55,7 +85,17 @@ fn every_generated_kernel_validates_with_naga() {
         ("movement", &["transpose", "gather"][..]),
         ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
         ("norm", &["softmax", "layer_norm", "batch_norm"][..]),
-        ("elementwise", &["relu", "where"][..]),
+        ("elementwise", &["relu", "where", "fused"][..]),
+        (
+            "16-bit paths",
+            &[
+                "Mixed Packed",
+                "Mixed Native",
+                "F16 Native",
+                "stats",
+                "concat pack",
+            ][..],
+        ),
     ] {
         for v in variants {
             assert!(

@@ -11,6 +11,7 @@ pub mod dtype;
 pub mod graph;
 pub mod npy;
 pub mod ops;
+pub mod precision;
 pub mod rng;
 pub mod runtime;
 pub mod shape;

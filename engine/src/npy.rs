@@ -67,13 +67,31 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor, NpyError> {
                 .map(|x| x as f32)
                 .collect(),
         ),
-        "<f2" => TensorData::F32(
-            npy.into_vec::<u16>()
-                .map_err(format_err)?
-                .into_iter()
-                .map(|b| half::f16::from_bits(b).to_f32())
-                .collect(),
-        ),
+        "<f2" => {
+            // npyz has no f16 element type: read the raw data after the header.
+            let (len_at, len_size) = if bytes.get(6) == Some(&1) {
+                (8, 2)
+            } else {
+                (8, 4)
+            };
+            let hlen = bytes
+                .get(len_at..len_at + len_size)
+                .map(|b| {
+                    b.iter()
+                        .rev()
+                        .fold(0usize, |a, &x| (a << 8) | usize::from(x))
+                })
+                .ok_or_else(|| NpyError::Format("truncated header".into()))?;
+            let start = len_at + len_size + hlen;
+            let data = bytes.get(start..start + 2 * n as usize).ok_or_else(|| {
+                NpyError::Format("the data is shorter than the shape says".into())
+            })?;
+            TensorData::F32(
+                data.chunks_exact(2)
+                    .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+            )
+        }
         "<i4" => TensorData::I32(npy.into_vec::<i32>().map_err(format_err)?),
         "<i8" => {
             let v = npy.into_vec::<i64>().map_err(format_err)?;
@@ -122,6 +140,33 @@ pub fn to_bytes(t: &Tensor) -> Result<Vec<u8>, NpyError> {
     Ok(buf)
 }
 
+/// Serialises a float tensor as a float16 .npy file (values beyond ±65504 become ±inf,
+/// as numpy would).
+pub fn to_bytes_f16(t: &Tensor) -> Result<Vec<u8>, NpyError> {
+    let TensorData::F32(v) = &t.data else {
+        return Err(NpyError::Unsupported(
+            "only float tensors can be written as float16".into(),
+        ));
+    };
+    let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!("{{'descr': '<f2', 'fortran_order': False, 'shape': {shape}, }}");
+    // Magic (6) + version (2) + length (2) + header + newline, padded to 64 bytes.
+    let total = (10 + header.len() + 1).div_ceil(64) * 64;
+    header.push_str(&" ".repeat(total - 10 - header.len() - 1));
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for &x in v {
+        out.extend_from_slice(&half::f16::from_f32(x).to_le_bytes());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +185,8 @@ mod tests {
         let mut cut = bytes.clone();
         cut.truncate(bytes.len() - 3);
         assert!(parse(&cut).is_err());
+        let h = to_bytes_f16(&t).unwrap();
+        assert_eq!(parse(&h).unwrap(), t, "f16 round trip of f16-exact values");
         // A header promising a huge array must not allocate it.
         let huge = String::from_utf8_lossy(&bytes).replace("(2, 3)", "(99999999999,)");
         assert!(parse(huge.as_bytes()).is_err());

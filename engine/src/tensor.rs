@@ -2,6 +2,7 @@
 //! inputs and outputs see them.
 
 use crate::dtype::DType;
+use crate::ops::Storage;
 use crate::shape::numel;
 
 /// The elements of a tensor, in row-major order.
@@ -87,6 +88,56 @@ impl Tensor {
             TensorData::I32(v) => bytemuck::cast_slice(v).to_vec(),
             TensorData::Bool(v) => v.iter().flat_map(|&b| u32::from(b).to_le_bytes()).collect(),
         }
+    }
+
+    /// The bytes of this tensor in a device storage; f32 values beyond the f16 range
+    /// saturate to ±65504 when stored as 16-bit floats.
+    pub fn to_storage_bytes(&self, storage: Storage) -> Vec<u8> {
+        match (storage, &self.data) {
+            (Storage::F16 | Storage::Packed, TensorData::F32(v)) => {
+                let mut out: Vec<u8> = v
+                    .iter()
+                    .flat_map(|&x| {
+                        let clamped = if x.is_nan() {
+                            x
+                        } else {
+                            x.clamp(-65504.0, 65504.0)
+                        };
+                        half::f16::from_f32(clamped).to_le_bytes()
+                    })
+                    .collect();
+                out.resize(storage.bytes(v.len()) as usize, 0);
+                out
+            }
+            _ => self.to_device_bytes(),
+        }
+    }
+
+    /// Rebuilds a tensor from the bytes of a device storage (16-bit floats widen to f32).
+    pub fn from_storage_bytes(
+        shape: Vec<usize>,
+        dtype: DType,
+        storage: Storage,
+        bytes: &[u8],
+    ) -> Tensor {
+        match storage {
+            Storage::F16 | Storage::Packed => {
+                let n: usize = shape.iter().product();
+                let data = bytes
+                    .chunks_exact(2)
+                    .take(n)
+                    .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect();
+                Tensor::f32(shape, data)
+            }
+            _ => Tensor::from_device_bytes(shape, dtype, bytes),
+        }
+    }
+
+    /// Number of NaN or infinite elements.
+    pub fn non_finite(&self) -> usize {
+        self.as_f32()
+            .map_or(0, |v| v.iter().filter(|x| !x.is_finite()).count())
     }
 
     /// Rebuilds a tensor from its device representation.

@@ -15,3 +15,9 @@ pub fn write(path: &Path, t: &Tensor) -> Result<()> {
     let bytes = npy::to_bytes(t)?;
     std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }
+
+/// Writes a float tensor as a float16 .npy file.
+pub fn write_f16(path: &Path, t: &Tensor) -> Result<()> {
+    let bytes = npy::to_bytes_f16(t)?;
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}

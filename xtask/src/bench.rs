@@ -141,6 +141,58 @@ pub fn bench(root: &Path) -> Result<()> {
         ],
     )?;
 
+    // Precision: W1 and W2 in mixed precision on both 16-bit storage paths (each run
+    // also measures f32 on the same inputs), and the transformer's memory.
+    let mut mixed = Vec::new();
+    for storage in ["packed", "native"] {
+        let w1m = sluice_json(
+            s,
+            &[
+                "bench",
+                &g("w1_matmul"),
+                "--batch",
+                "1024",
+                "--reps",
+                "5",
+                "--precision",
+                "mixed",
+                "--f16-storage",
+                storage,
+            ],
+        );
+        let w2m = sluice_json(
+            s,
+            &[
+                "bench",
+                &g("w2_mlp"),
+                "--batch",
+                "256",
+                "--reps",
+                "20",
+                "--precision",
+                "mixed",
+                "--f16-storage",
+                storage,
+            ],
+        );
+        match (w1m, w2m) {
+            (Ok(a), Ok(b)) => mixed.push((storage, a, b)),
+            (Err(e), _) | (_, Err(e)) => println!("mixed precision with {storage} storage: {e:#}"),
+        }
+    }
+    let tb_mixed = sluice_json(
+        s,
+        &[
+            "bench",
+            "assets/graphs/transformer_block.json",
+            "--batch",
+            "64",
+            "--reps",
+            "2",
+            "--precision",
+            "mixed",
+        ],
+    )?;
     let w3_fused = f(&w3, &["metrics", "wall_ns"]) / f(&w3, &["metrics", "samples"]);
     let w3_unfused = f(&w3_nf, &["metrics", "wall_ns"]) / f(&w3_nf, &["metrics", "samples"]);
     let summary = json!({
@@ -165,13 +217,31 @@ pub fn bench(root: &Path) -> Result<()> {
         "w5_single_stage_samples_per_s": f(&single, &["metrics", "throughput"]),
         "transformer_b64_planned_over_naive": f(&tb, &["memory", "planned_bytes"]) / f(&tb, &["memory", "naive_bytes"]),
         "transformer_b64_unfused_planned_over_naive": f(&tb_nf, &["memory", "planned_bytes"]) / f(&tb_nf, &["memory", "naive_bytes"]),
+        "transformer_b64_mixed_planned_over_f32": f(&tb_mixed, &["memory", "planned_bytes"]) / f(&tb, &["memory", "planned_bytes"]),
+        "transformer_b64_mixed_weights_over_f32": f(&tb_mixed, &["memory", "weight_bytes"]) / f(&tb, &["memory", "weight_bytes"]),
+        "mixed_vs_f32": mixed.iter().map(|(storage, w1m, w2m)| json!({
+            "f16_storage": storage,
+            "w1_1024_kernel_gflops_mixed": f(w1m, &["compute_gflops"]),
+            "w1_1024_ms_per_batch_mixed": f(w1m, &["metrics", "wall_ns"]) / 5e6,
+            "w1_1024_ms_per_batch_f32": f(w1m, &["f32_baseline", "metrics", "wall_ns"]) / 5e6,
+            "w1_max_rel_error": f(w1m, &["f32_baseline", "precision_report", "0", "max_rel"]),
+            "w2_samples_per_s_mixed": f(w2m, &["metrics", "throughput"]),
+            "w2_samples_per_s_f32": f(w2m, &["f32_baseline", "metrics", "throughput"]),
+            "w2_planned_bytes_mixed": f(w2m, &["memory", "planned_bytes"]),
+            "w2_planned_bytes_f32": f(w2m, &["f32_baseline", "memory", "planned_bytes"]),
+            "w2_weight_bytes_mixed": f(w2m, &["memory", "weight_bytes"]),
+            "w2_weight_bytes_f32": f(w2m, &["f32_baseline", "memory", "weight_bytes"]),
+            "w2_max_rel_error": f(w2m, &["f32_baseline", "precision_report", "0", "max_rel"]),
+            "w2_argmax_agreement": f(w2m, &["f32_baseline", "precision_report", "0", "argmax_agreement"]),
+        })).collect::<Vec<_>>(),
     });
     let report = json!({
         "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "adapters": devices },
         "summary": summary,
         "runs": { "w1": w1, "w2_prefetch2": w2, "w2_prefetch1": w2_k1, "w2_batch1": w2_b1, "w2_batch64": w2_b64,
                   "w3_fused": w3, "w3_unfused": w3_nf, "w5_single": single, "w5_two_stage": w5,
-                  "transformer_b64": tb, "transformer_b64_unfused": tb_nf },
+                  "transformer_b64": tb, "transformer_b64_unfused": tb_nf, "transformer_b64_mixed": tb_mixed,
+                  "mixed": mixed.iter().map(|(st, a, b)| json!({ "f16_storage": st, "w1": a, "w2": b })).collect::<Vec<_>>() },
     });
     let path = root.join("target/bench-report.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;

@@ -4,7 +4,8 @@
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
 use super::kernel::{
-    dispatch_1d, fill, variant, word, Concrete, Epilogue, Kernel, Lowering, Slot, WG,
+    dispatch_1d, fill, per_element_main, variant, word, Bindings, Kernel, LowerCtx, Lowering, Slot,
+    Storage, WG,
 };
 use super::{need_f32, Arity, Init, OpSchema, ParamSpec, TensorType};
 use crate::shape::{show, Dim};
@@ -390,21 +391,27 @@ impl ConvOp {
         }
     }
 
-    /// GPU kernel; a convolution applies `epilogue` to each result.
-    pub fn lower(
-        &self,
-        inputs: &[Concrete],
-        outputs: &[Concrete],
-        epilogue: &Epilogue,
-    ) -> Result<Lowering, String> {
-        let x = &inputs[0].shape;
-        let o = &outputs[0].shape;
-        let wg = ("WG", WG.to_string());
-        let n_out = outputs[0].numel();
-        let kernel = match self {
-            ConvOp::GlobalAvgPool => {
-                super::reduce::reduce_kernel("global_avg_pool", x, &[2, 3], true)?
-            }
+    /// GPU kernel; a convolution applies the epilogue to each result.
+    pub fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
+        let (input, output) = (&ctx.inputs[0], &ctx.outputs[0]);
+        let x = &input.shape;
+        let o = &output.shape;
+        let n_out = output.numel();
+        if let ConvOp::GlobalAvgPool = self {
+            let k = super::reduce::reduce_kernel(
+                "global_avg_pool",
+                input,
+                output,
+                &[2, 3],
+                true,
+                ctx.f16_compute,
+            )?;
+            return Ok(Lowering::Kernels(vec![k]));
+        }
+        let mut b = Bindings::new();
+        b.add("dst", Slot::Output(0), output.storage, true);
+        b.add("src", Slot::Input(0), input.storage, false);
+        let (label, value, info) = match self {
             ConvOp::Conv2d {
                 window,
                 groups,
@@ -417,38 +424,30 @@ impl ConvOp {
                     .collect::<Result<_, _>>()?;
                 info.extend(window.info()?);
                 info.push(word(*groups)?);
-                let (decl, out) = if *bias {
-                    (
-                        "@group(0) @binding(4) var<storage, read> bias: array<f32>;",
-                        "ep(acc + bias[oc], oc)",
-                    )
+                let param = |k: usize| ctx.params.get(k).map_or(Storage::F32, |c| c.storage);
+                b.add("weight", Slot::Param(0), param(0), false);
+                let out = if *bias {
+                    b.add("bias", Slot::Param(1), param(1), false);
+                    "ep(f32(acc) + ld_bias(oc), oc)"
                 } else {
-                    ("", "ep(acc, oc)")
+                    "ep(f32(acc), oc)"
                 };
-                let mut slots = vec![Slot::Output(0), Slot::Input(0), Slot::Param(0)];
-                if *bias {
-                    slots.push(Slot::Param(1));
-                }
-                slots.extend(epilogue.extra_slots.iter().copied());
+                let acc = if ctx.f16_compute { "f16" } else { "f32" };
+                let value = fill(
+                    variant(SHADER, "conv2d"),
+                    &[("ACC", acc.into()), ("OUT", out.into())],
+                );
+                let first_extra = b.slots().len() as u32 + 1;
                 let ep = format!(
                     "{}\n{}",
                     super::elementwise::helpers(),
-                    epilogue.wgsl(4 + u32::from(*bias))
+                    ctx.epilogue.wgsl(first_extra)
                 );
-                Kernel {
-                    label: format!("conv2d{}", epilogue.label()),
-                    source: fill(
-                        variant(SHADER, "conv2d"),
-                        &[
-                            wg,
-                            ("BIAS_DECL", format!("{decl}\n{ep}")),
-                            ("OUT", out.into()),
-                        ],
-                    ),
-                    slots,
+                (
+                    format!("conv2d{}", ctx.epilogue.label()),
+                    format!("{ep}\n{value}"),
                     info,
-                    workgroups: dispatch_1d(n_out, WG)?,
-                }
+                )
             }
             ConvOp::MaxPool(window) | ConvOp::AvgPool { window, .. } => {
                 let include = matches!(
@@ -471,15 +470,27 @@ impl ConvOp {
                 } else {
                     "sum / count"
                 };
-                Kernel {
-                    label: self.name().into(),
-                    source: fill(variant(SHADER, "pool"), &[wg, ("OUT", out.into())]),
-                    slots: vec![Slot::Output(0), Slot::Input(0)],
+                (
+                    self.name().to_string(),
+                    fill(variant(SHADER, "pool"), &[("OUT", out.into())]),
                     info,
-                    workgroups: dispatch_1d(n_out, WG)?,
-                }
+                )
+            }
+            ConvOp::GlobalAvgPool => {
+                return Err("internal: global_avg_pool lowers through reduce".into())
             }
         };
-        Ok(Lowering::Kernels(vec![kernel]))
+        let mut slots = b.slots();
+        if let ConvOp::Conv2d { .. } = self {
+            slots.extend(ctx.epilogue.extra_slots.iter().copied());
+        }
+        let (main, threads) = per_element_main(output.storage, n_out);
+        Ok(Lowering::Kernels(vec![Kernel {
+            label,
+            source: format!("{}\n{value}\n{main}", b.wgsl()),
+            slots,
+            info,
+            workgroups: dispatch_1d(threads, WG)?,
+        }]))
     }
 }

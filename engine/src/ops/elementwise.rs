@@ -4,7 +4,8 @@
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
 use super::kernel::{
-    dispatch_1d, f32_literal, fill, variant, word, Concrete, Kernel, Lowering, Slot, WG,
+    dispatch_1d, f32_literal, fill, per_element_main, variant, word, Bindings, Concrete, Kernel,
+    LowerCtx, Lowering, Slot, Storage, WG,
 };
 use super::{need_f32, Arity, OpSchema, TensorType};
 use crate::dtype::DType;
@@ -301,7 +302,8 @@ impl ElementwiseOp {
     }
 
     /// GPU kernel.
-    pub fn lower(&self, inputs: &[Concrete], outputs: &[Concrete]) -> Result<Lowering, String> {
+    pub fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
+        let (inputs, outputs) = (ctx.inputs, ctx.outputs);
         let args: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
         let kernel = elementwise_kernel(
             self.name(),
@@ -309,6 +311,7 @@ impl ElementwiseOp {
             &self.wgsl(&args),
             inputs,
             &outputs[0].shape,
+            outputs[0].storage,
             None,
         )?;
         Ok(Lowering::Kernels(vec![kernel]))
@@ -321,15 +324,16 @@ pub fn helpers() -> &'static str {
 }
 
 /// One elementwise kernel: `stmts` then `expr` over inputs `x0..`, into an output of `out`
-/// shape. Inputs of dtype bool are read as `x{i}: bool`. With `in_place = Some(k)`, input
-/// k (same shape as the output) is read from the output buffer and gets no binding of its
-/// own: the kernel overwrites it.
+/// shape stored as `out_storage`. Inputs of dtype bool are read as `x{i}: bool`. With
+/// `in_place = Some(k)`, input k (same shape and storage as the output) is read from the
+/// output buffer and gets no binding of its own: the kernel overwrites it.
 pub fn elementwise_kernel(
     label: &str,
     stmts: &str,
     expr: &str,
     inputs: &[Concrete],
     out: &[usize],
+    out_storage: Storage,
     in_place: Option<usize>,
 ) -> Result<Kernel, String> {
     let n: usize = out.iter().product();
@@ -337,10 +341,10 @@ pub fn elementwise_kernel(
     if let Some(k) = in_place {
         if inputs
             .get(k)
-            .is_none_or(|t| t.shape != out || t.dtype != DType::F32)
+            .is_none_or(|t| t.shape != out || t.dtype != DType::F32 || t.storage != out_storage)
         {
             return Err(format!(
-                "in-place input {k} must be f32 of the output's shape"
+                "in-place input {k} must be f32 of the output's shape and storage"
             ));
         }
     }
@@ -356,12 +360,12 @@ pub fn elementwise_kernel(
             }
         }
     }
-    let mut decls = String::new();
+    let mut b = Bindings::new();
+    b.add("dst", Slot::Output(0), out_storage, true);
     let mut loads = String::new();
-    let mut slots = vec![Slot::Output(0)];
     for (i, t) in inputs.iter().enumerate() {
         if in_place == Some(i) {
-            loads.push_str(&format!("    let x{i} = dst[i];\n"));
+            loads.push_str(&format!("    let x{i} = ld_dst(i);\n"));
             continue;
         }
         let index = if contiguous {
@@ -369,29 +373,23 @@ pub fn elementwise_kernel(
         } else {
             format!("sl_offset(i, {i}u)")
         };
-        let (ty, read) = match t.dtype {
-            DType::Bool => ("u32", format!("src{i}[{index}] != 0u")),
-            DType::I32 => ("i32", format!("f32(src{i}[{index}])")),
-            DType::F32 => ("f32", format!("src{i}[{index}]")),
+        b.add(&format!("src{i}"), Slot::Input(i), t.storage, false);
+        let read = match t.dtype {
+            DType::Bool => format!("ld_src{i}({index}) != 0.0"),
+            _ => format!("ld_src{i}({index})"),
         };
-        decls.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> src{i}: array<{ty}>;\n",
-            slots.len() + 1
-        ));
-        slots.push(Slot::Input(i));
         loads.push_str(&format!("    let x{i} = {read};\n"));
     }
-    let source = fill(
-        variant(SHADER, "main"),
+    let value = fill(
+        variant(SHADER, "value"),
         &[
-            ("INPUTS", decls),
-            ("HELPERS", helpers().to_string()),
-            ("WG", WG.to_string()),
             ("LOADS", loads),
             ("BODY", stmts.to_string()),
             ("EXPR", expr.to_string()),
         ],
     );
+    let (main, threads) = per_element_main(out_storage, n);
+    let source = format!("{}\n{}\n{value}\n{main}", b.wgsl(), helpers());
     Ok(Kernel {
         label: if in_place.is_some() {
             format!("{label} (in place)")
@@ -399,8 +397,8 @@ pub fn elementwise_kernel(
             label.to_string()
         },
         source,
-        slots,
+        slots: b.slots(),
         info,
-        workgroups: dispatch_1d(n, WG)?,
+        workgroups: dispatch_1d(threads, WG)?,
     })
 }

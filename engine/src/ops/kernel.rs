@@ -10,6 +10,168 @@ pub struct Concrete {
     pub shape: Vec<usize>,
     /// Element type.
     pub dtype: DType,
+    /// How its elements are stored on the device.
+    pub storage: Storage,
+}
+
+/// How the elements of a device buffer are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Storage {
+    /// 32-bit floats.
+    F32,
+    /// 16-bit floats as WGSL `f16` (needs `shader-f16`).
+    F16,
+    /// 16-bit floats packed in pairs into `u32` (`pack2x16float`; works everywhere).
+    Packed,
+    /// 32-bit integers.
+    I32,
+    /// Booleans as `u32` 0/1.
+    Bool,
+}
+
+impl Storage {
+    /// The 32-bit storage of a dtype.
+    pub fn of(dtype: DType) -> Storage {
+        match dtype {
+            DType::F32 => Storage::F32,
+            DType::I32 => Storage::I32,
+            DType::Bool => Storage::Bool,
+        }
+    }
+
+    /// Whether this is a 16-bit float storage.
+    pub fn is_half(self) -> bool {
+        matches!(self, Storage::F16 | Storage::Packed)
+    }
+
+    /// Bytes for `n` elements, a multiple of 4 (16-bit storages round up to whole words).
+    pub fn bytes(self, n: usize) -> u64 {
+        match self {
+            Storage::F16 | Storage::Packed => 4 * n.div_ceil(2) as u64,
+            _ => 4 * n as u64,
+        }
+    }
+
+    /// The WGSL array element type.
+    pub fn wgsl(self) -> &'static str {
+        match self {
+            Storage::F32 => "f32",
+            Storage::F16 => "f16",
+            Storage::Packed | Storage::Bool => "u32",
+            Storage::I32 => "i32",
+        }
+    }
+}
+
+/// Declares the bindings of a generated kernel and the functions that read and write them
+/// whatever their storage: `ld_NAME(i) -> f32` for every float binding and, for the output,
+/// `st_dst(i, v)` (not for packed outputs, which are written in pairs).
+#[derive(Debug, Default)]
+pub struct Bindings {
+    decls: String,
+    slots: Vec<Slot>,
+    half: bool,
+}
+
+impl Bindings {
+    /// Starts with binding 0 (the info words) declared.
+    pub fn new() -> Bindings {
+        Bindings {
+            decls: "@group(0) @binding(0) var<storage, read> info: array<u32>;\n".into(),
+            ..Default::default()
+        }
+    }
+
+    /// Declares the next binding.
+    pub fn add(&mut self, name: &str, slot: Slot, storage: Storage, write: bool) {
+        let binding = self.slots.len() + 1;
+        let access = if write { "read_write" } else { "read" };
+        self.decls.push_str(&format!(
+            "@group(0) @binding({binding}) var<storage, {access}> {name}: array<{}>;\n",
+            storage.wgsl()
+        ));
+        self.half |= storage == Storage::F16;
+        let load = match storage {
+            Storage::F32 => format!("return {name}[i];"),
+            Storage::F16 => format!("return f32({name}[i]);"),
+            Storage::Packed => format!("return unpack2x16float({name}[i >> 1u])[i & 1u];"),
+            Storage::I32 => format!("return f32({name}[i]);"),
+            Storage::Bool => format!("return f32({name}[i]);"),
+        };
+        self.decls
+            .push_str(&format!("fn ld_{name}(i: u32) -> f32 {{\n    {load}\n}}\n"));
+        if write && storage != Storage::Packed {
+            let store = match storage {
+                Storage::F16 => format!("{name}[i] = f16(v);"),
+                Storage::I32 => format!("{name}[i] = i32(v);"),
+                Storage::Bool => format!("{name}[i] = u32(v != 0.0);"),
+                _ => format!("{name}[i] = v;"),
+            };
+            self.decls.push_str(&format!(
+                "fn st_{name}(i: u32, v: f32) {{\n    {store}\n}}\n"
+            ));
+        }
+        self.slots.push(slot);
+    }
+
+    /// Whether a binding uses WGSL `f16` (the module needs `enable f16;`).
+    pub fn needs_f16(&self) -> bool {
+        self.half
+    }
+
+    /// `enable f16;` when needed, then the declarations.
+    pub fn wgsl(&self) -> String {
+        let enable = if self.half { "enable f16;\n" } else { "" };
+        format!("{enable}{}", self.decls)
+    }
+
+    /// The slots, in binding order from 1.
+    pub fn slots(&self) -> Vec<Slot> {
+        self.slots.clone()
+    }
+}
+
+/// The entry point of a kernel computing one output element per index with
+/// `fn value(i: u32) -> f32` (which the caller defines): one invocation per element, or per
+/// pair of elements for packed 16-bit outputs (which must be written a whole `u32` at a
+/// time). Returns the WGSL and the number of invocations.
+pub fn per_element_main(out: Storage, n: usize) -> (String, usize) {
+    if out == Storage::Packed {
+        let main = format!(
+            "@compute @workgroup_size({WG})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let t = gid.x + gid.y * nwg.x * {WG}u;
+    let n = {n}u;
+    _ = info[0];
+    if (2u * t >= n) {{
+        return;
+    }}
+    let a = value(2u * t);
+    var b = 0.0;
+    if (2u * t + 1u < n) {{
+        b = value(2u * t + 1u);
+    }}
+    dst[t] = pack2x16float(vec2<f32>(a, b));
+}}
+"
+        );
+        (main, n.div_ceil(2))
+    } else {
+        let main = format!(
+            "@compute @workgroup_size({WG})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let i = gid.x + gid.y * nwg.x * {WG}u;
+    _ = info[0];
+    if (i >= {n}u) {{
+        return;
+    }}
+    st_dst(i, value(i));
+}}
+"
+        );
+        (main, n)
+    }
 }
 
 impl Concrete {
@@ -28,6 +190,8 @@ pub enum Slot {
     Output(usize),
     /// The operator's weight `i` (in `params()` order).
     Param(usize),
+    /// Scratch buffer `i` of the operator (f32, private to its passes).
+    Scratch(usize),
 }
 
 /// One compute pass.
@@ -50,6 +214,8 @@ pub struct Kernel {
 pub enum Lowering {
     /// Passes to run, in order.
     Kernels(Vec<Kernel>),
+    /// Passes that also use f32 scratch buffers of these element counts.
+    KernelsWithScratch(Vec<Kernel>, Vec<usize>),
     /// The output is the input's buffer reinterpreted (reshape, squeeze, identity...).
     Alias,
     /// The output is a constant computed on the host and uploaded once.
@@ -136,6 +302,8 @@ pub struct Epilogue {
     pub result: String,
     /// Slots of the row-vector operands, bound after the kernel's own bindings.
     pub extra_slots: Vec<Slot>,
+    /// Storage of each row-vector operand.
+    pub extra_storages: Vec<Storage>,
     /// Labels of the fused nodes, for the kernel label.
     pub fused: Vec<String>,
 }
@@ -149,13 +317,21 @@ impl Epilogue {
         }
     }
 
-    /// Declarations of the extra bindings from `first`, and the `ep` function.
+    /// Declarations of the extra bindings from `first` (read with `ld_e{k}(col)`), and
+    /// the `ep` function.
     pub fn wgsl(&self, first: u32) -> String {
         let mut s = String::new();
-        for k in 0..self.extra_slots.len() {
+        for (k, storage) in self.extra_storages.iter().enumerate() {
+            let name = format!("e{k}");
+            let load = match storage {
+                Storage::F16 => format!("f32({name}[i])"),
+                Storage::Packed => format!("unpack2x16float({name}[i >> 1u])[i & 1u]"),
+                _ => format!("{name}[i]"),
+            };
             s.push_str(&format!(
-                "@group(0) @binding({}) var<storage, read> e{k}: array<f32>;\n",
-                first + k as u32
+                "@group(0) @binding({}) var<storage, read> {name}: array<{}>;\nfn ld_{name}(i: u32) -> f32 {{\n    return {load};\n}}\n",
+                first + k as u32,
+                storage.wgsl()
             ));
         }
         let col_use = if self.extra_slots.is_empty() {
@@ -170,6 +346,11 @@ impl Epilogue {
         s
     }
 
+    /// Whether an extra operand is stored as WGSL `f16`.
+    pub fn needs_f16(&self) -> bool {
+        self.extra_storages.contains(&Storage::F16)
+    }
+
     /// A suffix for kernel labels naming what was fused.
     pub fn label(&self) -> String {
         if self.fused.is_empty() {
@@ -177,5 +358,32 @@ impl Epilogue {
         } else {
             format!(" + {}", self.fused.join(" + "))
         }
+    }
+}
+
+/// Everything lowering an operator needs besides the operator itself.
+#[derive(Debug, Clone, Copy)]
+pub struct LowerCtx<'a> {
+    /// Input values.
+    pub inputs: &'a [Concrete],
+    /// Output values.
+    pub outputs: &'a [Concrete],
+    /// Weights, in `params()` order.
+    pub params: &'a [Concrete],
+    /// Fused work for operators that take an epilogue.
+    pub epilogue: &'a Epilogue,
+    /// Accumulate in f16 (precision `f16`) instead of f32.
+    pub f16_compute: bool,
+}
+
+/// Puts `enable f16;` in front of a shader that uses `f16` anywhere, once.
+pub fn with_f16_enable(source: String) -> String {
+    let uses = ["f16>", "f16(", ": f16", "0.0h"]
+        .iter()
+        .any(|t| source.contains(t));
+    if uses && !source.starts_with("enable f16;") {
+        format!("enable f16;\n{}", source.replace("enable f16;\n", ""))
+    } else {
+        source
     }
 }

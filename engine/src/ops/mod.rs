@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use std::fmt;
 
-pub use kernel::{Epilogue, Kernel, Lowering, Slot};
+pub use kernel::{Epilogue, Kernel, LowerCtx, Lowering, Slot, Storage};
 
 /// The shape and dtype of a value flowing along an edge.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -261,36 +261,35 @@ impl Op {
         }
     }
 
-    /// Lowers the operator to GPU kernels for concrete input and output types.
-    pub fn lower(
-        &self,
-        inputs: &[kernel::Concrete],
-        outputs: &[kernel::Concrete],
-    ) -> Result<Lowering, String> {
-        self.lower_fused(inputs, outputs, &kernel::Epilogue::identity())
-    }
-
     /// Whether fused elementwise work can run in this operator's epilogue.
     pub fn takes_epilogue(&self) -> bool {
         matches!(self, Op::MatMul(_) | Op::Conv(conv::ConvOp::Conv2d { .. }))
     }
 
-    /// Lowers with an epilogue (for operators that [take one](Op::takes_epilogue)).
-    pub fn lower_fused(
-        &self,
-        inputs: &[kernel::Concrete],
-        outputs: &[kernel::Concrete],
-        epilogue: &kernel::Epilogue,
-    ) -> Result<Lowering, String> {
-        match self {
-            Op::MatMul(o) => o.lower(inputs, outputs, epilogue),
-            Op::Elementwise(o) => o.lower(inputs, outputs),
-            Op::Reduce(o) => o.lower(inputs, outputs),
-            Op::Norm(o) => o.lower(inputs, outputs),
-            Op::Movement(o) => o.lower(inputs, outputs),
-            Op::Conv(o) => o.lower(inputs, outputs, epilogue),
+    /// Lowers the operator to GPU kernels for concrete values.
+    pub fn lower(&self, ctx: &kernel::LowerCtx) -> Result<Lowering, String> {
+        let lowering = match self {
+            Op::MatMul(o) => o.lower(ctx),
+            Op::Elementwise(o) => o.lower(ctx),
+            Op::Reduce(o) => o.lower(ctx),
+            Op::Norm(o) => o.lower(ctx),
+            Op::Movement(o) => o.lower(ctx),
+            Op::Conv(o) => o.lower(ctx),
             Op::Constant(_) => Ok(Lowering::Constant),
-        }
+        }?;
+        let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {
+            ks.into_iter()
+                .map(|mut k| {
+                    k.source = kernel::with_f16_enable(k.source);
+                    k
+                })
+                .collect()
+        };
+        Ok(match lowering {
+            Lowering::Kernels(ks) => Lowering::Kernels(fix(ks)),
+            Lowering::KernelsWithScratch(ks, s) => Lowering::KernelsWithScratch(fix(ks), s),
+            other => other,
+        })
     }
 }
 

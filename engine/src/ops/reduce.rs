@@ -4,7 +4,8 @@
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
 use super::kernel::{
-    dispatch_1d, fill, variant, word, Concrete, Kernel, Lowering, Slot, MAX_GROUPS, WG,
+    dispatch_1d, fill, per_element_main, variant, word, Bindings, Concrete, Kernel, LowerCtx,
+    Lowering, Slot, Storage, MAX_GROUPS, WG,
 };
 use super::{need_f32, Arity, OpSchema, TensorType};
 use crate::shape::{self, Dim};
@@ -115,24 +116,30 @@ impl ReduceOp {
     }
 
     /// GPU kernel.
-    pub fn lower(&self, inputs: &[Concrete], _outputs: &[Concrete]) -> Result<Lowering, String> {
-        let axes = resolve_axes(&self.axes, inputs[0].shape.len())?;
+    pub fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
+        let axes = resolve_axes(&self.axes, ctx.inputs[0].shape.len())?;
         Ok(Lowering::Kernels(vec![reduce_kernel(
             self.name(),
-            &inputs[0].shape,
+            &ctx.inputs[0],
+            &ctx.outputs[0],
             &axes,
             self.mean,
+            ctx.f16_compute,
         )?]))
     }
 }
 
-/// A kernel summing `x` over `axes` (sorted), scaled to a mean when `mean`.
+/// A kernel summing `input` over `axes` (sorted) into `output`, scaled to a mean when
+/// `mean`, accumulating in f16 when `f16_compute`.
 pub fn reduce_kernel(
     label: &str,
-    x: &[usize],
+    input: &Concrete,
+    output: &Concrete,
     axes: &[usize],
     mean: bool,
+    f16_compute: bool,
 ) -> Result<Kernel, String> {
+    let x = &input.shape;
     let strides = shape::strides(x);
     let kept: Vec<usize> = (0..x.len()).filter(|i| !axes.contains(i)).collect();
     let n_out: usize = kept.iter().map(|&i| x[i]).product();
@@ -167,21 +174,43 @@ pub fn reduce_kernel(
     for &i in axes {
         info.push(word(strides[i])?);
     }
+    let mut b = Bindings::new();
+    b.add("dst", Slot::Output(0), output.storage, true);
+    b.add("src", Slot::Input(0), input.storage, false);
+    let acc = if f16_compute { "f16" } else { "f32" };
     let group = count >= WG as usize && n_out <= (MAX_GROUPS as usize) * (MAX_GROUPS as usize);
-    let (name, workgroups) = if group {
-        ("group", dispatch_1d(n_out, 1)?)
+    let common = variant(SHADER, "common");
+    let (name, body, workgroups) = if group {
+        let packed = output.storage == Storage::Packed;
+        let per = if packed { 2 } else { 1 };
+        let store = if packed {
+            "        dst[g] = pack2x16float(results);".to_string()
+        } else {
+            "        st_dst(g, results.x);".to_string()
+        };
+        let body = fill(
+            variant(SHADER, "group"),
+            &[
+                ("WG", WG.to_string()),
+                ("ACC", acc.into()),
+                ("PER_GROUP", per.to_string()),
+                ("STORE", store),
+            ],
+        );
+        ("group", body, dispatch_1d(n_out.div_ceil(per), 1)?)
     } else {
-        ("thread", dispatch_1d(n_out, WG)?)
+        let value = fill(variant(SHADER, "thread"), &[("ACC", acc.into())]);
+        let (main, threads) = per_element_main(output.storage, n_out);
+        (
+            "thread",
+            format!("{value}\n{main}"),
+            dispatch_1d(threads, WG)?,
+        )
     };
-    let source = format!(
-        "{}\n{}",
-        variant(SHADER, "common"),
-        fill(variant(SHADER, name), &[("WG", WG.to_string())])
-    );
     Ok(Kernel {
         label: format!("{label} {name}"),
-        source,
-        slots: vec![Slot::Output(0), Slot::Input(0)],
+        source: format!("{}\n{common}\n{body}", b.wgsl()),
+        slots: b.slots(),
         info,
         workgroups,
     })

@@ -209,6 +209,27 @@ impl GpuExecutable {
     ) -> Result<GpuExecutable, RunError> {
         let device = &ctx.device;
         check_limits(&plan, &ctx.limits)?;
+        let native_half = plan
+            .values
+            .iter()
+            .any(|v| v.layout == crate::ops::Storage::F16);
+        if native_half && !device.features().contains(wgpu::Features::SHADER_F16) {
+            return Err(RunError::Unsupported(format!(
+                "native f16 storage needs the adapter feature shader-f16, which '{}' lacks (the packed 16-bit storage works everywhere)",
+                ctx.adapter.name
+            )));
+        }
+        if plan
+            .values
+            .iter()
+            .any(|v| v.layout == crate::ops::Storage::F16)
+            && !device.features().contains(wgpu::Features::SHADER_F16)
+        {
+            return Err(RunError::Unsupported(format!(
+                "native f16 storage needs the adapter feature shader-f16, which '{}' lacks (use the packed 16-bit storage)",
+                ctx.adapter.name
+            )));
+        }
         let storage_usage = wgpu::BufferUsages::STORAGE
             | wgpu::BufferUsages::COPY_DST
             | wgpu::BufferUsages::COPY_SRC;
@@ -240,13 +261,16 @@ impl GpuExecutable {
                     ),
                 });
             }
+            // Weights are converted to their device storage once, here.
+            let bytes = w.to_storage_bytes(plan.values[*v].layout);
             ctx.queue
-                .write_buffer(&buffers[plan.values[*v].buffer], 0, &w.to_device_bytes());
+                .write_buffer(&buffers[plan.values[*v].buffer], 0, &bytes);
         }
         for (v, t) in &plan.constants {
             if !t.is_empty() {
+                let bytes = t.to_storage_bytes(plan.values[*v].layout);
                 ctx.queue
-                    .write_buffer(&buffers[plan.values[*v].buffer], 0, &t.to_device_bytes());
+                    .write_buffer(&buffers[plan.values[*v].buffer], 0, &bytes);
             }
         }
         let mut pipelines: HashMap<String, wgpu::ComputePipeline> = HashMap::new();
@@ -521,11 +545,10 @@ impl GpuExecutable {
         self.check_inputs(inputs)?;
         for (name, v) in &self.plan.inputs {
             if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
-                self.ctx.queue.write_buffer(
-                    &self.buffers[self.plan.values[*v].buffer],
-                    0,
-                    &t.to_device_bytes(),
-                );
+                let bytes = t.to_storage_bytes(self.plan.values[*v].layout);
+                self.ctx
+                    .queue
+                    .write_buffer(&self.buffers[self.plan.values[*v].buffer], 0, &bytes);
             }
         }
         Ok(())
@@ -703,12 +726,11 @@ impl GpuExecutable {
         events: &mut Vec<Event>,
     ) -> Result<Pending, RunError> {
         let ring = &self.ring[slot];
-        for (i, (name, _)) in self.plan.inputs.iter().enumerate() {
+        for (i, (name, v)) in self.plan.inputs.iter().enumerate() {
             if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
                 let t0 = now_ns();
-                self.ctx
-                    .queue
-                    .write_buffer(&ring.staging[i], 0, &t.to_device_bytes());
+                let bytes = t.to_storage_bytes(self.plan.values[*v].layout);
+                self.ctx.queue.write_buffer(&ring.staging[i], 0, &bytes);
                 let kind = if trace.transferred_inputs.contains(name) {
                     EventKind::Transfer
                 } else {
@@ -787,7 +809,12 @@ impl GpuExecutable {
                 let slice = &view[offset as usize..(offset + bytes) as usize];
                 outs.push((
                     name.clone(),
-                    Tensor::from_device_bytes(value.shape.clone(), value.dtype, slice),
+                    Tensor::from_storage_bytes(
+                        value.shape.clone(),
+                        value.dtype,
+                        value.layout,
+                        slice,
+                    ),
                 ));
             }
             match &self.timestamps {

@@ -77,6 +77,9 @@ pub enum RunError {
         /// The driver's or validator's message.
         message: String,
     },
+    /// The adapter cannot do what was asked (a missing feature).
+    #[error("not supported: {0}")]
+    Unsupported(String),
     /// The device failed (out of memory, lost, mapping failed).
     #[error("GPU device error: {0}")]
     Device(String),

@@ -4,13 +4,13 @@
 //! be printed, cached and sent to a worker.
 
 use super::fusion::{self, scalar_constant, Unit};
-use super::memory::{self, Storage};
+use super::memory;
 use super::RunError;
 use crate::dtype::DType;
 use crate::graph::{Graph, NodeKind};
 use crate::ops::elementwise::elementwise_kernel;
 use crate::ops::kernel::{f32_literal, Concrete};
-use crate::ops::{Cost, Epilogue, Kernel, Lowering, Op, Slot};
+use crate::ops::{Cost, Epilogue, Kernel, LowerCtx, Lowering, Op, Slot, Storage};
 use crate::shape;
 use crate::tensor::Tensor;
 use petgraph::stable_graph::NodeIndex;
@@ -22,12 +22,64 @@ use std::collections::HashMap;
 pub struct PlanOptions {
     /// Fuse elementwise chains and matmul/conv epilogues.
     pub fuse: bool,
+    /// Numeric precision.
+    pub precision: Precision,
+    /// How 16-bit floats are stored (precisions `f16` and `mixed`).
+    pub half: HalfStorage,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { fuse: true }
+        PlanOptions {
+            fuse: true,
+            precision: Precision::F32,
+            half: HalfStorage::Packed,
+        }
     }
+}
+
+/// Numeric precision of a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// f32 storage and arithmetic.
+    F32,
+    /// f16 storage; matmul, conv and reductions accumulate in f16 (needs `shader-f16`).
+    F16,
+    /// f16 storage of weights and activations; f32 accumulation and f32 math (softmax,
+    /// norms, exp/log), results stored as f16.
+    Mixed,
+}
+
+impl Precision {
+    /// Parses `f32`, `f16` or `mixed`.
+    pub fn parse(s: &str) -> Option<Precision> {
+        match s {
+            "f32" => Some(Precision::F32),
+            "f16" => Some(Precision::F16),
+            "mixed" => Some(Precision::Mixed),
+            _ => None,
+        }
+    }
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Mixed => "mixed",
+        }
+    }
+}
+
+/// How 16-bit floats live in device buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HalfStorage {
+    /// WGSL `f16` arrays (`enable f16;`), where the adapter has `shader-f16`.
+    Native,
+    /// Pairs packed in `u32` with `pack2x16float` / `unpack2x16float`: every adapter.
+    Packed,
 }
 
 /// What a planned tensor is.
@@ -53,6 +105,8 @@ pub struct PlannedValue {
     pub shape: Vec<usize>,
     /// Element type.
     pub dtype: DType,
+    /// How its elements are stored on the device.
+    pub layout: Storage,
     /// What it is.
     pub kind: ValueKind,
     /// Its storage: views share their source's storage.
@@ -64,7 +118,7 @@ pub struct PlannedValue {
 impl PlannedValue {
     /// Size in bytes.
     pub fn bytes(&self) -> u64 {
-        (self.shape.iter().product::<usize>() * self.dtype.size_bytes()) as u64
+        self.layout.bytes(self.shape.iter().product::<usize>())
     }
 }
 
@@ -131,11 +185,16 @@ pub struct Plan {
     pub memory: MemorySummary,
     /// Whether fusion was on.
     pub fused: bool,
+    /// Precision.
+    pub precision: Precision,
+    /// 16-bit float storage, when the precision uses it.
+    pub half: Option<HalfStorage>,
 }
 
 /// The inputs of an elementwise step, kept to regenerate it in place.
 struct ElementwiseStep {
     step: usize,
+    out_storage: Storage,
     label: String,
     stmts: String,
     expr: String,
@@ -145,13 +204,28 @@ struct ElementwiseStep {
 
 struct Builder<'g> {
     graph: &'g Graph,
+    options: PlanOptions,
     plan: Plan,
     value_of: HashMap<(NodeIndex, usize), usize>,
     root_input: HashMap<usize, String>,
     elementwise_steps: Vec<ElementwiseStep>,
 }
 
-fn concrete_outputs(graph: &Graph, ix: NodeIndex) -> Result<Vec<Concrete>, RunError> {
+/// The device storage of values of a dtype under some options.
+pub fn storage_for(dtype: DType, options: &PlanOptions) -> Storage {
+    match (dtype, options.precision, options.half) {
+        (DType::F32, Precision::F32, _) => Storage::F32,
+        (DType::F32, _, HalfStorage::Native) => Storage::F16,
+        (DType::F32, _, HalfStorage::Packed) => Storage::Packed,
+        (d, _, _) => Storage::of(d),
+    }
+}
+
+fn concrete_outputs(
+    graph: &Graph,
+    ix: NodeIndex,
+    options: &PlanOptions,
+) -> Result<Vec<Concrete>, RunError> {
     let node = &graph.dag[ix];
     node.outputs
         .iter()
@@ -160,6 +234,7 @@ fn concrete_outputs(graph: &Graph, ix: NodeIndex) -> Result<Vec<Concrete>, RunEr
                 shape: shape::concrete(&t.shape)
                     .ok_or_else(|| RunError::Unbound(node.id.clone()))?,
                 dtype: t.dtype,
+                storage: storage_for(t.dtype, options),
             })
         })
         .collect()
@@ -197,6 +272,7 @@ impl<'g> Builder<'g> {
             name,
             shape: c.shape.clone(),
             dtype: c.dtype,
+            layout: c.storage,
             kind,
             storage,
             buffer: 0,
@@ -208,6 +284,7 @@ impl<'g> Builder<'g> {
         Concrete {
             shape: self.plan.values[v].shape.clone(),
             dtype: self.plan.values[v].dtype,
+            storage: self.plan.values[v].layout,
         }
     }
 
@@ -239,6 +316,7 @@ impl<'g> Builder<'g> {
                 let c = Concrete {
                     shape,
                     dtype: DType::F32,
+                    storage: storage_for(DType::F32, &self.options),
                 };
                 let v = self.add_value(key.clone(), &c, ValueKind::Param, None);
                 self.plan.params.push((key, v));
@@ -257,6 +335,7 @@ impl<'g> Builder<'g> {
         sources: &[usize],
         outs: &[usize],
         params: &[usize],
+        scratch: &[usize],
         cost: Cost,
     ) -> Result<(), RunError> {
         for (i, kernel) in kernels.into_iter().enumerate() {
@@ -267,6 +346,7 @@ impl<'g> Builder<'g> {
                     Slot::Input(k) => sources.get(k).copied(),
                     Slot::Output(k) => outs.get(k).copied(),
                     Slot::Param(k) => params.get(k).copied(),
+                    Slot::Scratch(k) => scratch.get(k).copied(),
                 })
                 .collect::<Option<Vec<usize>>>()
                 .ok_or_else(|| {
@@ -292,7 +372,7 @@ impl<'g> Builder<'g> {
             .iter()
             .map(|t| shape::concrete(&t.shape).unwrap_or_default())
             .collect();
-        let outs: Vec<Vec<usize>> = concrete_outputs(self.graph, ix)?
+        let outs: Vec<Vec<usize>> = concrete_outputs(self.graph, ix, &self.options)?
             .into_iter()
             .map(|c| c.shape)
             .collect();
@@ -303,7 +383,7 @@ impl<'g> Builder<'g> {
         let graph = self.graph;
         let node = &graph.dag[ix];
         let op = op_of(graph, ix)?;
-        let outputs = concrete_outputs(graph, ix)?;
+        let outputs = concrete_outputs(graph, ix, &self.options)?;
         let sources: Vec<usize> = graph
             .node_inputs(ix)
             .into_iter()
@@ -311,12 +391,19 @@ impl<'g> Builder<'g> {
             .collect::<Result<_, _>>()?;
         let in_types: Vec<Concrete> = sources.iter().map(|&v| self.concrete(v)).collect();
         let params = self.params(ix);
-        let lowering = op
-            .lower(&in_types, &outputs)
-            .map_err(|message| RunError::Op {
-                node: node.id.clone(),
-                message,
-            })?;
+        let param_types: Vec<Concrete> = params.iter().map(|&v| self.concrete(v)).collect();
+        let epilogue = Epilogue::identity();
+        let ctx = LowerCtx {
+            inputs: &in_types,
+            outputs: &outputs,
+            params: &param_types,
+            epilogue: &epilogue,
+            f16_compute: self.options.precision == Precision::F16,
+        };
+        let lowering = op.lower(&ctx).map_err(|message| RunError::Op {
+            node: node.id.clone(),
+            message,
+        })?;
         let outs: Vec<usize> = match &lowering {
             Lowering::Alias => vec![self.add_value(
                 self.name_of(ix, 0),
@@ -334,7 +421,7 @@ impl<'g> Builder<'g> {
                 self.plan.constants.push((v, c.value.clone()));
                 vec![v]
             }
-            Lowering::Kernels(_) => (0..outputs.len())
+            Lowering::Kernels(_) | Lowering::KernelsWithScratch(..) => (0..outputs.len())
                 .map(|k| {
                     self.add_value(
                         self.name_of(ix, k),
@@ -366,11 +453,34 @@ impl<'g> Builder<'g> {
                 });
             }
         }
-        if let Lowering::Kernels(kernels) = lowering {
+        let (kernels, scratch_sizes) = match lowering {
+            Lowering::Kernels(k) => (k, Vec::new()),
+            Lowering::KernelsWithScratch(k, s) => (k, s),
+            _ => (Vec::new(), Vec::new()),
+        };
+        if !kernels.is_empty() {
+            let scratch: Vec<usize> = scratch_sizes
+                .iter()
+                .enumerate()
+                .map(|(k, &n)| {
+                    let c = Concrete {
+                        shape: vec![n],
+                        dtype: DType::F32,
+                        storage: Storage::F32,
+                    };
+                    self.add_value(
+                        format!("{}#scratch{k}", node.id),
+                        &c,
+                        ValueKind::Intermediate,
+                        None,
+                    )
+                })
+                .collect();
             if let Op::Elementwise(e) = op {
                 let args: Vec<String> = (0..in_types.len()).map(|i| format!("x{i}")).collect();
                 self.elementwise_steps.push(ElementwiseStep {
                     step: self.plan.steps.len(),
+                    out_storage: outputs[0].storage,
                     label: e.name().to_string(),
                     stmts: String::new(),
                     expr: e.wgsl(&args),
@@ -387,6 +497,7 @@ impl<'g> Builder<'g> {
                 &sources,
                 &outs,
                 &params,
+                &scratch,
                 cost,
             )?;
         }
@@ -443,18 +554,26 @@ impl<'g> Builder<'g> {
             internal.insert(n, format!("t{j}"));
             cost.flops += self.op_cost(n)?.flops;
         }
-        let out = concrete_outputs(graph, root)?;
+        let out = concrete_outputs(graph, root, &self.options)?;
         let in_types: Vec<Concrete> = externals.iter().map(|&v| self.concrete(v)).collect();
         cost.bytes_read = in_types.iter().map(|c| (c.numel() * 4) as u64).sum();
         cost.bytes_written = (out[0].numel() * 4) as u64;
         let names: Vec<String> = nodes.iter().map(|&n| graph.dag[n].id.clone()).collect();
         let label = format!("fused {}", names.join("+"));
         let expr = format!("t{}", nodes.len() - 1);
-        let kernel = elementwise_kernel(&label, &stmts, &expr, &in_types, &out[0].shape, None)
-            .map_err(|message| RunError::Op {
-                node: graph.dag[root].id.clone(),
-                message,
-            })?;
+        let kernel = elementwise_kernel(
+            &label,
+            &stmts,
+            &expr,
+            &in_types,
+            &out[0].shape,
+            out[0].storage,
+            None,
+        )
+        .map_err(|message| RunError::Op {
+            node: graph.dag[root].id.clone(),
+            message,
+        })?;
         let v = self.add_value(
             self.name_of(root, 0),
             &out[0],
@@ -464,6 +583,7 @@ impl<'g> Builder<'g> {
         self.value_of.insert((root, 0), v);
         self.elementwise_steps.push(ElementwiseStep {
             step: self.plan.steps.len(),
+            out_storage: out[0].storage,
             label: label.clone(),
             stmts,
             expr,
@@ -477,6 +597,7 @@ impl<'g> Builder<'g> {
             vec![kernel],
             &externals,
             &[v],
+            &[],
             &[],
             cost,
         )
@@ -506,7 +627,9 @@ impl<'g> Builder<'g> {
             };
             let mut args = Vec::new();
             for src in graph.node_inputs(n) {
-                args.push(self.operand(n, src, &internal, &mut extras, &|k| format!("e{k}[col]"))?);
+                args.push(
+                    self.operand(n, src, &internal, &mut extras, &|k| format!("ld_e{k}(col)"))?,
+                );
             }
             stmts.push_str(&format!("    let t{j} = {};\n", e.wgsl(&args)));
             internal.insert(n, format!("t{j}"));
@@ -522,16 +645,23 @@ impl<'g> Builder<'g> {
             extra_slots: (0..extras.len())
                 .map(|k| Slot::Input(n_sources + k))
                 .collect(),
+            extra_storages: extras.iter().map(|&v| self.plan.values[v].layout).collect(),
             fused: chain.iter().map(|&n| graph.dag[n].op_name()).collect(),
         };
         sources.extend(extras);
-        let out = concrete_outputs(graph, root)?;
-        let lowering = op
-            .lower_fused(&in_types, &out, &epilogue)
-            .map_err(|message| RunError::Op {
-                node: graph.dag[anchor].id.clone(),
-                message,
-            })?;
+        let out = concrete_outputs(graph, root, &self.options)?;
+        let param_types: Vec<Concrete> = params.iter().map(|&v| self.concrete(v)).collect();
+        let ctx = LowerCtx {
+            inputs: &in_types,
+            outputs: &out,
+            params: &param_types,
+            epilogue: &epilogue,
+            f16_compute: self.options.precision == Precision::F16,
+        };
+        let lowering = op.lower(&ctx).map_err(|message| RunError::Op {
+            node: graph.dag[anchor].id.clone(),
+            message,
+        })?;
         let Lowering::Kernels(kernels) = lowering else {
             return Err(RunError::Internal(
                 "epilogue on an operator without kernels".into(),
@@ -556,6 +686,7 @@ impl<'g> Builder<'g> {
             &sources,
             &[v],
             &params,
+            &[],
             cost,
         )
     }
@@ -564,8 +695,8 @@ impl<'g> Builder<'g> {
     fn assign_memory(&mut self) -> Result<(), RunError> {
         let plan = &mut self.plan;
         let n_storage = plan.values.iter().map(|v| v.storage + 1).max().unwrap_or(0);
-        let mut storages: Vec<Storage> = vec![
-            Storage {
+        let mut storages: Vec<memory::Storage> = vec![
+            memory::Storage {
                 size: 0,
                 def: None,
                 last_use: 0,
@@ -646,9 +777,16 @@ impl<'g> Builder<'g> {
                 .iter()
                 .find(|e| e.step == step)
                 .ok_or_else(|| RunError::Internal("in-place step lost".into()))?;
-            let kernel =
-                elementwise_kernel(&e.label, &e.stmts, &e.expr, &e.inputs, &e.out, Some(k))
-                    .map_err(RunError::Internal)?;
+            let kernel = elementwise_kernel(
+                &e.label,
+                &e.stmts,
+                &e.expr,
+                &e.inputs,
+                &e.out,
+                e.out_storage,
+                Some(k),
+            )
+            .map_err(RunError::Internal)?;
             let old = &plan.steps[step];
             let bindings: Vec<usize> = kernel
                 .slots
@@ -664,7 +802,7 @@ impl<'g> Builder<'g> {
                             .unwrap_or(0);
                         old.bindings[pos]
                     }
-                    Slot::Param(_) => old.bindings[0],
+                    Slot::Param(_) | Slot::Scratch(_) => old.bindings[0],
                 })
                 .collect();
             plan.steps[step].kernel = kernel;
@@ -724,6 +862,7 @@ impl Plan {
     pub fn with_options(graph: &Graph, options: PlanOptions) -> Result<Plan, RunError> {
         let mut b = Builder {
             graph,
+            options,
             plan: Plan {
                 values: Vec::new(),
                 buffers: Vec::new(),
@@ -735,13 +874,15 @@ impl Plan {
                 index_checks: Vec::new(),
                 memory: MemorySummary::default(),
                 fused: options.fuse,
+                precision: options.precision,
+                half: (options.precision != Precision::F32).then_some(options.half),
             },
             value_of: HashMap::new(),
             root_input: HashMap::new(),
             elementwise_steps: Vec::new(),
         };
         for (name, ix) in &graph.inputs {
-            let c = &concrete_outputs(graph, *ix)?[0];
+            let c = &concrete_outputs(graph, *ix, &b.options)?[0];
             let v = b.add_value(name.clone(), c, ValueKind::Input, None);
             b.plan.inputs.push((name.clone(), v));
             b.root_input.insert(v, name.clone());

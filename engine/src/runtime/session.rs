@@ -8,7 +8,7 @@ use super::exec::{ExecOptions, GpuExecutable, TraceContext};
 use super::gpu::GpuContext;
 use super::partition::Partition;
 use super::pipeline::Pipeline;
-use super::plan::{MemorySummary, Plan, PlanOptions};
+use super::plan::{HalfStorage, MemorySummary, Plan, PlanOptions, Precision};
 use super::stages::{self, StagePlanSummary};
 use super::RunError;
 use crate::graph::Graph;
@@ -34,6 +34,10 @@ pub struct RunConfig {
     pub fuse: bool,
     /// Partition stages by measured pass times instead of the cost model.
     pub profile: bool,
+    /// Numeric precision.
+    pub precision: Precision,
+    /// 16-bit storage (None: native `f16` where the adapter has `shader-f16`, else packed).
+    pub half: Option<HalfStorage>,
 }
 
 impl Default for RunConfig {
@@ -45,6 +49,8 @@ impl Default for RunConfig {
             prefetch: 2,
             fuse: true,
             profile: false,
+            precision: Precision::F32,
+            half: None,
         }
     }
 }
@@ -76,6 +82,39 @@ pub struct Session {
     pipeline: Option<Pipeline>,
     partition: Option<Partition>,
     remainders: HashMap<usize, GpuExecutable>,
+    options: PlanOptions,
+}
+
+/// Plan options for a configuration on these devices: the 16-bit storage path is native
+/// `f16` where every device has `shader-f16` (unless packed was asked for), else packed;
+/// precision `f16` needs `shader-f16`.
+fn plan_options(config: &RunConfig, devices: &[GpuContext]) -> Result<PlanOptions, RunError> {
+    let all_f16 = devices.iter().all(|c| c.adapter.shader_f16);
+    let missing = || {
+        let names: Vec<&str> = devices
+            .iter()
+            .filter(|c| !c.adapter.shader_f16)
+            .map(|c| c.adapter.name.as_str())
+            .collect();
+        RunError::Unsupported(format!(
+            "needs the adapter feature shader-f16, which {} lacks",
+            names.join(", ")
+        ))
+    };
+    if config.precision == Precision::F16 && !all_f16 {
+        return Err(missing());
+    }
+    let half = match config.half {
+        Some(HalfStorage::Native) if !all_f16 => return Err(missing()),
+        Some(h) => h,
+        None if all_f16 => HalfStorage::Native,
+        None => HalfStorage::Packed,
+    };
+    Ok(PlanOptions {
+        fuse: config.fuse,
+        precision: config.precision,
+        half,
+    })
 }
 
 fn bind(graph: &Graph, n: usize) -> Result<Graph, RunError> {
@@ -182,10 +221,12 @@ impl Session {
             pipeline: None,
             partition: None,
             remainders: HashMap::new(),
+            options: PlanOptions::default(),
         };
-        let options = PlanOptions { fuse: config.fuse };
         if config.stages == 1 {
             let ctx = pollster::block_on(GpuContext::new())?;
+            let options = plan_options(config, std::slice::from_ref(&ctx))?;
+            s.options = options;
             let exe = pollster::block_on(GpuExecutable::with_options(
                 &ctx,
                 Plan::with_options(&bound, options)?,
@@ -199,6 +240,8 @@ impl Session {
             s.single = Some(exe);
         } else {
             s.contexts = pollster::block_on(GpuContext::new_many(config.stages))?;
+            let options = plan_options(config, &s.contexts)?;
+            s.options = options;
             let costs = if config.profile {
                 s.profile(&bound)?
             } else {
@@ -222,7 +265,13 @@ impl Session {
     fn profile(&self, bound: &Graph) -> Result<Vec<f64>, RunError> {
         let exe = pollster::block_on(GpuExecutable::new(
             &self.contexts[0],
-            Plan::with_options(bound, PlanOptions { fuse: false })?,
+            Plan::with_options(
+                bound,
+                PlanOptions {
+                    fuse: false,
+                    ..self.options
+                },
+            )?,
             &self.weights,
         ))?;
         let inputs = super::random_inputs(bound, 0)?;
@@ -297,6 +346,11 @@ impl Session {
     pub fn stage_summary(&self) -> Option<StagePlanSummary> {
         let part = self.partition.as_ref()?;
         Some(stages::summary(&bind(&self.graph, self.micro).ok()?, part))
+    }
+
+    /// The plan options in force (precision and 16-bit storage chosen for the devices).
+    pub fn plan_options(&self) -> PlanOptions {
+        self.options
     }
 
     /// Where compute times come from.
@@ -405,12 +459,7 @@ impl Session {
             let rest = n % self.micro;
             if !self.remainders.contains_key(&rest) {
                 let bound = bind(&self.graph, rest)?;
-                let plan = Plan::with_options(
-                    &bound,
-                    PlanOptions {
-                        fuse: self.config.fuse,
-                    },
-                )?;
+                let plan = Plan::with_options(&bound, self.options)?;
                 let exe =
                     pollster::block_on(GpuExecutable::new(&self.contexts[0], plan, &self.weights))?;
                 self.remainders.insert(rest, exe);

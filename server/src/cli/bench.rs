@@ -29,6 +29,18 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
     let progress = Progress::new("benchmark");
     let report = session.run(&data, "bench", &|d, t| progress.update(d, t))?;
     progress.finish();
+    // Reduced precision is reported next to f32 on the same inputs.
+    let baseline = if e.precision != super::PrecisionArg::F32 {
+        let mut cfg = e.config();
+        cfg.precision = sluice_engine::runtime::plan::Precision::F32;
+        let mut s32 = Session::new(&graph, &weights, &cfg)?;
+        s32.run(&warm, "warm-up f32", &|_, _| {})?;
+        let r32 = s32.run(&data, "bench f32", &|_, _| {})?;
+        let errors = sluice_engine::precision::compare(&r32.outputs, &report.outputs);
+        Some((s32, r32, errors))
+    } else {
+        None
+    };
     if let Some(path) = &args.trace {
         report::write_trace(path, &report, &session)?;
     }
@@ -55,6 +67,13 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
                         "weight_bytes": session.memory().weight_bytes, "allocated_bytes": session.allocated_bytes() },
             "stages": session.stage_summary(),
             "outputs": checksums,
+            "precision": e.precision.engine(),
+            "f16_storage": (e.precision != super::PrecisionArg::F32).then(|| session.plan_options().half),
+            "f32_baseline": baseline.as_ref().map(|(s32, r32, errors)| json!({
+                "metrics": r32.metrics,
+                "memory": { "planned_bytes": s32.memory().planned_bytes, "weight_bytes": s32.memory().weight_bytes },
+                "precision_report": errors,
+            })),
         });
         println!("{doc}");
         return Ok(ExitCode::SUCCESS);
@@ -76,6 +95,38 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
             "  compute:      {:.2} GFLOP/s while busy",
             flops as f64 / busy as f64
         );
+    }
+    if let Some((s32, r32, errors)) = &baseline {
+        let (m, m32) = (session.memory(), s32.memory());
+        println!(
+            "  side by side:        {:>14} {:>14}",
+            e.precision.engine().name(),
+            "f32"
+        );
+        println!(
+            "    samples/s          {:>14.1} {:>14.1}",
+            report.metrics.throughput, r32.metrics.throughput
+        );
+        println!(
+            "    ms per batch       {:>14.3} {:>14.3}",
+            report.metrics.wall_ns as f64 / 1e6 / args.reps as f64,
+            r32.metrics.wall_ns as f64 / 1e6 / args.reps as f64
+        );
+        println!(
+            "    planned peak MiB   {:>14.3} {:>14.3}",
+            report::mib(m.planned_bytes),
+            report::mib(m32.planned_bytes)
+        );
+        println!(
+            "    weight MiB         {:>14.3} {:>14.3}",
+            report::mib(m.weight_bytes),
+            report::mib(m32.weight_bytes)
+        );
+        println!(
+            "  16-bit storage: {:?}; errors against f32:",
+            session.plan_options().half
+        );
+        super::run::print_precision(errors);
     }
     if let Some(s) = session.stage_summary() {
         for (i, nodes) in s.nodes.iter().enumerate() {

@@ -22,6 +22,15 @@ pub struct Cli {
     command: Command,
 }
 
+/// `--output-dtype`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputDtype {
+    /// float32 files.
+    F32,
+    /// float16 files.
+    F16,
+}
+
 /// Where to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Device {
@@ -82,6 +91,60 @@ pub struct ExecArgs {
     /// Partition stages by measured pass times (one profiling run) instead of the cost model.
     #[arg(long)]
     pub profile: bool,
+    /// Numeric precision: f32; mixed (f16 storage, f32 accumulation and norms); f16 (f16
+    /// arithmetic too, needs shader-f16).
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    pub precision: PrecisionArg,
+    /// How 16-bit floats are stored: native f16 (needs shader-f16), packed pairs in u32
+    /// (every adapter), or auto (native where available).
+    #[arg(long, value_enum, default_value_t = HalfArg::Auto)]
+    pub f16_storage: HalfArg,
+}
+
+/// `--precision`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrecisionArg {
+    /// f32 everywhere.
+    F32,
+    /// f16 storage and f16 accumulation.
+    F16,
+    /// f16 storage, f32 accumulation.
+    Mixed,
+}
+
+impl PrecisionArg {
+    /// The engine's precision.
+    pub fn engine(self) -> sluice_engine::runtime::plan::Precision {
+        use sluice_engine::runtime::plan::Precision;
+        match self {
+            PrecisionArg::F32 => Precision::F32,
+            PrecisionArg::F16 => Precision::F16,
+            PrecisionArg::Mixed => Precision::Mixed,
+        }
+    }
+}
+
+/// `--f16-storage`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HalfArg {
+    /// Native where the adapter has shader-f16, else packed.
+    Auto,
+    /// WGSL f16 arrays.
+    Native,
+    /// f16 pairs packed in u32.
+    Packed,
+}
+
+impl HalfArg {
+    /// The engine's choice (None = auto).
+    pub fn engine(self) -> Option<sluice_engine::runtime::plan::HalfStorage> {
+        use sluice_engine::runtime::plan::HalfStorage;
+        match self {
+            HalfArg::Auto => None,
+            HalfArg::Native => Some(HalfStorage::Native),
+            HalfArg::Packed => Some(HalfStorage::Packed),
+        }
+    }
 }
 
 impl ExecArgs {
@@ -94,6 +157,8 @@ impl ExecArgs {
             prefetch: self.prefetch,
             fuse: !self.no_fuse,
             profile: self.profile,
+            precision: self.precision.engine(),
+            half: self.f16_storage.engine(),
         }
     }
 }
@@ -110,6 +175,9 @@ pub struct RunArgs {
     /// number of samples on axis 0 (a dataset). Inputs not given are random.
     #[arg(long = "input", value_name = "NAME=FILE")]
     pub inputs: Vec<String>,
+    /// Element type of the written .npy files.
+    #[arg(long, value_enum, default_value_t = OutputDtype::F32)]
+    pub output_dtype: OutputDtype,
     /// Write each output as DIR/NAME.npy.
     #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
@@ -166,6 +234,12 @@ pub struct PlanArgs {
     /// Plan without fusion.
     #[arg(long)]
     pub no_fuse: bool,
+    /// Numeric precision.
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    pub precision: PrecisionArg,
+    /// 16-bit storage for `f16`/`mixed` (auto plans packed, which every adapter runs).
+    #[arg(long, value_enum, default_value_t = HalfArg::Auto)]
+    pub f16_storage: HalfArg,
     /// Print the plan as JSON (kernel sources included).
     #[arg(long)]
     pub json: bool,

@@ -4,7 +4,7 @@
 use super::{load, report::mib, PlanArgs};
 use anyhow::{bail, Result};
 use serde_json::json;
-use sluice_engine::runtime::plan::{Plan, PlanOptions};
+use sluice_engine::runtime::plan::{HalfStorage, Plan, PlanOptions};
 use sluice_engine::runtime::stages;
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -27,6 +27,8 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode> {
     let bound = graph.bind(&bindings).map_err(|p| anyhow::anyhow!("{p}"))?;
     let options = PlanOptions {
         fuse: !args.no_fuse,
+        precision: args.precision.engine(),
+        half: args.f16_storage.engine().unwrap_or(HalfStorage::Packed),
     };
     let (plans, summary) = if args.stages > 1 {
         let part = stages::choose(&bound, args.stages, &stages::model_costs(&bound))?;

@@ -139,6 +139,8 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let weights = load::weights(&args.graph, &graph)?;
     let progress = Progress::new("running");
     let started = Instant::now();
+    let mut precision_report = None;
+    let mut half_path = sluice_engine::runtime::plan::PlanOptions::default();
     let (outputs, device_name, session_report) = match args.device {
         Device::Cpu => {
             let n = samples(&graph, &data)?.unwrap_or(e.batch);
@@ -155,6 +157,20 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             let mut session = Session::new(&graph, &weights, &e.config())?;
             let report = session.run(&data, "run", &|d, t| progress.update(d, t))?;
             progress.finish();
+            if e.precision != super::PrecisionArg::F32 {
+                let mut f32_cfg = e.config();
+                f32_cfg.precision = sluice_engine::runtime::plan::Precision::F32;
+                let reference = Session::new(&graph, &weights, &f32_cfg)?.run(
+                    &data,
+                    "f32 reference",
+                    &|_, _| {},
+                )?;
+                precision_report = Some(sluice_engine::precision::compare(
+                    &reference.outputs,
+                    &report.outputs,
+                ));
+            }
+            half_path = session.plan_options();
             let name = session.device_names().join(", ");
             if let Some(path) = &args.trace {
                 report::write_trace(path, &report, &session)?;
@@ -166,10 +182,11 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         for (name, t) in &outputs {
-            npy::write(
-                &dir.join(format!("{}.npy", name.replace([':', '/', '\\'], "_"))),
-                t,
-            )?;
+            let file = dir.join(format!("{}.npy", name.replace([':', '/', '\\'], "_")));
+            match args.output_dtype {
+                super::OutputDtype::F32 => npy::write(&file, t)?,
+                super::OutputDtype::F16 => npy::write_f16(&file, t)?,
+            }
         }
     }
     let head = |t: &Tensor, n: usize| -> Vec<f32> { t.to_f32_vec().into_iter().take(n).collect() };
@@ -184,7 +201,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         println!(
             "{}",
             json!({ "graph": graph.doc.name, "batch": e.batch, "device": device_name, "seconds": elapsed,
-                    "outputs": outs, "metrics": metrics, "written_to": args.output })
+                    "precision": e.precision.engine(), "f16_storage": (e.precision != super::PrecisionArg::F32).then_some(half_path.half),
+                    "outputs": outs, "metrics": metrics, "written_to": args.output,
+                    "precision_report": precision_report })
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -203,6 +222,18 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         );
     }
     println!("  time: {:.3} ms (compiling included)", elapsed * 1e3);
+    let non_finite: usize = outputs.iter().map(|(_, t)| t.non_finite()).sum();
+    if non_finite > 0 {
+        println!("  warning: {non_finite} output element(s) are NaN or infinite");
+    }
+    if let Some(errors) = &precision_report {
+        println!(
+            "  precision {} ({:?} 16-bit storage) against f32 on the same inputs:",
+            e.precision.engine().name(),
+            half_path.half
+        );
+        print_precision(errors);
+    }
     if let Some((r, s)) = &session_report {
         report::print_metrics(r, s);
     }
@@ -218,4 +249,17 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         println!("  trace: {} (open in https://ui.perfetto.dev)", t.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a precision report.
+pub fn print_precision(errors: &[sluice_engine::precision::OutputError]) {
+    for err in errors {
+        let argmax = err.argmax_agreement.map_or(String::new(), |a| {
+            format!(", argmax agreement {:.2}%", 100.0 * a)
+        });
+        println!(
+            "    {}: max abs error {:.3e}, max rel error {:.3e} (elementwise {:.3e}){argmax}, non-finite {}",
+            err.name, err.max_abs, err.max_rel, err.max_rel_elementwise, err.non_finite
+        );
+    }
 }

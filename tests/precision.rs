@@ -1,0 +1,312 @@
+//! Mixed and f16 precision: every operator against its f32 CPU reference on both 16-bit
+//! storage paths, the examples on 1,000 seeded inputs against f32, memory halved, and
+//! overflow reported.
+
+use serde_json::json;
+use sluice_engine::graph::Graph;
+use sluice_engine::precision::compare as precision_compare;
+use sluice_engine::runtime::plan::{HalfStorage, Plan, PlanOptions, Precision};
+use sluice_engine::runtime::session::{RunConfig, Session};
+use sluice_engine::runtime::GpuExecutable;
+use sluice_engine::weights::init_weights;
+use sluice_tests::op_cases::op_cases;
+use sluice_tests::{case_inputs, compare, gpu, graph, random_weights, root, run_cpu};
+
+/// The documented per-operator tolerance (atol, rtol) of 16-bit storage against the f32
+/// reference (docs/precision.md): inputs, weights and results are rounded to f16 (relative
+/// 2^-11 each); products and sums accumulate that over their reduction length.
+fn tolerance(op: &str) -> (f32, f32) {
+    match op {
+        "matmul" | "linear" | "conv2d" => (2e-2, 1e-2),
+        "reduce_sum" => (5e-2, 1e-2),
+        "layer_norm" | "batch_norm" => (1e-2, 1e-2),
+        "pow" | "exp" | "div" => (5e-3, 5e-3),
+        _ => (3e-3, 3e-3),
+    }
+}
+
+fn half_paths() -> Vec<(Precision, HalfStorage)> {
+    let mut v = vec![(Precision::Mixed, HalfStorage::Packed)];
+    if gpu().adapter.shader_f16 {
+        v.push((Precision::Mixed, HalfStorage::Native));
+        v.push((Precision::F16, HalfStorage::Native));
+    }
+    v
+}
+
+#[test]
+fn every_operator_matches_its_f32_reference_in_16_bit_storage() {
+    let paths = half_paths();
+    if !gpu().adapter.shader_f16 {
+        println!("the adapter has no shader-f16: testing the packed path only");
+    }
+    let mut failures = Vec::new();
+    let cases = op_cases();
+    for (i, case) in cases.iter().enumerate() {
+        let g = graph(&case.doc);
+        let op = case.doc["nodes"][0]["op"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let weights = random_weights(&g, 11 + i as u64);
+        let inputs = case_inputs(&g, case, 100 + i as u64);
+        let want = run_cpu(&g, &weights, &inputs);
+        let (atol, rtol) = tolerance(&op);
+        for &(precision, half) in &paths {
+            let plan = Plan::with_options(
+                &g,
+                PlanOptions {
+                    fuse: true,
+                    precision,
+                    half,
+                },
+            )
+            .unwrap();
+            let got = pollster::block_on(async {
+                let exe = GpuExecutable::new(gpu(), plan, &weights).await?;
+                exe.run(&inputs).await
+            });
+            let got = match got {
+                Ok(g) => g,
+                Err(e) => {
+                    failures.push(format!("{} ({precision:?}, {half:?}): {e}", case.label));
+                    continue;
+                }
+            };
+            for ((name, a), (_, b)) in got.iter().zip(&want) {
+                // Inputs are rounded to f16 first: compare against the reference on the
+                // rounded inputs' scale by a tolerance that covers that rounding.
+                if let Err(e) = compare(
+                    &format!("{} ({precision:?}, {half:?}) {name}", case.label),
+                    a,
+                    b,
+                    atol,
+                    rtol,
+                ) {
+                    failures.push(e);
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    println!(
+        "{} cases x {} 16-bit paths within tolerance",
+        cases.len(),
+        paths.len()
+    );
+}
+
+fn load(path: &str) -> Graph {
+    sluice_engine::load_graph(&std::fs::read_to_string(root().join(path)).unwrap()).unwrap()
+}
+
+fn run(
+    g: &Graph,
+    data: &std::collections::HashMap<String, sluice_engine::Tensor>,
+    batch: usize,
+    precision: Precision,
+    half: Option<HalfStorage>,
+) -> Vec<(String, sluice_engine::Tensor)> {
+    let weights = init_weights(g, g.doc.params.seed.unwrap_or(0));
+    let cfg = RunConfig {
+        batch,
+        precision,
+        half,
+        ..Default::default()
+    };
+    let mut s = Session::new(g, &weights, &cfg).unwrap();
+    s.run(data, "precision", &|_, _| {}).unwrap().outputs
+}
+
+#[test]
+fn examples_under_mixed_precision_stay_close_to_f32_on_1000_inputs() {
+    for (name, n, batch) in [
+        ("mlp", 1000, 1000),
+        ("cnn", 1000, 500),
+        ("transformer_block", 1000, 250),
+    ] {
+        let g = load(&format!("assets/graphs/{name}.json"));
+        let bound = g
+            .bind(&g.symbols().into_iter().map(|s| (s, n)).collect())
+            .unwrap();
+        let data = sluice_engine::runtime::random_inputs(&bound, 2024).unwrap();
+        let reference = run(&g, &data, batch, Precision::F32, None);
+        for half in [HalfStorage::Packed, HalfStorage::Native] {
+            if half == HalfStorage::Native && !gpu().adapter.shader_f16 {
+                continue;
+            }
+            let mixed = run(&g, &data, batch, Precision::Mixed, Some(half));
+            let report = precision_compare(&reference, &mixed);
+            for e in &report {
+                println!(
+                    "{name} ({half:?}): {} max abs {:.3e}, max rel {:.3e}, argmax agreement {:?}, non-finite {}",
+                    e.name, e.max_abs, e.max_rel, e.argmax_agreement, e.non_finite
+                );
+                assert!(
+                    e.max_rel < 1e-2,
+                    "{name}: max rel error {} ≥ 1e-2",
+                    e.max_rel
+                );
+                assert_eq!(e.non_finite, 0);
+                if let Some(agree) = e.argmax_agreement {
+                    // Any disagreement must be a genuine near-tie: the f32 top two differ by
+                    // less than twice the largest error.
+                    let (r, m) = (&reference[0].1, &mixed[0].1);
+                    let c = r.shape[1];
+                    let (rv, mv) = (r.as_f32().unwrap(), m.as_f32().unwrap());
+                    for row in 0..r.shape[0] {
+                        let rs = &rv[row * c..(row + 1) * c];
+                        let ms = &mv[row * c..(row + 1) * c];
+                        let am = |v: &[f32]| (0..c).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
+                        if am(rs) != am(ms) {
+                            let mut sorted = rs.to_vec();
+                            sorted.sort_by(|a, b| b.total_cmp(a));
+                            let gap = f64::from(sorted[0] - sorted[1]);
+                            assert!(
+                                gap <= 2.0 * e.max_abs,
+                                "{name}: row {row} flipped with an f32 margin of {gap:.3e}"
+                            );
+                        }
+                    }
+                    assert!(agree >= 0.95, "{name}: argmax agreement {agree}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn mixed_precision_halves_memory_and_weights() {
+    let tb = load("assets/graphs/transformer_block.json");
+    let bound = tb.bind(&[("N".to_string(), 64)].into()).unwrap();
+    let f32_plan = Plan::new(&bound).unwrap();
+    for half in [HalfStorage::Packed, HalfStorage::Native] {
+        let mixed = Plan::with_options(
+            &bound,
+            PlanOptions {
+                fuse: true,
+                precision: Precision::Mixed,
+                half,
+            },
+        )
+        .unwrap();
+        let peak = mixed.memory.planned_bytes as f64 / f32_plan.memory.planned_bytes as f64;
+        let weights = mixed.memory.weight_bytes as f64 / f32_plan.memory.weight_bytes as f64;
+        println!(
+            "transformer_block b64 {half:?}: planned peak {:.1}% of f32, weights {:.1}%",
+            100.0 * peak,
+            100.0 * weights
+        );
+        assert!(
+            peak <= 0.55 && weights <= 0.55,
+            "peak {peak}, weights {weights}"
+        );
+    }
+}
+
+#[test]
+fn f16_overflow_is_reported_not_hidden() {
+    let g = graph(&json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": [4, 8] } },
+        "nodes": [
+            { "id": "big", "op": "constant", "attrs": { "value": [1.0e6], "shape": [] } },
+            { "id": "y", "op": "mul", "inputs": ["x", "big"] },
+            { "id": "z", "op": "exp", "inputs": ["y"] }
+        ],
+        "outputs": ["z"]
+    }));
+    let inputs = sluice_engine::runtime::random_inputs(&g, 1).unwrap();
+    let plan = Plan::with_options(
+        &g,
+        PlanOptions {
+            fuse: false,
+            precision: Precision::Mixed,
+            half: HalfStorage::Packed,
+        },
+    )
+    .unwrap();
+    let out = pollster::block_on(async {
+        GpuExecutable::new(gpu(), plan, &Default::default())
+            .await?
+            .run(&inputs)
+            .await
+    })
+    .unwrap();
+    assert!(
+        out[0].1.non_finite() > 0,
+        "values beyond the f16 range must show as non-finite"
+    );
+    let reference = run_cpu(&g, &Default::default(), &inputs);
+    let report = precision_compare(&reference, &out);
+    assert_eq!(report[0].non_finite, out[0].1.non_finite());
+}
+
+#[test]
+fn cli_precision_report_f16_npy_in_and_out() {
+    let dir = std::env::temp_dir().join(format!("sluice-prec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let x = sluice_engine::Tensor::f32(
+        vec![3, 784],
+        (0..3 * 784).map(|i| ((i % 7) as f32) / 8.0).collect(),
+    );
+    std::fs::write(
+        dir.join("x.npy"),
+        sluice_engine::npy::to_bytes_f16(&x).unwrap(),
+    )
+    .unwrap();
+    let out = sluice_tests::sluice()
+        .args([
+            "run",
+            root().join("assets/graphs/mlp.json").to_str().unwrap(),
+            "--precision",
+            "mixed",
+            "--output-dtype",
+            "f16",
+            "--json",
+            "--input",
+        ])
+        .arg(format!("x={}", dir.join("x.npy").display()))
+        .arg("--output")
+        .arg(dir.join("out"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rel = doc["precision_report"][0]["max_rel"].as_f64().unwrap();
+    assert!(rel < 1e-2, "max rel {rel}");
+    let bytes = std::fs::read(dir.join("out/probs.npy")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&bytes[..64]).contains("'<f2'"),
+        "output is not float16"
+    );
+    let t = sluice_engine::npy::parse(&bytes).unwrap();
+    assert_eq!(t.shape, vec![3, 10]);
+    let out = sluice_tests::sluice()
+        .args([
+            "bench",
+            root().join("assets/bench/w2_mlp.json").to_str().unwrap(),
+            "--batch",
+            "8",
+            "--reps",
+            "2",
+            "--precision",
+            "mixed",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("side by side") && text.contains("planned peak MiB"),
+        "{text}"
+    );
+}
