@@ -403,3 +403,35 @@ fn cli_plan_bench_and_trace() {
         "a 10-sample dataset gives 10 rows"
     );
 }
+
+#[test]
+fn events_are_observed_live_as_the_run_goes() {
+    let g = load("assets/bench/w5_pipeline.json");
+    let weights = init_weights(&g, 1);
+    let data = dataset(&g, 16, 3);
+    for stages in [1, 2] {
+        let cfg = RunConfig {
+            batch: 16,
+            microbatches: 4,
+            stages,
+            ..Default::default()
+        };
+        let mut s = Session::new(&g, &weights, &cfg).unwrap();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let observe = |e: &sluice_engine::telemetry::Event| seen.lock().unwrap().push(e.clone());
+        let r = s
+            .run_observed(&data, "live", &|_, _| {}, Some(&observe))
+            .unwrap();
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(
+            seen.len(),
+            r.events.len(),
+            "S={stages}: every event is observed"
+        );
+        let stages_seen: std::collections::BTreeSet<usize> = seen.iter().map(|e| e.stage).collect();
+        assert_eq!(stages_seen.len(), stages);
+        assert!(seen
+            .iter()
+            .all(|e| e.run == "live" && e.end_ns >= e.start_ns));
+    }
+}

@@ -82,7 +82,7 @@ pub struct Traced {
 }
 
 /// Labels events of a run.
-#[derive(Debug, Clone)]
+#[derive(Clone, Copy)]
 pub struct TraceContext<'a> {
     /// Run id.
     pub run: &'a str,
@@ -94,6 +94,8 @@ pub struct TraceContext<'a> {
     pub transferred_inputs: &'a [String],
     /// Outputs that go to another stage (their downloads are transfers).
     pub transferred_outputs: &'a [String],
+    /// Called with every event as soon as it is known (the live event stream).
+    pub observer: Option<&'a (dyn Fn(&Event) + Sync)>,
 }
 
 /// A plan ready to run on one device.
@@ -601,6 +603,7 @@ impl GpuExecutable {
             first_micro_batch: 0,
             transferred_inputs: &[],
             transferred_outputs: &[],
+            observer: None,
         };
         let mut out = self
             .run_stream(std::slice::from_ref(inputs), &trace, &mut |_| {})
@@ -696,6 +699,14 @@ impl GpuExecutable {
         }
     }
 
+    /// Hands an event to the run's observer (live) and keeps it.
+    fn record(&self, trace: &TraceContext<'_>, events: &mut Vec<Event>, e: Event) {
+        if let Some(observe) = trace.observer {
+            observe(&e);
+        }
+        events.push(e);
+    }
+
     fn event(
         &self,
         trace: &TraceContext<'_>,
@@ -736,7 +747,11 @@ impl GpuExecutable {
                 } else {
                     EventKind::Upload
                 };
-                events.push(self.event(trace, m, name.clone(), kind, t0, now_ns()));
+                self.record(
+                    trace,
+                    events,
+                    self.event(trace, m, name.clone(), kind, t0, now_ns()),
+                );
             }
         }
         let mut enc = self
@@ -829,24 +844,25 @@ impl GpuExecutable {
                             ((ticks as f64 * ts.period) as i128 + ts.offset).max(0) as u64
                         };
                         let (s, e) = (to_host(at(2 * i)), to_host(at(2 * i + 1)));
-                        events.push(self.event(
+                        self.record(
                             trace,
-                            m,
-                            p.label.clone(),
-                            EventKind::Compute,
-                            s,
-                            e.max(s),
-                        ));
+                            events,
+                            self.event(trace, m, p.label.clone(), EventKind::Compute, s, e.max(s)),
+                        );
                     }
                 }
-                None => events.push(self.event(
+                None => self.record(
                     trace,
-                    m,
-                    "all passes (host timing)".into(),
-                    EventKind::Compute,
-                    submitted,
-                    done,
-                )),
+                    events,
+                    self.event(
+                        trace,
+                        m,
+                        "all passes (host timing)".into(),
+                        EventKind::Compute,
+                        submitted,
+                        done,
+                    ),
+                ),
             }
         }
         ring.readback.unmap();
@@ -861,7 +877,11 @@ impl GpuExecutable {
         } else {
             EventKind::Transfer
         };
-        events.push(self.event(trace, m, "outputs".into(), kind, done, copied.max(done + 1)));
+        self.record(
+            trace,
+            events,
+            self.event(trace, m, "outputs".into(), kind, done, copied.max(done + 1)),
+        );
         Ok((m, outs))
     }
 }

@@ -85,6 +85,7 @@ impl Pipeline {
         start_ns: u64,
         first: usize,
         progress: &(dyn Fn(usize) + Sync),
+        observer: Option<&(dyn Fn(&Event) + Sync)>,
     ) -> Result<PipelineRun, RunError> {
         let n = micro_batches.len();
         let s_count = self.stages.len();
@@ -100,9 +101,9 @@ impl Pipeline {
             for (s, (spec, exe)) in self.stages.iter().enumerate() {
                 let rx = receivers[s].take().expect("one receiver per stage");
                 let tx = senders[s + 1].clone();
-                handles.push(
-                    scope.spawn(move || run_stage(s, spec, exe, n, rx, tx, run, start_ns, first)),
-                );
+                handles.push(scope.spawn(move || {
+                    run_stage(s, spec, exe, n, rx, tx, run, start_ns, first, observer)
+                }));
             }
             for (m, mb) in micro_batches.iter().enumerate() {
                 if senders[0].send(Ok((m, mb.clone()))).is_err() {
@@ -163,6 +164,7 @@ fn run_stage(
     run: &str,
     start_ns: u64,
     first: usize,
+    observer: Option<&(dyn Fn(&Event) + Sync)>,
 ) -> Vec<Event> {
     let transferred_inputs: Vec<String> = spec
         .transferred_inputs
@@ -215,6 +217,7 @@ fn run_stage(
         first_micro_batch: first,
         transferred_inputs: &transferred_inputs,
         transferred_outputs: &spec.transferred_outputs,
+        observer,
     };
     let mut events = Vec::new();
     let result = pollster::block_on(exe.run_source(&mut source, &mut sink, &trace, &mut events));
