@@ -261,11 +261,6 @@ impl Op {
         }
     }
 
-    /// Whether fused elementwise work can run in this operator's epilogue.
-    pub fn takes_epilogue(&self) -> bool {
-        matches!(self, Op::MatMul(_) | Op::Conv(conv::ConvOp::Conv2d { .. }))
-    }
-
     /// Lowers the operator to GPU kernels for concrete values.
     pub fn lower(&self, ctx: &kernel::LowerCtx) -> Result<Lowering, String> {
         let lowering = match self {

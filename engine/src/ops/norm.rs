@@ -201,6 +201,7 @@ impl NormOp {
         let two_pass = |b: Bindings,
                         rows: usize,
                         info: Vec<u32>,
+                        common: &str,
                         stats: &str,
                         value: String|
          -> Result<Lowering, String> {
@@ -210,7 +211,11 @@ impl NormOp {
             sb.add("stats", Slot::Scratch(0), Storage::F32, true);
             let pass1 = Kernel {
                 label: format!("{} stats", self.name()),
-                source: format!("{}\n{}", sb.wgsl(), fill(variant(SHADER, stats), &[wg()])),
+                source: format!(
+                    "{}\n{common}\n{}",
+                    sb.wgsl(),
+                    fill(variant(SHADER, stats), &[wg()])
+                ),
                 slots: sb.slots(),
                 info: info.clone(),
                 workgroups: dispatch_1d(rows, WG)?,
@@ -243,6 +248,7 @@ impl NormOp {
                         b,
                         rows,
                         info,
+                        variant(SHADER, "softmax_common"),
                         "softmax_stats",
                         fill(variant(SHADER, "softmax_value"), &[("OUT", out.into())]),
                     );
@@ -250,8 +256,9 @@ impl NormOp {
                 Ok(Lowering::Kernels(vec![Kernel {
                     label: self.name().into(),
                     source: format!(
-                        "{}\n{}",
+                        "{}\n{}\n{}",
                         b.wgsl(),
+                        variant(SHADER, "softmax_common"),
                         fill(
                             variant(SHADER, "softmax_rows"),
                             &[wg(), ("OUT", out.into())]
@@ -274,6 +281,7 @@ impl NormOp {
                         b,
                         rows,
                         info,
+                        variant(SHADER, "layer_norm_common"),
                         "layer_norm_stats",
                         variant(SHADER, "layer_norm_value").to_string(),
                     );
@@ -281,8 +289,9 @@ impl NormOp {
                 Ok(Lowering::Kernels(vec![Kernel {
                     label: "layer_norm".into(),
                     source: format!(
-                        "{}\n{}",
+                        "{}\n{}\n{}",
                         b.wgsl(),
+                        variant(SHADER, "layer_norm_common"),
                         fill(variant(SHADER, "layer_norm_rows"), &[wg()])
                     ),
                     slots: b.slots(),

@@ -907,11 +907,6 @@ impl Plan {
         Ok(b.plan)
     }
 
-    /// Total bytes of all buffers.
-    pub fn total_bytes(&self) -> u64 {
-        self.buffers.iter().sum()
-    }
-
     /// Total predicted FLOPs of one run.
     pub fn total_flops(&self) -> u64 {
         self.steps.iter().map(|s| s.cost.flops).sum()

@@ -10,12 +10,8 @@ use std::process::ExitCode;
 
 /// Runs the command.
 pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
-    let graph = match load::graph(&args.graph)? {
-        Ok(g) => g,
-        Err(problems) => {
-            load::report(&args.graph, &problems);
-            return Ok(ExitCode::FAILURE);
-        }
+    let Some(graph) = load::graph_or_report(&args.graph)? else {
+        return Ok(ExitCode::FAILURE);
     };
     let e = &args.exec;
     if e.batch == 0 || args.reps == 0 {

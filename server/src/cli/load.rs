@@ -25,6 +25,17 @@ pub fn graph(path: &Path) -> Result<Result<Graph, Problems>> {
     Ok(sluice_engine::load_graph(&text))
 }
 
+/// A graph file's typed graph, or `None` after printing every problem to stderr.
+pub fn graph_or_report(path: &Path) -> Result<Option<Graph>> {
+    Ok(match graph(path)? {
+        Ok(g) => Some(g),
+        Err(problems) => {
+            report(path, &problems);
+            None
+        }
+    })
+}
+
 /// Prints every problem of a graph file to stderr.
 pub fn report(path: &Path, problems: &Problems) {
     eprintln!("{}: {}", path.display(), problems.render());

@@ -11,12 +11,8 @@ use std::process::ExitCode;
 
 /// Runs the command.
 pub fn plan(args: &PlanArgs) -> Result<ExitCode> {
-    let graph = match load::graph(&args.graph)? {
-        Ok(g) => g,
-        Err(problems) => {
-            load::report(&args.graph, &problems);
-            return Ok(ExitCode::FAILURE);
-        }
+    let Some(graph) = load::graph_or_report(&args.graph)? else {
+        return Ok(ExitCode::FAILURE);
     };
     if args.batch == 0 || args.microbatches == 0 || !args.batch.is_multiple_of(args.microbatches) {
         bail!("--batch must be a positive multiple of --microbatches");

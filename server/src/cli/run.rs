@@ -124,12 +124,8 @@ pub fn inputs(
 
 /// Runs the command.
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
-    let graph = match load::graph(&args.graph)? {
-        Ok(g) => g,
-        Err(problems) => {
-            load::report(&args.graph, &problems);
-            return Ok(ExitCode::FAILURE);
-        }
+    let Some(graph) = load::graph_or_report(&args.graph)? else {
+        return Ok(ExitCode::FAILURE);
     };
     let e = &args.exec;
     if e.batch == 0 {
