@@ -420,7 +420,7 @@ fn events_are_observed_live_as_the_run_goes() {
         let seen = std::sync::Mutex::new(Vec::new());
         let observe = |e: &sluice_engine::telemetry::Event| seen.lock().unwrap().push(e.clone());
         let r = s
-            .run_observed(&data, "live", &|_, _| {}, Some(&observe))
+            .run_observed(&data, "live", &|_, _| {}, Some(&observe), None)
             .unwrap();
         let seen = seen.into_inner().unwrap();
         assert_eq!(

@@ -96,6 +96,8 @@ pub struct TraceContext<'a> {
     pub transferred_outputs: &'a [String],
     /// Called with every event as soon as it is known (the live event stream).
     pub observer: Option<&'a (dyn Fn(&Event) + Sync)>,
+    /// Set to stop the run: no further micro-batch is submitted.
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// A plan ready to run on one device.
@@ -604,6 +606,7 @@ impl GpuExecutable {
             transferred_inputs: &[],
             transferred_outputs: &[],
             observer: None,
+            cancel: None,
         };
         let mut out = self
             .run_stream(std::slice::from_ref(inputs), &trace, &mut |_| {})
@@ -664,6 +667,15 @@ impl GpuExecutable {
             std::collections::VecDeque::new();
         let mut next_slot = 0usize;
         loop {
+            if trace
+                .cancel
+                .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            {
+                while let Some((slot, p)) = in_flight.pop_front() {
+                    self.finish(slot, p, trace, events).await?;
+                }
+                return Err(RunError::Cancelled);
+            }
             let next = if in_flight.len() < k {
                 source(in_flight.is_empty())
             } else {

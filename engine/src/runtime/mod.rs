@@ -77,6 +77,9 @@ pub enum RunError {
         /// The driver's or validator's message.
         message: String,
     },
+    /// The run was cancelled.
+    #[error("cancelled")]
+    Cancelled,
     /// The adapter cannot do what was asked (a missing feature).
     #[error("not supported: {0}")]
     Unsupported(String),

@@ -76,17 +76,16 @@ impl Pipeline {
     }
 
     /// Runs one batch of micro-batches through the stages (GPipe: the pipeline fills and
-    /// drains once per call). `first` is the global index of the first micro-batch;
-    /// `progress` gets each finished micro-batch's global index.
+    /// drains once per call). `trace` names the run, its start, the global index of the
+    /// first micro-batch, the event observer and the cancel flag; `progress` gets each
+    /// finished micro-batch's global index.
     pub fn run(
         &self,
         micro_batches: &[Values],
-        run: &str,
-        start_ns: u64,
-        first: usize,
+        trace: &TraceContext<'_>,
         progress: &(dyn Fn(usize) + Sync),
-        observer: Option<&(dyn Fn(&Event) + Sync)>,
     ) -> Result<PipelineRun, RunError> {
+        let first = trace.first_micro_batch;
         let n = micro_batches.len();
         let s_count = self.stages.len();
         std::thread::scope(|scope| {
@@ -101,9 +100,7 @@ impl Pipeline {
             for (s, (spec, exe)) in self.stages.iter().enumerate() {
                 let rx = receivers[s].take().expect("one receiver per stage");
                 let tx = senders[s + 1].clone();
-                handles.push(scope.spawn(move || {
-                    run_stage(s, spec, exe, n, rx, tx, run, start_ns, first, observer)
-                }));
+                handles.push(scope.spawn(move || run_stage(s, spec, exe, n, rx, tx, trace)));
             }
             for (m, mb) in micro_batches.iter().enumerate() {
                 if senders[0].send(Ok((m, mb.clone()))).is_err() {
@@ -153,7 +150,6 @@ type Message = Result<(usize, Values), RunError>;
 
 /// One stage's thread: streams the micro-batches it receives through its device (with its
 /// prefetch ring) and forwards every value to the next stage.
-#[allow(clippy::too_many_arguments)]
 fn run_stage(
     s: usize,
     spec: &StageSpec,
@@ -161,10 +157,7 @@ fn run_stage(
     n: usize,
     rx: mpsc::Receiver<Message>,
     tx: mpsc::Sender<Message>,
-    run: &str,
-    start_ns: u64,
-    first: usize,
-    observer: Option<&(dyn Fn(&Event) + Sync)>,
+    base: &TraceContext<'_>,
 ) -> Vec<Event> {
     let transferred_inputs: Vec<String> = spec
         .transferred_inputs
@@ -212,12 +205,9 @@ fn run_stage(
             .map_err(|_| RunError::Internal("the next stage stopped".into()))
     };
     let trace = TraceContext {
-        run,
-        start_ns,
-        first_micro_batch: first,
         transferred_inputs: &transferred_inputs,
         transferred_outputs: &spec.transferred_outputs,
-        observer,
+        ..*base
     };
     let mut events = Vec::new();
     let result = pollster::block_on(exe.run_source(&mut source, &mut sink, &trace, &mut events));

@@ -345,6 +345,7 @@ impl Session {
             transferred_inputs: &[],
             transferred_outputs: &[],
             observer: None,
+            cancel: None,
         };
         // The second run is measured: the first pays for driver shader compilation.
         pollster::block_on(exe.run_stream(std::slice::from_ref(&inputs), &trace, &mut |_| {}))?;
@@ -436,17 +437,18 @@ impl Session {
         run_id: &str,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<RunReport, RunError> {
-        self.run_observed(data, run_id, progress, None)
+        self.run_observed(data, run_id, progress, None, None)
     }
 
     /// [`Session::run`], handing every event to `on_event` as soon as it is known (the
-    /// live event stream a server forwards).
+    /// live event stream a server forwards) and stopping early when `cancel` is set.
     pub fn run_observed(
         &mut self,
         data: &HashMap<String, Tensor>,
         run_id: &str,
         progress: &(dyn Fn(usize, usize) + Sync),
         on_event: Option<&(dyn Fn(&Event) + Sync)>,
+        cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<RunReport, RunError> {
         let mut n: Option<usize> = None;
         for (name, t) in data {
@@ -495,6 +497,7 @@ impl Session {
                 transferred_inputs: &[],
                 transferred_outputs: &[],
                 observer: on_event,
+                cancel,
             };
             let r = pollster::block_on(
                 exe.run_stream(&micro_batches, &trace, &mut |m| progress(m + 1, total)),
@@ -505,14 +508,16 @@ impl Session {
             // One GPipe schedule per batch of M micro-batches: fill, steady state, drain.
             let mut all_values = Vec::new();
             for (b, batch) in micro_batches.chunks(self.config.microbatches).enumerate() {
-                let r = p.run(
-                    batch,
-                    run_id,
-                    start,
-                    b * self.config.microbatches,
-                    &|m| progress(m + 1, total),
-                    on_event,
-                )?;
+                let trace = TraceContext {
+                    run: run_id,
+                    start_ns: start,
+                    first_micro_batch: b * self.config.microbatches,
+                    transferred_inputs: &[],
+                    transferred_outputs: &[],
+                    observer: on_event,
+                    cancel,
+                };
+                let r = p.run(batch, &trace, &|m| progress(m + 1, total))?;
                 events.extend(r.events);
                 all_values.extend(r.values);
             }
@@ -554,6 +559,7 @@ impl Session {
                 transferred_inputs: &[],
                 transferred_outputs: &[],
                 observer: on_event,
+                cancel,
             };
             let r = pollster::block_on(exe.run_stream(
                 &[slice(full * self.micro, n)],

@@ -42,6 +42,8 @@ pub enum Device {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve the API (and the editor, when built) with an in-process worker.
+    Serve(crate::serve::ServeArgs),
     /// Run a graph (or a dataset through it) and print its outputs.
     Run(RunArgs),
     /// Measure throughput, latency, utilisation, pipeline bubbles and memory.
@@ -248,6 +250,7 @@ pub struct PlanArgs {
 /// Runs a parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Serve(args) => crate::serve::serve(&args),
         Command::Run(args) => run::run(&args),
         Command::Bench(args) => bench::bench(&args),
         Command::Plan(args) => plan::plan(&args),

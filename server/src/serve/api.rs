@@ -1,0 +1,467 @@
+//! The HTTP and WebSocket API: one `AppState`, small handlers, every error a JSON body
+//! `{"error": "..."}` with the right status, the token checked in one middleware.
+
+use super::db::Db;
+use super::runs::{check_limits, parse_request, Enqueued, GraphSource, Runs};
+use super::workspace::{valid_name, Workspace};
+use super::{metrics, openapi, page};
+use axum::body::{Body, Bytes};
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use sluice_engine::runtime::gpu::AdapterSummary;
+use std::sync::Arc;
+
+/// Shared server state.
+pub struct Shared {
+    /// The workspace folder.
+    pub workspace: Workspace,
+    /// Run history.
+    pub db: Arc<Db>,
+    /// Queue and executors.
+    pub runs: Arc<Runs>,
+    /// Required bearer token, if any.
+    pub token: Option<String>,
+    /// Largest request body, in bytes.
+    pub body_limit: usize,
+    /// The local adapters (the in-process worker's).
+    pub adapters: Vec<AdapterSummary>,
+}
+
+/// The state handlers receive.
+pub type AppState = Arc<Shared>;
+
+/// An error response: a status and a sentence, as JSON.
+#[derive(Debug)]
+pub struct AppError {
+    status: StatusCode,
+    message: String,
+    detail: Option<Value>,
+}
+
+impl AppError {
+    /// An error with a status and message.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> AppError {
+        AppError {
+            status,
+            message: message.into(),
+            detail: None,
+        }
+    }
+}
+
+impl From<anyhow::Error> for AppError {
+    fn from(e: anyhow::Error) -> AppError {
+        tracing::error!("internal error: {e:#}");
+        AppError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal error: {e:#}"),
+        )
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.message, "status": self.status.as_u16() });
+        if let Some(d) = self.detail {
+            body["problems"] = d;
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, AppError>;
+
+fn bad(message: impl Into<String>) -> AppError {
+    AppError::new(StatusCode::BAD_REQUEST, message)
+}
+
+fn not_found(message: impl Into<String>) -> AppError {
+    AppError::new(StatusCode::NOT_FOUND, message)
+}
+
+/// Reads a request body up to the limit.
+async fn read_body(state: &AppState, body: Body) -> ApiResult<Bytes> {
+    axum::body::to_bytes(body, state.body_limit)
+        .await
+        .map_err(|_| {
+            AppError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the request body is larger than the limit of {} bytes",
+                    state.body_limit
+                ),
+            )
+        })
+}
+
+/// Parses a JSON body, naming the line and column of a syntax error.
+fn parse_json(bytes: &[u8]) -> ApiResult<Value> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        bad(format!(
+            "malformed JSON at line {}, column {}: {e}",
+            e.line(),
+            e.column()
+        ))
+    })
+}
+
+fn check_name(name: &str) -> ApiResult<()> {
+    if valid_name(name) {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "'{name}' is not a valid name: use 1-64 of A-Z a-z 0-9 _ -"
+        )))
+    }
+}
+
+async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(token) = &state.token {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let expected = format!("Bearer {token}");
+        match given {
+            None => {
+                return AppError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "missing 'Authorization: Bearer <token>'",
+                )
+                .into_response()
+            }
+            Some(g) if g != expected => {
+                return AppError::new(StatusCode::UNAUTHORIZED, "wrong token").into_response()
+            }
+            Some(_) => {}
+        }
+    }
+    next.run(req).await
+}
+
+/// The router with every route.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/api/ops", get(ops))
+        .route("/api/graphs", get(list_graphs))
+        .route(
+            "/api/graphs/{name}",
+            get(get_graph).put(put_graph).delete(delete_graph),
+        )
+        .route("/api/validate", post(validate))
+        .route("/api/runs", get(list_runs).post(create_run))
+        .route("/api/runs/{id}", get(get_run))
+        .route("/api/runs/{id}/outputs/{name}", get(get_output))
+        .route("/api/runs/{id}/cancel", post(cancel_run))
+        .route("/api/runs/{id}/events", get(run_events))
+        .route("/api/devices", get(devices))
+        .route("/api/openapi.json", get(openapi_json))
+        .route("/metrics", get(metrics_text))
+        .fallback(|| async { not_found("no such route") })
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+async fn index(State(state): State<AppState>) -> ApiResult<Response> {
+    let graphs = state.workspace.list_graphs()?;
+    let runs = state.db.list()?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        page::render(&graphs, &runs),
+    )
+        .into_response())
+}
+
+async fn ops() -> Json<Value> {
+    Json(json!({ "ops": sluice_engine::ops::schemas() }))
+}
+
+async fn list_graphs(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({ "graphs": state.workspace.list_graphs()? })))
+}
+
+async fn get_graph(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    check_name(&name)?;
+    match state.workspace.read_graph(&name)? {
+        Some(text) => Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response()),
+        None => Err(not_found(format!("no graph named '{name}'"))),
+    }
+}
+
+/// Stores the graph file as sent (a draft may still have problems, which are reported).
+async fn put_graph(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult<Response> {
+    check_name(&name)?;
+    let bytes = read_body(&state, body).await?;
+    let value = parse_json(&bytes)?;
+    if !value.is_object() {
+        return Err(bad("a graph file must be a JSON object"));
+    }
+    let existed = state.workspace.read_graph(&name)?.is_some();
+    state.workspace.write_graph(&name, &bytes)?;
+    let problems = match sluice_engine::load_graph(&String::from_utf8_lossy(&bytes)) {
+        Ok(_) => Vec::new(),
+        Err(p) => p.0,
+    };
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((
+        status,
+        Json(json!({ "saved": name, "valid": problems.is_empty(), "problems": problems })),
+    )
+        .into_response())
+}
+
+async fn delete_graph(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Response> {
+    check_name(&name)?;
+    if state.workspace.delete_graph(&name)? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(not_found(format!("no graph named '{name}'")))
+    }
+}
+
+async fn validate(State(state): State<AppState>, body: Body) -> ApiResult<Response> {
+    let bytes = read_body(&state, body).await?;
+    parse_json(&bytes)?;
+    match sluice_engine::load_graph(&String::from_utf8_lossy(&bytes)) {
+        Ok(g) => {
+            let nodes: Vec<Value> = g
+                .order
+                .iter()
+                .map(|&ix| {
+                    let n = &g.dag[ix];
+                    json!({ "id": n.id, "op": n.op_name(), "outputs": n.outputs })
+                })
+                .collect();
+            Ok(Json(json!({ "valid": true, "nodes": nodes })).into_response())
+        }
+        Err(p) => Ok((
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({ "valid": false, "problems": p.0 })),
+        )
+            .into_response()),
+    }
+}
+
+async fn create_run(State(state): State<AppState>, body: Body) -> ApiResult<Response> {
+    let bytes = read_body(&state, body).await?;
+    let value = parse_json(&bytes)?;
+    let req =
+        parse_request(&value).map_err(|m| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, m))?;
+    let (label, text) = match &req.graph {
+        GraphSource::Stored(name) => match state.workspace.read_graph(name)? {
+            Some(t) => (name.clone(), t),
+            None => return Err(not_found(format!("no graph named '{name}'"))),
+        },
+        GraphSource::Inline(doc) => ("inline".to_string(), doc.to_string()),
+    };
+    let graph = sluice_engine::load_graph(&text).map_err(|p| AppError {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        message: format!("the graph has {} problem(s)", p.0.len()),
+        detail: serde_json::to_value(&p.0).ok(),
+    })?;
+    check_limits(&graph, req.config.batch)
+        .map_err(|m| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, m))?;
+    match state.runs.enqueue(&state.db, &label, &value)? {
+        Enqueued::Accepted(id) => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "id": id, "status": "queued" })),
+        )
+            .into_response()),
+        Enqueued::Full => Err(AppError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "the run queue is full; try again later",
+        )),
+    }
+}
+
+async fn list_runs(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    Ok(Json(json!({ "runs": state.db.list()? })))
+}
+
+fn check_id(id: &str) -> ApiResult<()> {
+    if id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit()) {
+        Ok(())
+    } else {
+        Err(not_found(format!("no run with id '{id}'")))
+    }
+}
+
+async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    check_id(&id)?;
+    match state.db.get(&id)? {
+        Some(r) => Ok(Json(serde_json::to_value(r).map_err(anyhow::Error::from)?)),
+        None => Err(not_found(format!("no run with id '{id}'"))),
+    }
+}
+
+async fn get_output(
+    State(state): State<AppState>,
+    Path((id, name)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    check_id(&id)?;
+    let file = name.replace(':', "_");
+    check_name(&file)?;
+    let row = state
+        .db
+        .get(&id)?
+        .ok_or_else(|| not_found(format!("no run with id '{id}'")))?;
+    if row.status != "succeeded" {
+        return Err(AppError::new(
+            StatusCode::CONFLICT,
+            format!("run '{id}' is {}; it has no outputs", row.status),
+        ));
+    }
+    let path = state.workspace.run_dir(&id).join(format!("{file}.npy"));
+    match std::fs::read(&path) {
+        Ok(bytes) => Ok((
+            [
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/octet-stream"),
+                ),
+                (
+                    header::CONTENT_DISPOSITION,
+                    HeaderValue::from_str(&format!("attachment; filename=\"{file}.npy\""))
+                        .unwrap_or(HeaderValue::from_static("attachment")),
+                ),
+            ],
+            bytes,
+        )
+            .into_response()),
+        Err(_) => Err(not_found(format!("run '{id}' has no output '{name}'"))),
+    }
+}
+
+async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    check_id(&id)?;
+    let row = state
+        .db
+        .get(&id)?
+        .ok_or_else(|| not_found(format!("no run with id '{id}'")))?;
+    match row.status.as_str() {
+        "queued" if state.db.cancel_queued(&id)? => {
+            Ok(Json(json!({ "id": id, "status": "cancelled" })).into_response())
+        }
+        "queued" | "running" => {
+            state.runs.cancel(&id);
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({ "id": id, "status": "cancelling" })),
+            )
+                .into_response())
+        }
+        s => Err(AppError::new(
+            StatusCode::CONFLICT,
+            format!("run '{id}' already ended ({s})"),
+        )),
+    }
+}
+
+async fn devices(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+    let last = state
+        .runs
+        .last
+        .lock()
+        .map(|l| l.clone())
+        .unwrap_or_default();
+    Ok(Json(json!({
+        "workers": [{
+            "id": "local",
+            "kind": "in-process",
+            "adapters": state.adapters,
+            "utilisation": last.utilisation,
+            "planned_bytes": last.planned_bytes,
+            "allocated_bytes": last.allocated_bytes,
+        }]
+    })))
+}
+
+async fn openapi_json() -> Json<Value> {
+    Json(openapi::spec())
+}
+
+async fn metrics_text(State(state): State<AppState>) -> ApiResult<Response> {
+    let text = metrics::render(&state)?;
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+async fn run_events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> ApiResult<Response> {
+    check_id(&id)?;
+    if state.db.get(&id)?.is_none() {
+        return Err(not_found(format!("no run with id '{id}'")));
+    }
+    let ws = ws.map_err(|e| {
+        bad(format!(
+            "this endpoint is a WebSocket: connect with an Upgrade: websocket request ({e})"
+        ))
+    })?;
+    let rx = state.runs.subscribe(&id);
+    Ok(ws.on_upgrade(move |socket| forward_events(socket, state, id, rx)))
+}
+
+/// Forwards a run's events, then its summary; a finished run gets the summary at once.
+/// Whatever the client sends is read and ignored, so garbage frames cannot stop the server.
+async fn forward_events(
+    mut socket: WebSocket,
+    state: AppState,
+    id: String,
+    rx: Option<tokio::sync::broadcast::Receiver<String>>,
+) {
+    let summary = || {
+        let row = state.db.get(&id).ok().flatten();
+        json!({ "type": "summary", "run": row }).to_string()
+    };
+    let Some(mut rx) = rx else {
+        let _ = socket.send(Message::Text(summary().into())).await;
+        let _ = socket.send(Message::Close(None)).await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            msg = rx.recv() => match msg {
+                Ok(text) => {
+                    let done = text.starts_with("{\"run\"") || text.contains("\"type\":\"summary\"");
+                    if socket.send(Message::Text(text.into())).await.is_err() {
+                        return;
+                    }
+                    if done {
+                        break;
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    let _ = socket.send(Message::Text(summary().into())).await;
+                    break;
+                }
+            },
+            incoming = socket.recv() => match incoming {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => continue,
+            },
+        }
+    }
+    let _ = socket.send(Message::Close(None)).await;
+}

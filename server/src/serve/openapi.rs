@@ -1,0 +1,61 @@
+//! The OpenAPI 3.1 description of the API, served at `/api/openapi.json`. Written out here
+//! (one entry per route); `tests/server.rs` checks it lists every route the router has.
+
+use serde_json::{json, Value};
+
+fn op(summary: &str, responses: &[(&str, &str)]) -> Value {
+    let mut r = serde_json::Map::new();
+    for (code, desc) in responses {
+        r.insert((*code).to_string(), json!({ "description": desc }));
+    }
+    json!({ "summary": summary, "responses": r })
+}
+
+fn with_body(mut v: Value, desc: &str) -> Value {
+    v["requestBody"] =
+        json!({ "description": desc, "required": true, "content": { "application/json": {} } });
+    v
+}
+
+fn path_param(mut v: Value, names: &[&str]) -> Value {
+    v["parameters"] = Value::Array(
+        names
+            .iter()
+            .map(|n| json!({ "name": n, "in": "path", "required": true, "schema": { "type": "string" } }))
+            .collect(),
+    );
+    v
+}
+
+/// The document.
+pub fn spec() -> Value {
+    let err = "JSON {\"error\": sentence}";
+    json!({
+        "openapi": "3.1.0",
+        "info": { "title": "Sluice API", "version": env!("CARGO_PKG_VERSION"),
+                  "description": "Graphs, runs, devices and live run events of a Sluice server. With --token, every request needs 'Authorization: Bearer <token>'." },
+        "paths": {
+            "/api/ops": { "get": op("Operator schemas (the editor's palette)", &[("200", "schemas")]) },
+            "/api/graphs": { "get": op("Names of the stored graphs", &[("200", "names")]) },
+            "/api/graphs/{name}": {
+                "get": path_param(op("A stored graph file", &[("200", "the graph JSON"), ("400", err), ("404", err)]), &["name"]),
+                "put": path_param(with_body(op("Store a graph file (atomically); reports its problems", &[("200", "replaced"), ("201", "created"), ("400", err), ("413", err)]), "the graph file"), &["name"]),
+                "delete": path_param(op("Delete a stored graph", &[("204", "deleted"), ("400", err), ("404", err)]), &["name"]),
+            },
+            "/api/validate": { "post": with_body(op("Shapes per node, or every problem", &[("200", "valid: nodes with output types"), ("400", err), ("422", "problems")]), "a graph document") },
+            "/api/runs": {
+                "get": op("Every run, newest first", &[("200", "runs")]),
+                "post": with_body(op("Queue a run", &[("202", "{\"id\": ...}"), ("400", err), ("404", err), ("422", err), ("429", "queue full")]),
+                    "{graph: name or document, batch, seed, microbatches, stages, prefetch, precision}"),
+            },
+            "/api/runs/{id}": { "get": path_param(op("A run: status, parameters, metrics, output summaries, error", &[("200", "the run"), ("404", err)]), &["id"]) },
+            "/api/runs/{id}/outputs/{name}": { "get": path_param(op("An output as .npy", &[("200", "npy bytes"), ("404", err), ("409", err)]), &["id", "name"]) },
+            "/api/runs/{id}/cancel": { "post": path_param(op("Cancel a queued or running run", &[("200", "cancelled"), ("202", "cancelling"), ("404", err), ("409", err)]), &["id"]) },
+            "/api/runs/{id}/events": { "get": path_param(op("WebSocket: the run's events and metrics live, then its summary", &[("101", "switching protocols"), ("404", err)]), &["id"]) },
+            "/api/devices": { "get": op("Workers, adapters, utilisation", &[("200", "workers")]) },
+            "/api/openapi.json": { "get": op("This document", &[("200", "OpenAPI 3.1")]) },
+            "/metrics": { "get": op("Prometheus metrics", &[("200", "text exposition format")]) },
+            "/": { "get": op("A page listing graphs and runs", &[("200", "HTML")]) },
+        }
+    })
+}
