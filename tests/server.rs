@@ -33,9 +33,11 @@ fn workspace(name: &str) -> PathBuf {
 
 fn start(ws: &Path, token: Option<&str>, extra: &[&str]) -> Server {
     let mut cmd = sluice();
-    cmd.args(["serve", "--addr", "127.0.0.1:0", "--workspace"])
-        .arg(ws)
-        .args(extra);
+    cmd.arg("serve");
+    if !extra.contains(&"--addr") {
+        cmd.args(["--addr", "127.0.0.1:0"]);
+    }
+    cmd.arg("--workspace").arg(ws).args(extra);
     if let Some(t) = token {
         cmd.args(["--token", t]);
     }
@@ -533,4 +535,258 @@ fn load_test_accepts_or_rejects_every_request_and_loses_no_run() {
         accepted.len(),
         started.elapsed().as_secs_f64()
     );
+}
+
+/// A `sluice worker` process, killed on drop.
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn worker(s: &Server) -> Worker {
+    let mut cmd = sluice();
+    cmd.args(["worker", "--connect", &s.url.replace("http://", "ws://")]);
+    if let Some(t) = &s.token {
+        cmd.args(["--token", t]);
+    }
+    Worker(
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sluice worker starts"),
+    )
+}
+
+fn wait_workers(s: &Server, n: usize) {
+    let t = Instant::now();
+    loop {
+        let (_, d) = s.json("GET", "/api/devices", None);
+        let remote = d["workers"]
+            .as_array()
+            .map_or(0, |w| w.iter().filter(|w| w["kind"] == "remote").count());
+        if remote == n {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "expected {n} remote workers, have {remote}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn two_workers_run_a_two_stage_pipeline_with_the_single_device_outputs() {
+    let ws = workspace("workers");
+    let s = start(&ws, Some("tok"), &[]);
+    let _w1 = worker(&s);
+    let _w2 = worker(&s);
+    wait_workers(&s, 2);
+    let two = s
+        .json(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2 })),
+        )
+        .1;
+    let one = s
+        .json(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 1 })),
+        )
+        .1;
+    let (two, one) = (
+        s.wait_run(two["id"].as_str().unwrap()),
+        s.wait_run(one["id"].as_str().unwrap()),
+    );
+    assert_eq!(two["status"], "succeeded", "{two}");
+    let devices = two["metrics"]["devices"].to_string();
+    assert!(
+        devices.contains("worker w1") && devices.contains("worker w2"),
+        "stages were not placed on the workers: {devices}"
+    );
+    let a = s
+        .req(
+            "GET",
+            &format!("/api/runs/{}/outputs/probs", two["id"].as_str().unwrap()),
+            None,
+        )
+        .1;
+    let b = s
+        .req(
+            "GET",
+            &format!("/api/runs/{}/outputs/probs", one["id"].as_str().unwrap()),
+            None,
+        )
+        .1;
+    let (a, b) = (
+        sluice_engine::npy::parse(&a).unwrap(),
+        sluice_engine::npy::parse(&b).unwrap(),
+    );
+    assert_eq!(
+        a, b,
+        "the 2-stage run on two workers differs from the single-device run"
+    );
+}
+
+#[test]
+fn a_worker_killed_mid_run_fails_the_run_and_the_server_goes_on() {
+    let ws = workspace("kill");
+    let s = start(&ws, None, &[]);
+    let mut w1 = worker(&s);
+    let _w2 = worker(&s);
+    wait_workers(&s, 2);
+    let id = s
+        .json("POST", "/api/runs", Some(json!({ "graph": "transformer_block", "batch": 2048, "microbatches": 32, "stages": 2 })))
+        .1["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let t = Instant::now();
+    while s.json("GET", &format!("/api/runs/{id}"), None).1["status"] == "queued" {
+        assert!(t.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = w1.0.kill();
+    let _ = w1.0.wait();
+    let run = s.wait_run(&id);
+    assert_eq!(run["status"], "failed", "{run}");
+    let reason = run["error"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("disconnected"),
+        "the reason is stored: {reason}"
+    );
+    // The server goes on serving, and later runs succeed.
+    assert_eq!(s.json("GET", "/api/graphs", None).0, 200);
+    for stages in [1, 2] {
+        let id = s
+            .json(
+                "POST",
+                "/api/runs",
+                Some(json!({ "graph": "mlp", "batch": 4, "microbatches": 2, "stages": stages })),
+            )
+            .1["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(s.wait_run(&id)["status"], "succeeded");
+    }
+}
+
+#[test]
+fn a_worker_speaking_another_protocol_version_is_refused() {
+    let ws = workspace("protocol");
+    let s = start(&ws, None, &[]);
+    let mut sock = s.ws("/api/workers");
+    sock.send(tungstenite::Message::Text(
+        json!({ "type": "hello", "protocol": 99, "name": "old", "adapters": [] })
+            .to_string()
+            .into(),
+    ))
+    .unwrap();
+    let reply: Value = serde_json::from_str(sock.read().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(reply["type"], "refused");
+    assert!(reply["error"]
+        .as_str()
+        .unwrap()
+        .contains("protocol version 99 is not supported"));
+    let mut sock = s.ws("/api/workers");
+    sock.send(tungstenite::Message::Binary(vec![1, 2, 3].into()))
+        .unwrap();
+    let reply: Value = serde_json::from_str(sock.read().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(reply["type"], "refused");
+    let (_, d) = s.json("GET", "/api/devices", None);
+    assert_eq!(
+        d["workers"].as_array().unwrap().len(),
+        1,
+        "no refused worker was registered"
+    );
+}
+
+#[test]
+fn uploaded_npy_inputs_are_used() {
+    use base64::Engine;
+    let ws = workspace("upload");
+    let s = start(&ws, None, &[]);
+    let x = sluice_engine::Tensor::f32(
+        vec![2, 784],
+        (0..2 * 784)
+            .map(|i| ((i % 11) as f32 - 5.0) / 7.0)
+            .collect(),
+    );
+    let b64 =
+        base64::engine::general_purpose::STANDARD.encode(sluice_engine::npy::to_bytes(&x).unwrap());
+    let id = s
+        .json(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": "mlp", "batch": 2, "inputs": { "x": b64 } })),
+        )
+        .1["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(s.wait_run(&id)["status"], "succeeded");
+    let got = sluice_engine::npy::parse(
+        &s.req("GET", &format!("/api/runs/{id}/outputs/probs"), None)
+            .1,
+    )
+    .unwrap();
+    let g = sluice_engine::load_graph(
+        &std::fs::read_to_string(sluice_tests::root().join("assets/graphs/mlp.json")).unwrap(),
+    )
+    .unwrap();
+    let bound = g.bind(&[("N".to_string(), 2)].into()).unwrap();
+    let weights = sluice_engine::weights::init_weights(&bound, 42);
+    let want = sluice_tests::run_cpu(&bound, &weights, &[("x".to_string(), x)].into());
+    sluice_tests::compare("uploaded input", &got, &want[0].1, 1e-6, 1e-4).unwrap();
+    let bad = s.json(
+        "POST",
+        "/api/runs",
+        Some(json!({ "graph": "mlp", "batch": 3, "inputs": { "x": b64 } })),
+    );
+    let id = bad.1["id"].as_str().unwrap().to_string();
+    let run = s.wait_run(&id);
+    assert_eq!(run["status"], "failed");
+    assert!(
+        run["error"]
+            .as_str()
+            .unwrap()
+            .contains("has shape [2, 784]"),
+        "{run}"
+    );
+    let (code, v) = s.json(
+        "POST",
+        "/api/runs",
+        Some(json!({ "graph": "mlp", "inputs": { "x": "%%%" } })),
+    );
+    assert_eq!(code, 422);
+    assert!(v["error"].as_str().unwrap().contains("not valid base64"));
+}
+
+#[test]
+fn a_worker_started_first_joins_when_the_server_comes_up() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = sluice();
+    cmd.args(["worker", "--connect", &format!("ws://127.0.0.1:{port}")]);
+    let _w = Worker(
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let ws = workspace("reconnect");
+    let s = start(&ws, None, &["--addr", &format!("127.0.0.1:{port}")]);
+    wait_workers(&s, 1);
 }

@@ -2,7 +2,9 @@
 
 mod cli;
 mod npy;
+mod protocol;
 mod serve;
+mod worker;
 
 use clap::Parser;
 use std::process::ExitCode;

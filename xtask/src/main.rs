@@ -3,7 +3,8 @@
 //! - `test`: make sure a GPU adapter and the wasm target exist, then `cargo fmt --check`,
 //!   `cargo clippy -D warnings`, the engine's wasm32 check and `cargo test --workspace`.
 //!   `.ci/run` calls exactly this.
-//! - `demo`: make sure a GPU adapter exists, build `sluice` and run the example graphs.
+//! - `demo`: make sure a GPU adapter exists, build `sluice` and start `sluice serve` on a
+//!   workspace holding the example graphs; it prints the URL.
 //! - `bench`: build `sluice` in release mode, run the DESIGN.md workloads
 //!   (`assets/bench/`) and write one JSON report (`target/bench-report.json`).
 
@@ -27,7 +28,7 @@ fn main() -> Result<()> {
             bench::bench(&root)
         }
         _ => {
-            eprintln!("usage: cargo xtask <task>\n\n  test   set up (GPU driver, wasm target), then fmt, clippy, wasm check, all tests\n  demo   set up, then run the example graphs headless\n  bench  run the benchmark workloads, write target/bench-report.json");
+            eprintln!("usage: cargo xtask <task>\n\n  test   set up (GPU driver, wasm target), then fmt, clippy, wasm check, all tests\n  demo   set up, then start sluice serve with the example graphs\n  bench  run the benchmark workloads, write target/bench-report.json");
             bail!("unknown task '{task}'")
         }
     }
@@ -138,10 +139,9 @@ fn demo(root: &Path) -> Result<()> {
     let sluice = root.join("target/debug/sluice");
     let sluice = sluice.to_str().context("non-UTF-8 path")?;
     run(sluice, &["devices"])?;
-    for name in ["mlp", "cnn", "transformer_block"] {
-        let graph = format!("assets/graphs/{name}.json");
-        run(sluice, &["validate", &graph])?;
-        run(sluice, &["run", &graph, "--batch", "8", "--seed", "1"])?;
-    }
-    Ok(())
+    // A new workspace gets the example graphs; an existing one (earlier demo) is kept as is.
+    let workspace =
+        std::env::var("SLUICE_DEMO_WORKSPACE").unwrap_or_else(|_| "sluice-demo-workspace".into());
+    println!("starting `sluice serve` on workspace '{workspace}' (Ctrl-C stops it)");
+    run(sluice, &["serve", "--workspace", &workspace])
 }

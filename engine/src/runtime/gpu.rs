@@ -6,7 +6,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 /// What `sluice devices` shows about an adapter.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct AdapterSummary {
     /// Adapter name.
     pub name: String,

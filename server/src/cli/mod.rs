@@ -44,6 +44,8 @@ pub enum Device {
 enum Command {
     /// Serve the API (and the editor, when built) with an in-process worker.
     Serve(crate::serve::ServeArgs),
+    /// Join a server as a remote GPU worker.
+    Worker(crate::worker::WorkerArgs),
     /// Run a graph (or a dataset through it) and print its outputs.
     Run(RunArgs),
     /// Measure throughput, latency, utilisation, pipeline bubbles and memory.
@@ -251,6 +253,7 @@ pub struct PlanArgs {
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => crate::serve::serve(&args),
+        Command::Worker(args) => crate::worker::worker(&args),
         Command::Run(args) => run::run(&args),
         Command::Bench(args) => bench::bench(&args),
         Command::Plan(args) => plan::plan(&args),

@@ -31,6 +31,8 @@ pub struct Shared {
     pub body_limit: usize,
     /// The local adapters (the in-process worker's).
     pub adapters: Vec<AdapterSummary>,
+    /// Connected remote workers.
+    pub workers: Arc<super::workers::Workers>,
 }
 
 /// The state handlers receive.
@@ -162,6 +164,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/runs/{id}/cancel", post(cancel_run))
         .route("/api/runs/{id}/events", get(run_events))
         .route("/api/devices", get(devices))
+        .route("/api/workers", get(worker_socket))
         .route("/api/openapi.json", get(openapi_json))
         .route("/metrics", get(metrics_text))
         .fallback(|| async { not_found("no such route") })
@@ -383,16 +386,16 @@ async fn devices(State(state): State<AppState>) -> ApiResult<Json<Value>> {
         .lock()
         .map(|l| l.clone())
         .unwrap_or_default();
-    Ok(Json(json!({
-        "workers": [{
-            "id": "local",
-            "kind": "in-process",
-            "adapters": state.adapters,
-            "utilisation": last.utilisation,
-            "planned_bytes": last.planned_bytes,
-            "allocated_bytes": last.allocated_bytes,
-        }]
-    })))
+    let mut workers = vec![json!({
+        "id": "local",
+        "kind": "in-process",
+        "adapters": state.adapters,
+        "utilisation": last.utilisation,
+        "planned_bytes": last.planned_bytes,
+        "allocated_bytes": last.allocated_bytes,
+    })];
+    workers.extend(state.workers.list().iter().map(super::workers::describe));
+    Ok(Json(json!({ "workers": workers })))
 }
 
 async fn openapi_json() -> Json<Value> {
@@ -464,4 +467,17 @@ async fn forward_events(
         }
     }
     let _ = socket.send(Message::Close(None)).await;
+}
+
+/// `WS /api/workers`: where `sluice worker` processes join (the token is checked by the
+/// middleware like every route's).
+async fn worker_socket(
+    State(state): State<AppState>,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> ApiResult<Response> {
+    let ws = ws.map_err(|e| bad(format!("workers connect with a WebSocket upgrade ({e})")))?;
+    let workers = state.workers.clone();
+    Ok(ws
+        .max_message_size(1 << 30)
+        .on_upgrade(move |socket| super::workers::serve_worker(socket, workers)))
 }

@@ -65,6 +65,10 @@ pub fn render(state: &AppState) -> anyhow::Result<String> {
     )?;
     writeln!(out, "# HELP sluice_workers_connected Workers serving runs.\n# TYPE sluice_workers_connected gauge")?;
     writeln!(out, "sluice_workers_connected{{kind=\"local\"}} 1")?;
-    writeln!(out, "sluice_workers_connected{{kind=\"remote\"}} 0")?;
+    writeln!(
+        out,
+        "sluice_workers_connected{{kind=\"remote\"}} {}",
+        state.workers.list().len()
+    )?;
     Ok(out)
 }

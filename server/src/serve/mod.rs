@@ -9,6 +9,7 @@ mod metrics;
 mod openapi;
 mod page;
 mod runs;
+mod workers;
 mod workspace;
 
 use anyhow::{bail, Context, Result};
@@ -56,9 +57,11 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async move {
+        let workers = Arc::new(workers::Workers::default());
         let runs = runs::Runs::start(
             db.clone(),
             workspace.clone(),
+            workers.clone(),
             args.max_queued,
             args.concurrency,
         );
@@ -69,6 +72,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             token: args.token.clone().filter(|t| !t.is_empty()),
             body_limit: args.body_limit,
             adapters,
+            workers,
         });
         let listener = tokio::net::TcpListener::bind(args.addr)
             .await

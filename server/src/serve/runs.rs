@@ -4,6 +4,7 @@
 //! failure with its reason.
 
 use super::db::{Db, RunRow};
+use super::workers::{run_remote, Workers};
 use super::workspace::{valid_name, Workspace};
 use serde_json::{json, Value};
 use sluice_engine::graph::Graph;
@@ -37,6 +38,8 @@ pub enum GraphSource {
 pub struct RunRequest {
     /// The graph.
     pub graph: GraphSource,
+    /// Uploaded inputs (from base64 `.npy`); the others are random from the seed.
+    pub inputs: HashMap<String, sluice_engine::Tensor>,
     /// Execution settings.
     pub config: RunConfig,
     /// Seed of the random inputs.
@@ -67,6 +70,7 @@ pub fn parse_request(body: &Value) -> Result<RunRequest, String> {
         "graph",
         "batch",
         "seed",
+        "inputs",
         "microbatches",
         "stages",
         "prefetch",
@@ -116,8 +120,32 @@ pub fn parse_request(body: &Value) -> Result<RunRequest, String> {
             config.batch, config.microbatches
         ));
     }
+    let mut inputs = HashMap::new();
+    match obj.get("inputs") {
+        None => {}
+        Some(Value::Object(m)) => {
+            use base64::Engine;
+            for (name, v) in m {
+                let text = v.as_str().ok_or_else(|| {
+                    format!("input '{name}' must be a base64 string of a .npy file")
+                })?;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|e| format!("input '{name}' is not valid base64: {e}"))?;
+                let t = sluice_engine::npy::parse(&bytes)
+                    .map_err(|e| format!("input '{name}': {e}"))?;
+                inputs.insert(name.clone(), t);
+            }
+        }
+        Some(v) => {
+            return Err(format!(
+                "'inputs' must map input names to base64 .npy files, not {v}"
+            ))
+        }
+    }
     Ok(RunRequest {
         graph,
+        inputs,
         config,
         seed,
     })
@@ -169,6 +197,7 @@ pub struct LastRun {
 /// The run queue and executors.
 pub struct Runs {
     tx: mpsc::Sender<String>,
+    workers: Arc<Workers>,
     live: Mutex<HashMap<String, Live>>,
     /// Figures of the last finished run.
     pub last: Mutex<LastRun>,
@@ -185,10 +214,17 @@ pub enum Enqueued {
 
 impl Runs {
     /// Starts `concurrency` executors behind a queue of `capacity` runs.
-    pub fn start(db: Arc<Db>, ws: Workspace, capacity: usize, concurrency: usize) -> Arc<Runs> {
+    pub fn start(
+        db: Arc<Db>,
+        ws: Workspace,
+        workers: Arc<Workers>,
+        capacity: usize,
+        concurrency: usize,
+    ) -> Arc<Runs> {
         let (tx, rx) = mpsc::channel::<String>(capacity.max(1));
         let runs = Arc::new(Runs {
             tx,
+            workers,
             live: Mutex::new(HashMap::new()),
             last: Mutex::new(LastRun::default()),
             counter: AtomicU64::new(0),
@@ -353,8 +389,16 @@ fn run_blocking(
         .map(|s| (s, req.config.batch))
         .collect();
     let bound = graph.bind(&bindings).map_err(|p| p.render())?;
-    let data =
+    let mut data =
         sluice_engine::runtime::random_inputs(&bound, req.seed).map_err(|e| e.to_string())?;
+    for (name, t) in &req.inputs {
+        data.insert(name.clone(), t.clone());
+    }
+    sluice_engine::runtime::check_inputs(&bound, &data).map_err(|e| e.to_string())?;
+    let remote = runs.workers.list();
+    if req.config.stages > 1 && remote.len() >= req.config.stages {
+        return run_on_workers(row, &req, &graph, &data, &remote, ws, cancel, events);
+    }
     let mut session = Session::new(&graph, &weights, &req.config).map_err(|e| e.to_string())?;
     let observe = |e: &sluice_engine::telemetry::Event| {
         let _ = events.send(json!({ "type": "event", "event": e }).to_string());
@@ -394,6 +438,100 @@ fn run_blocking(
     }
     Ok((
         json!({ "metrics": metrics, "timing": report.timing, "devices": session.device_names() }),
+        Value::Array(outputs),
+    ))
+}
+
+/// Places the stages of a run on remote workers, one stage each, and stores the outputs.
+#[allow(clippy::too_many_arguments)]
+fn run_on_workers(
+    row: &RunRow,
+    req: &RunRequest,
+    graph: &Graph,
+    data: &HashMap<String, sluice_engine::Tensor>,
+    workers: &[super::workers::WorkerHandle],
+    ws: &Workspace,
+    cancel: &AtomicBool,
+    events: &broadcast::Sender<String>,
+) -> Result<(Value, Value), String> {
+    let cfg = &req.config;
+    let micro = cfg.batch / cfg.microbatches;
+    let bindings: HashMap<String, usize> =
+        graph.symbols().into_iter().map(|s| (s, micro)).collect();
+    let bound = graph.bind(&bindings).map_err(|p| p.render())?;
+    let batched = |name: &str| {
+        graph
+            .doc
+            .inputs
+            .get(name)
+            .is_some_and(|d| matches!(d.shape.first(), Some(Dim::Sym(_))))
+    };
+    let micro_batches: Vec<HashMap<String, sluice_engine::Tensor>> = (0..cfg.microbatches)
+        .map(|m| {
+            data.iter()
+                .map(|(k, t)| {
+                    let v = if batched(k) {
+                        sluice_engine::runtime::session::rows(t, m * micro, (m + 1) * micro)
+                    } else {
+                        t.clone()
+                    };
+                    (k.clone(), v)
+                })
+                .collect()
+        })
+        .collect();
+    let observe = |e: &sluice_engine::telemetry::Event| {
+        let _ = events.send(json!({ "type": "event", "event": e }).to_string());
+    };
+    let (values, evs) = run_remote(
+        workers,
+        &bound,
+        cfg.stages,
+        cfg.precision.name(),
+        &row.id,
+        micro_batches,
+        &observe,
+        cancel,
+    )?;
+    let mut outputs = Vec::new();
+    let dir = ws.run_dir(&row.id);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for o in &graph.outputs {
+        let parts: Vec<&sluice_engine::Tensor> = values
+            .iter()
+            .map(|v| {
+                v.get(&o.name)
+                    .ok_or_else(|| format!("output '{}' missing from the workers' results", o.name))
+            })
+            .collect::<Result<_, _>>()?;
+        let symbolic = matches!(
+            graph.dag[o.node].outputs[o.port].shape.first(),
+            Some(Dim::Sym(_))
+        );
+        let t = if symbolic {
+            sluice_engine::runtime::session::concat_rows(&parts)
+        } else {
+            parts[0].clone()
+        };
+        let file = o.name.replace(':', "_");
+        let bytes = sluice_engine::npy::to_bytes(&t).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join(format!("{file}.npy")), bytes).map_err(|e| e.to_string())?;
+        outputs.push(json!({
+            "name": o.name, "file": file, "shape": t.shape, "dtype": t.dtype(),
+            "first": t.to_f32_vec().into_iter().take(8).collect::<Vec<_>>(),
+            "checksum": t.checksum(), "non_finite": t.non_finite(),
+        }));
+    }
+    let metrics =
+        sluice_engine::telemetry::metrics::compute(&evs, cfg.stages, cfg.microbatches, cfg.batch);
+    let metrics = serde_json::to_value(&metrics).map_err(|e| e.to_string())?;
+    let names: Vec<String> = workers
+        .iter()
+        .take(cfg.stages)
+        .map(|w| format!("worker {} ({})", w.id, w.name))
+        .collect();
+    Ok((
+        json!({ "metrics": metrics, "timing": "host_completion", "devices": names }),
         Value::Array(outputs),
     ))
 }
