@@ -381,6 +381,7 @@ fn bad_requests_get_clear_json_errors_and_the_server_stays_up() {
         ("POST", "/api/runs", Some(br#"{"graph": {"format": "sluice/graph@1", "inputs": {}, "nodes": [], "outputs": ["z"]}}"#.to_vec()), 422, "problem"),
         ("POST", "/api/runs", Some(big.clone()), 413, "larger than the limit"),
         ("PUT", "/api/graphs/big", Some(big), 413, "larger than the limit"),
+        ("POST", "/api/runs", Some(br#"{"graph": {"format": "sluice/graph@1", "inputs": {"x": {"shape": [2]}}, "nodes": [{"id": "y", "op": "relu", "inputs": ["x"]}], "outputs": ["y"], "params": {"file": "w.safetensors"}}}"#.to_vec()), 422, "which the server cannot read yet"),
         ("PUT", "/api/graphs/..%2Fx", Some(b"{}".to_vec()), 400, "not a valid name"),
         ("GET", "/api/graphs/..%2F..%2Fetc%2Fpasswd", None, 400, "not a valid name"),
         ("GET", "/api/graphs/a%20b", None, 400, "not a valid name"),
@@ -609,6 +610,28 @@ fn two_workers_run_a_two_stage_pipeline_with_the_single_device_outputs() {
     assert!(
         devices.contains("worker w1") && devices.contains("worker w2"),
         "stages were not placed on the workers: {devices}"
+    );
+    // Pinned placement: stage 0 on w2, stage 1 on w1.
+    let pinned = s.json("POST", "/api/runs", Some(json!({ "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2, "workers": ["w2", "w1"] }))).1;
+    let pinned = s.wait_run(pinned["id"].as_str().unwrap());
+    assert_eq!(
+        pinned["metrics"]["devices"][0]
+            .as_str()
+            .map(|d| d.starts_with("worker w2")),
+        Some(true),
+        "{pinned}"
+    );
+    let missing = s
+        .json(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": "mlp", "stages": 2, "workers": ["w1", "w9"] })),
+        )
+        .1;
+    let missing = s.wait_run(missing["id"].as_str().unwrap());
+    assert!(
+        missing["error"].as_str().unwrap().contains("worker 'w9'"),
+        "{missing}"
     );
     let a = s
         .req(

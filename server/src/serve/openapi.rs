@@ -46,7 +46,7 @@ pub fn spec() -> Value {
             "/api/runs": {
                 "get": op("Every run, newest first", &[("200", "runs")]),
                 "post": with_body(op("Queue a run", &[("202", "{\"id\": ...}"), ("400", err), ("404", err), ("422", err), ("429", "queue full")]),
-                    "{graph: name or document, batch, seed, microbatches, stages, prefetch, precision}"),
+                    "{graph: name or document, batch, seed, microbatches, stages, prefetch, precision, inputs: {name: base64 .npy}, workers: [ids pinned to stages]}"),
             },
             "/api/runs/{id}": { "get": path_param(op("A run: status, parameters, metrics, output summaries, error", &[("200", "the run"), ("404", err)]), &["id"]) },
             "/api/runs/{id}/outputs/{name}": { "get": path_param(op("An output as .npy", &[("200", "npy bytes"), ("404", err), ("409", err)]), &["id", "name"]) },

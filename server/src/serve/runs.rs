@@ -40,6 +40,8 @@ pub struct RunRequest {
     pub graph: GraphSource,
     /// Uploaded inputs (from base64 `.npy`); the others are random from the seed.
     pub inputs: HashMap<String, sluice_engine::Tensor>,
+    /// Worker ids pinned to the stages, in stage order (`"workers": ["w2", "w1"]`).
+    pub placement: Option<Vec<String>>,
     /// Execution settings.
     pub config: RunConfig,
     /// Seed of the random inputs.
@@ -71,6 +73,7 @@ pub fn parse_request(body: &Value) -> Result<RunRequest, String> {
         "batch",
         "seed",
         "inputs",
+        "workers",
         "microbatches",
         "stages",
         "prefetch",
@@ -143,9 +146,27 @@ pub fn parse_request(body: &Value) -> Result<RunRequest, String> {
             ))
         }
     }
+    let placement = match obj.get("workers") {
+        None => None,
+        Some(Value::Array(ids)) => {
+            let ids: Option<Vec<String>> =
+                ids.iter().map(|v| v.as_str().map(str::to_string)).collect();
+            let ids = ids.ok_or("'workers' must be a list of worker ids")?;
+            if ids.len() != config.stages {
+                return Err(format!(
+                    "'workers' pins {} workers but the run has {} stages",
+                    ids.len(),
+                    config.stages
+                ));
+            }
+            Some(ids)
+        }
+        Some(v) => return Err(format!("'workers' must be a list of worker ids, not {v}")),
+    };
     Ok(RunRequest {
         graph,
         inputs,
+        placement,
         config,
         seed,
     })
@@ -153,6 +174,12 @@ pub fn parse_request(body: &Value) -> Result<RunRequest, String> {
 
 /// Checks a graph against the server's size limits at a batch size, before planning.
 pub fn check_limits(graph: &Graph, batch: usize) -> Result<(), String> {
+    if let Some(file) = &graph.doc.params.file {
+        return Err(format!(
+            "the graph takes its weights from the file '{file}', which the server cannot read yet; \
+             use seeded weights (\"params\": {{\"seed\": ...}}) or `sluice run` on the command line"
+        ));
+    }
     if graph.doc.nodes.len() > MAX_NODES {
         return Err(format!(
             "{} nodes exceed the server's limit of {MAX_NODES}",
@@ -192,6 +219,31 @@ pub struct LastRun {
     pub planned_bytes: u64,
     /// Allocated bytes.
     pub allocated_bytes: u64,
+}
+
+/// Utilisation per device while a run goes: busy time of its compute events over the run's
+/// elapsed time so far, published to [`LastRun`] as events arrive.
+#[derive(Default)]
+struct LiveUtilisation {
+    busy: Mutex<(Vec<u64>, u64)>,
+}
+
+impl LiveUtilisation {
+    fn record(&self, e: &sluice_engine::telemetry::Event, last: &Mutex<LastRun>) {
+        if e.kind != sluice_engine::telemetry::EventKind::Compute {
+            return;
+        }
+        let Ok(mut b) = self.busy.lock() else { return };
+        if b.0.len() <= e.device {
+            b.0.resize(e.device + 1, 0);
+        }
+        b.0[e.device] += e.duration_ns();
+        b.1 = b.1.max(e.end_ns);
+        let wall = b.1.max(1) as f64;
+        if let Ok(mut l) = last.lock() {
+            l.utilisation = b.0.iter().map(|&x| (x as f64 / wall).min(1.0)).collect();
+        }
+    }
 }
 
 /// The run queue and executors.
@@ -395,13 +447,25 @@ fn run_blocking(
         data.insert(name.clone(), t.clone());
     }
     sluice_engine::runtime::check_inputs(&bound, &data).map_err(|e| e.to_string())?;
-    let remote = runs.workers.list();
+    let mut remote = runs.workers.list();
+    if let Some(ids) = &req.placement {
+        let mut pinned = Vec::new();
+        for id in ids {
+            match remote.iter().find(|w| &w.id == id) {
+                Some(w) => pinned.push(w.clone()),
+                None => return Err(format!("worker '{id}' named in 'workers' is not connected")),
+            }
+        }
+        remote = pinned;
+    }
     if req.config.stages > 1 && remote.len() >= req.config.stages {
-        return run_on_workers(row, &req, &graph, &data, &remote, ws, cancel, events);
+        return run_on_workers(row, &req, &graph, &data, &remote, ws, cancel, events, runs);
     }
     let mut session = Session::new(&graph, &weights, &req.config).map_err(|e| e.to_string())?;
+    let live = LiveUtilisation::default();
     let observe = |e: &sluice_engine::telemetry::Event| {
         let _ = events.send(json!({ "type": "event", "event": e }).to_string());
+        live.record(e, &runs.last);
     };
     let report =
         match session.run_observed(&data, &row.id, &|_, _| {}, Some(&observe), Some(cancel)) {
@@ -453,6 +517,7 @@ fn run_on_workers(
     ws: &Workspace,
     cancel: &AtomicBool,
     events: &broadcast::Sender<String>,
+    runs: &Runs,
 ) -> Result<(Value, Value), String> {
     let cfg = &req.config;
     let micro = cfg.batch / cfg.microbatches;
@@ -480,8 +545,10 @@ fn run_on_workers(
                 .collect()
         })
         .collect();
+    let live = LiveUtilisation::default();
     let observe = |e: &sluice_engine::telemetry::Event| {
         let _ = events.send(json!({ "type": "event", "event": e }).to_string());
+        live.record(e, &runs.last);
     };
     let (values, evs) = run_remote(
         workers,
