@@ -13,15 +13,7 @@ use sluice_engine::{Tensor, TensorData};
 use sluice_tests::{compare, gpu, graph, root, run_cpu};
 use std::collections::{BTreeMap, HashMap};
 
-fn load(path: &str) -> Graph {
-    let text = std::fs::read_to_string(root().join(path)).unwrap();
-    sluice_engine::load_graph(&text).unwrap()
-}
-
-fn bind(g: &Graph, n: usize) -> Graph {
-    g.bind(&g.symbols().into_iter().map(|s| (s, n)).collect())
-        .unwrap()
-}
+use sluice_tests::{bind_all as bind, load_asset as load};
 
 /// Walks a plan's passes and checks that every buffer a pass reads still holds the value
 /// it expects (no other value was written there since), and that no pass binds one buffer

@@ -101,9 +101,7 @@ fn every_operator_matches_its_f32_reference_in_16_bit_storage() {
     );
 }
 
-fn load(path: &str) -> Graph {
-    sluice_engine::load_graph(&std::fs::read_to_string(root().join(path)).unwrap()).unwrap()
-}
+use sluice_tests::load_asset as load;
 
 fn run(
     g: &Graph,

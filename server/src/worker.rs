@@ -256,13 +256,8 @@ fn compute(
     inputs: &HashMap<String, sluice_engine::Tensor>,
 ) -> Result<Computed, String> {
     let trace = TraceContext {
-        run: job,
-        start_ns: now_ns(),
         first_micro_batch: m,
-        transferred_inputs: &[],
-        transferred_outputs: &[],
-        observer: None,
-        cancel: None,
+        ..TraceContext::new(job, now_ns())
     };
     let mut r =
         pollster::block_on(exe.run_stream(std::slice::from_ref(inputs), &trace, &mut |_| {}))

@@ -17,6 +17,18 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// A graph file of the repository (`assets/...`), loaded and checked.
+pub fn load_asset(path: &str) -> Graph {
+    let text = std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    sluice_engine::load_graph(&text).unwrap_or_else(|p| panic!("{path}: {p}"))
+}
+
+/// A graph with every symbolic dimension bound to `n`.
+pub fn bind_all(g: &Graph, n: usize) -> Graph {
+    g.bind(&g.symbols().into_iter().map(|s| (s, n)).collect())
+        .unwrap_or_else(|p| panic!("binding to {n}: {p}"))
+}
+
 /// The shared GPU context. A missing adapter fails the test with how to install one.
 pub fn gpu() -> &'static GpuContext {
     static CTX: OnceLock<GpuContext> = OnceLock::new();

@@ -100,6 +100,21 @@ pub struct TraceContext<'a> {
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
+impl<'a> TraceContext<'a> {
+    /// A run starting now-ish at `start_ns`, on one device, with no observer or cancel flag.
+    pub fn new(run: &'a str, start_ns: u64) -> TraceContext<'a> {
+        TraceContext {
+            run,
+            start_ns,
+            first_micro_batch: 0,
+            transferred_inputs: &[],
+            transferred_outputs: &[],
+            observer: None,
+            cancel: None,
+        }
+    }
+}
+
 /// A plan ready to run on one device.
 pub struct GpuExecutable {
     ctx: GpuContext,
@@ -599,15 +614,7 @@ impl GpuExecutable {
         &self,
         inputs: &HashMap<String, Tensor>,
     ) -> Result<Vec<(String, Tensor)>, RunError> {
-        let trace = TraceContext {
-            run: "",
-            start_ns: now_ns(),
-            first_micro_batch: 0,
-            transferred_inputs: &[],
-            transferred_outputs: &[],
-            observer: None,
-            cancel: None,
-        };
+        let trace = TraceContext::new("", now_ns());
         let mut out = self
             .run_stream(std::slice::from_ref(inputs), &trace, &mut |_| {})
             .await?;
@@ -624,9 +631,7 @@ impl GpuExecutable {
         trace: &TraceContext<'_>,
         progress: &mut dyn FnMut(usize),
     ) -> Result<Traced, RunError> {
-        for b in batches {
-            self.check_inputs(b)?;
-        }
+        // Each micro-batch's inputs are checked by run_source before it is submitted.
         let mut next = 0;
         let mut source = |_block: bool| {
             let item = batches.get(next).map(|b| (next, b.clone()));

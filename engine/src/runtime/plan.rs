@@ -364,6 +364,30 @@ impl<'g> Builder<'g> {
         Ok(())
     }
 
+    /// Lowers an operator with the plan's precision, naming the node in errors.
+    fn lower(
+        &self,
+        op: &Op,
+        node: &str,
+        inputs: &[Concrete],
+        outputs: &[Concrete],
+        params: &[usize],
+        epilogue: &Epilogue,
+    ) -> Result<Lowering, RunError> {
+        let param_types: Vec<Concrete> = params.iter().map(|&v| self.concrete(v)).collect();
+        let ctx = LowerCtx {
+            inputs,
+            outputs,
+            params: &param_types,
+            epilogue,
+            f16_compute: self.options.precision == Precision::F16,
+        };
+        op.lower(&ctx).map_err(|message| RunError::Op {
+            node: node.to_string(),
+            message,
+        })
+    }
+
     fn op_cost(&self, ix: NodeIndex) -> Result<Cost, RunError> {
         let op = op_of(self.graph, ix)?;
         let ins: Vec<Vec<usize>> = self
@@ -391,19 +415,14 @@ impl<'g> Builder<'g> {
             .collect::<Result<_, _>>()?;
         let in_types: Vec<Concrete> = sources.iter().map(|&v| self.concrete(v)).collect();
         let params = self.params(ix);
-        let param_types: Vec<Concrete> = params.iter().map(|&v| self.concrete(v)).collect();
-        let epilogue = Epilogue::identity();
-        let ctx = LowerCtx {
-            inputs: &in_types,
-            outputs: &outputs,
-            params: &param_types,
-            epilogue: &epilogue,
-            f16_compute: self.options.precision == Precision::F16,
-        };
-        let lowering = op.lower(&ctx).map_err(|message| RunError::Op {
-            node: node.id.clone(),
-            message,
-        })?;
+        let lowering = self.lower(
+            op,
+            &node.id,
+            &in_types,
+            &outputs,
+            &params,
+            &Epilogue::identity(),
+        )?;
         let outs: Vec<usize> = match &lowering {
             Lowering::Alias => vec![self.add_value(
                 self.name_of(ix, 0),
@@ -650,18 +669,14 @@ impl<'g> Builder<'g> {
         };
         sources.extend(extras);
         let out = concrete_outputs(graph, root, &self.options)?;
-        let param_types: Vec<Concrete> = params.iter().map(|&v| self.concrete(v)).collect();
-        let ctx = LowerCtx {
-            inputs: &in_types,
-            outputs: &out,
-            params: &param_types,
-            epilogue: &epilogue,
-            f16_compute: self.options.precision == Precision::F16,
-        };
-        let lowering = op.lower(&ctx).map_err(|message| RunError::Op {
-            node: graph.dag[anchor].id.clone(),
-            message,
-        })?;
+        let lowering = self.lower(
+            op,
+            &graph.dag[anchor].id,
+            &in_types,
+            &out,
+            &params,
+            &epilogue,
+        )?;
         let Lowering::Kernels(kernels) = lowering else {
             return Err(RunError::Internal(
                 "epilogue on an operator without kernels".into(),

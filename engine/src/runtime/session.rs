@@ -338,15 +338,7 @@ impl Session {
             &self.weights,
         ))?;
         let inputs = super::random_inputs(bound, 0)?;
-        let trace = TraceContext {
-            run: "profile",
-            start_ns: now_ns(),
-            first_micro_batch: 0,
-            transferred_inputs: &[],
-            transferred_outputs: &[],
-            observer: None,
-            cancel: None,
-        };
+        let trace = TraceContext::new("profile", now_ns());
         // The second run is measured: the first pays for driver shader compilation.
         pollster::block_on(exe.run_stream(std::slice::from_ref(&inputs), &trace, &mut |_| {}))?;
         let r =
@@ -487,17 +479,17 @@ impl Session {
             .collect();
         let total = full + usize::from(!n.is_multiple_of(self.micro));
         let start = now_ns();
+        let observed = TraceContext {
+            observer: on_event,
+            cancel,
+            ..TraceContext::new(run_id, start)
+        };
         let mut events = Vec::new();
         let mut per_mb: Vec<Vec<(String, Tensor)>> = Vec::new();
         if let Some(exe) = &self.single {
             let trace = TraceContext {
-                run: run_id,
-                start_ns: start,
                 first_micro_batch: 0,
-                transferred_inputs: &[],
-                transferred_outputs: &[],
-                observer: on_event,
-                cancel,
+                ..observed
             };
             let r = pollster::block_on(
                 exe.run_stream(&micro_batches, &trace, &mut |m| progress(m + 1, total)),
@@ -509,13 +501,8 @@ impl Session {
             let mut all_values = Vec::new();
             for (b, batch) in micro_batches.chunks(self.config.microbatches).enumerate() {
                 let trace = TraceContext {
-                    run: run_id,
-                    start_ns: start,
                     first_micro_batch: b * self.config.microbatches,
-                    transferred_inputs: &[],
-                    transferred_outputs: &[],
-                    observer: on_event,
-                    cancel,
+                    ..observed
                 };
                 let r = p.run(batch, &trace, &|m| progress(m + 1, total))?;
                 events.extend(r.events);
@@ -553,13 +540,8 @@ impl Session {
             }
             let exe = &self.remainders[&rest];
             let trace = TraceContext {
-                run: run_id,
-                start_ns: start,
                 first_micro_batch: full,
-                transferred_inputs: &[],
-                transferred_outputs: &[],
-                observer: on_event,
-                cancel,
+                ..observed
             };
             let r = pollster::block_on(exe.run_stream(
                 &[slice(full * self.micro, n)],

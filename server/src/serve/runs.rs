@@ -364,12 +364,7 @@ impl Runs {
     async fn execute(self: &Arc<Runs>, db: &Arc<Db>, ws: &Workspace, id: &str) {
         let started = matches!(db.start(id), Ok(true));
         if !started {
-            let summary = db
-                .get(id)
-                .ok()
-                .flatten()
-                .map(|r| serde_json::to_value(r).unwrap_or_default())
-                .unwrap_or_default();
+            let summary = summary_of(db, id);
             self.finish_live(id, &summary);
             return;
         }
@@ -406,14 +401,40 @@ impl Runs {
         if let Err(e) = result {
             tracing::error!("recording the end of run {id2} failed: {e:#}");
         }
-        let summary = db
-            .get(id)
-            .ok()
-            .flatten()
-            .map(|r| serde_json::to_value(r).unwrap_or_default())
-            .unwrap_or_default();
+        let summary = summary_of(db, id);
         self.finish_live(id, &summary);
     }
+}
+
+/// The stored record of a run as JSON (null when it is gone).
+fn summary_of(db: &Db, id: &str) -> Value {
+    db.get(id)
+        .ok()
+        .flatten()
+        .map(|r| serde_json::to_value(r).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// Writes a run's outputs as `runs/ID/NAME.npy` and returns their summaries.
+fn store_outputs(
+    ws: &Workspace,
+    id: &str,
+    outputs: &[(String, sluice_engine::Tensor)],
+) -> Result<Value, String> {
+    let dir = ws.run_dir(id);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut summaries = Vec::new();
+    for (name, t) in outputs {
+        let file = name.replace(':', "_");
+        let bytes = sluice_engine::npy::to_bytes(t).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join(format!("{file}.npy")), bytes).map_err(|e| e.to_string())?;
+        summaries.push(json!({
+            "name": name, "file": file, "shape": t.shape, "dtype": t.dtype(),
+            "first": t.to_f32_vec().into_iter().take(8).collect::<Vec<_>>(),
+            "checksum": t.checksum(), "non_finite": t.non_finite(),
+        }));
+    }
+    Ok(Value::Array(summaries))
 }
 
 /// Runs a stored request on the local adapter; returns (metrics, output summaries).
@@ -475,19 +496,7 @@ fn run_blocking(
         };
     let metrics = serde_json::to_value(&report.metrics).map_err(|e| e.to_string())?;
     let _ = events.send(json!({ "type": "metrics", "metrics": metrics }).to_string());
-    let dir = ws.run_dir(&row.id);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let mut outputs = Vec::new();
-    for (name, t) in &report.outputs {
-        let file = name.replace(':', "_");
-        let bytes = sluice_engine::npy::to_bytes(t).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join(format!("{file}.npy")), bytes).map_err(|e| e.to_string())?;
-        outputs.push(json!({
-            "name": name, "file": file, "shape": t.shape, "dtype": t.dtype(),
-            "first": t.to_f32_vec().into_iter().take(8).collect::<Vec<_>>(),
-            "checksum": t.checksum(), "non_finite": t.non_finite(),
-        }));
-    }
+    let outputs = store_outputs(ws, &row.id, &report.outputs)?;
     if let Ok(mut last) = runs.last.lock() {
         *last = LastRun {
             utilisation: report
@@ -502,7 +511,7 @@ fn run_blocking(
     }
     Ok((
         json!({ "metrics": metrics, "timing": report.timing, "devices": session.device_names() }),
-        Value::Array(outputs),
+        outputs,
     ))
 }
 
@@ -561,8 +570,6 @@ fn run_on_workers(
         cancel,
     )?;
     let mut outputs = Vec::new();
-    let dir = ws.run_dir(&row.id);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     for o in &graph.outputs {
         let parts: Vec<&sluice_engine::Tensor> = values
             .iter()
@@ -580,15 +587,9 @@ fn run_on_workers(
         } else {
             parts[0].clone()
         };
-        let file = o.name.replace(':', "_");
-        let bytes = sluice_engine::npy::to_bytes(&t).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join(format!("{file}.npy")), bytes).map_err(|e| e.to_string())?;
-        outputs.push(json!({
-            "name": o.name, "file": file, "shape": t.shape, "dtype": t.dtype(),
-            "first": t.to_f32_vec().into_iter().take(8).collect::<Vec<_>>(),
-            "checksum": t.checksum(), "non_finite": t.non_finite(),
-        }));
+        outputs.push((o.name.clone(), t));
     }
+    let outputs = store_outputs(ws, &row.id, &outputs)?;
     let metrics =
         sluice_engine::telemetry::metrics::compute(&evs, cfg.stages, cfg.microbatches, cfg.batch);
     let metrics = serde_json::to_value(&metrics).map_err(|e| e.to_string())?;
@@ -599,6 +600,6 @@ fn run_on_workers(
         .collect();
     Ok((
         json!({ "metrics": metrics, "timing": "host_completion", "devices": names }),
-        Value::Array(outputs),
+        outputs,
     ))
 }
