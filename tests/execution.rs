@@ -5,7 +5,8 @@
 use serde_json::{json, Value};
 use sluice_engine::graph::Graph;
 use sluice_engine::runtime::plan::{Plan, PlanOptions, ValueKind};
-use sluice_engine::runtime::session::{RunConfig, Session};
+use sluice_engine::runtime::session::Session;
+use sluice_engine::runtime::RunConfig;
 use sluice_engine::runtime::{random_inputs, GpuExecutable};
 use sluice_engine::telemetry::trace::chrome_trace;
 use sluice_engine::weights::init_weights;

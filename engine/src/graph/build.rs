@@ -7,7 +7,7 @@ use super::{Edge, Graph, Node, NodeKind, OutputRef, Problem};
 use crate::ops::{self, Op};
 use petgraph::algo::{tarjan_scc, toposort};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Largest number of nodes a graph may have.
 pub const MAX_NODES: usize = 100_000;
@@ -42,12 +42,38 @@ fn suggest<'a>(name: &str, known: impl Iterator<Item = &'a String>) -> String {
 
 /// Checks and types a document.
 pub fn build(doc: GraphDoc) -> Result<Graph, Vec<Problem>> {
+    let partial = build_partial(doc);
+    match partial.graph {
+        Some(g) if partial.problems.is_empty() => Ok(g),
+        _ => Err(partial.problems),
+    }
+}
+
+/// What checking a document found, even when it has problems: the graph as far as it
+/// could be typed (absent only when it is too large or has a cycle), every problem, and
+/// the nodes whose shape/dtype inference failed.
+pub struct Partial {
+    /// The graph; nodes that could not be typed have no output types.
+    pub graph: Option<Graph>,
+    /// Every problem found.
+    pub problems: Vec<Problem>,
+    /// Node id → the inference error of that node (its inputs' shapes or dtypes do not fit).
+    pub type_errors: BTreeMap<String, String>,
+}
+
+/// Checks and types a document as far as possible (the editor's live view).
+pub fn build_partial(doc: GraphDoc) -> Partial {
     let mut p = Vec::new();
+    let mut type_errors = BTreeMap::new();
     if doc.nodes.len() > MAX_NODES {
-        return Err(vec![Problem::at(
-            "nodes",
-            format!("{} nodes exceed the limit of {MAX_NODES}", doc.nodes.len()),
-        )]);
+        return Partial {
+            graph: None,
+            problems: vec![Problem::at(
+                "nodes",
+                format!("{} nodes exceed the limit of {MAX_NODES}", doc.nodes.len()),
+            )],
+            type_errors,
+        };
     }
     let mut dag: StableDiGraph<Node, Edge> = StableDiGraph::new();
     let mut by_name: HashMap<String, NodeIndex> = HashMap::new();
@@ -171,7 +197,11 @@ pub fn build(doc: GraphDoc) -> Result<Graph, Vec<Problem>> {
                     }
                 }
             }
-            return Err(p);
+            return Partial {
+                graph: None,
+                problems: p,
+                type_errors,
+            };
         }
     };
     // Inference in topological order.
@@ -235,11 +265,9 @@ pub fn build(doc: GraphDoc) -> Result<Graph, Vec<Problem>> {
             }
             Err(e) => {
                 let shown: Vec<String> = types.iter().map(|t| t.to_string()).collect();
-                p.push(Problem::node(
-                    &id,
-                    format!("nodes[{i}].inputs"),
-                    format!("{e} (inputs: {})", shown.join(", ")),
-                ));
+                let message = format!("{e} (inputs: {})", shown.join(", "));
+                type_errors.insert(id.clone(), message.clone());
+                p.push(Problem::node(&id, format!("nodes[{i}].inputs"), message));
             }
         }
     }
@@ -305,9 +333,9 @@ pub fn build(doc: GraphDoc) -> Result<Graph, Vec<Problem>> {
             ));
         }
     }
-    if p.is_empty() {
-        Ok(graph)
-    } else {
-        Err(p)
+    Partial {
+        graph: Some(graph),
+        problems: p,
+        type_errors,
     }
 }

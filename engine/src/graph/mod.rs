@@ -1,6 +1,8 @@
-//! Graphs: the document format ([`doc`]), problems ([`problem`]) and the checked, typed
-//! petgraph graph built from a document ([`build`]).
+//! Graphs: the document format ([`doc`]), problems ([`problem`]), the checked, typed
+//! petgraph graph built from a document ([`build`]) and the live view of a document being
+//! edited ([`analysis`]).
 
+pub mod analysis;
 pub mod build;
 pub mod doc;
 pub mod problem;
@@ -10,6 +12,7 @@ use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::Direction;
 use std::collections::{BTreeSet, HashMap};
 
+pub use analysis::{analyse, Analysis};
 pub use doc::{GraphDoc, FORMAT};
 pub use problem::{Problem, Problems};
 

@@ -149,6 +149,12 @@ async fn choose_adapter() -> Result<wgpu::Adapter, RunError> {
     }
 }
 
+/// The adapter [`GpuContext::new`] would open, described (in browsers: the page's
+/// WebGPU adapter).
+pub async fn best_adapter() -> Result<AdapterSummary, RunError> {
+    Ok(AdapterSummary::of(&choose_adapter().await?))
+}
+
 impl GpuContext {
     /// Opens the best adapter (or the one `SLUICE_ADAPTER` names) with its real limits.
     pub async fn new() -> Result<GpuContext, RunError> {

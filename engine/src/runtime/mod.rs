@@ -1,6 +1,10 @@
 //! Running graphs: planning ([`plan`]), the wgpu device ([`gpu`]), compiled executables
-//! ([`exec`]), plus input checking and seeded random inputs shared with the CPU backend.
+//! ([`exec`]), datasets and their configuration ([`dataset`]), sessions that run them
+//! (native [`session`] with a thread per stage, [`async_session`] on one thread for
+//! browsers), plus input checking and seeded random inputs shared with the CPU backend.
 
+pub mod async_session;
+pub mod dataset;
 pub mod exec;
 pub mod fusion;
 pub mod gpu;
@@ -22,6 +26,8 @@ use crate::shape;
 use crate::tensor::{Tensor, TensorData};
 use std::collections::HashMap;
 
+pub use async_session::AsyncSession;
+pub use dataset::{RunConfig, RunReport};
 pub use exec::GpuExecutable;
 pub use gpu::{AdapterSummary, GpuContext};
 pub use plan::Plan;

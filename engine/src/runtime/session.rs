@@ -4,6 +4,7 @@
 //! samples, streamed through the device (S = 1) or the GPipe pipeline (S > 1), and the
 //! outputs are concatenated in order. Every run reports its events and metrics.
 
+use super::dataset::{self, bind, RunConfig, RunReport};
 use super::exec::{ExecOptions, GpuExecutable, TraceContext};
 use super::gpu::GpuContext;
 use super::partition::Partition;
@@ -12,64 +13,10 @@ use super::plan::{HalfStorage, MemorySummary, Plan, PlanOptions, Precision};
 use super::stages::{self, StagePlanSummary};
 use super::RunError;
 use crate::graph::Graph;
-use crate::shape::Dim;
-use crate::telemetry::{metrics, now_ns, Event, EventKind, TimingSource};
-use crate::tensor::{Tensor, TensorData};
+use crate::telemetry::{now_ns, Event, EventKind, TimingSource};
+use crate::tensor::Tensor;
 use crate::weights::Weights;
-use serde::Serialize;
 use std::collections::HashMap;
-
-/// How to run.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunConfig {
-    /// Samples per batch.
-    pub batch: usize,
-    /// Micro-batches per batch (M).
-    pub microbatches: usize,
-    /// Pipeline stages (S).
-    pub stages: usize,
-    /// Prefetch slots (K).
-    pub prefetch: usize,
-    /// Fuse elementwise chains and epilogues.
-    pub fuse: bool,
-    /// Partition stages by measured pass times instead of the cost model.
-    pub profile: bool,
-    /// Numeric precision.
-    pub precision: Precision,
-    /// 16-bit storage (None: native `f16` where the adapter has `shader-f16`, else packed).
-    pub half: Option<HalfStorage>,
-}
-
-impl Default for RunConfig {
-    fn default() -> Self {
-        RunConfig {
-            batch: 1,
-            microbatches: 1,
-            stages: 1,
-            prefetch: 2,
-            fuse: true,
-            profile: false,
-            precision: Precision::F32,
-            half: None,
-        }
-    }
-}
-
-/// The result of running a dataset.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunReport {
-    /// Outputs, concatenated over micro-batches along axis 0 (batched outputs).
-    #[serde(skip)]
-    pub outputs: Vec<(String, Tensor)>,
-    /// Events of the run.
-    pub events: Vec<Event>,
-    /// Derived metrics.
-    pub metrics: metrics::Metrics,
-    /// Source of compute times.
-    pub timing: TimingSource,
-    /// Micro-batches run.
-    pub micro_batches: usize,
-}
 
 /// A graph compiled for one configuration.
 pub struct Session {
@@ -140,139 +87,10 @@ fn faster_half_storage(ctx: &GpuContext) -> Result<HalfStorage, RunError> {
     Ok(best.0)
 }
 
-/// Plan options for a configuration on these devices. The 16-bit storage path is the one
-/// asked for, or else (auto) packed unless every device has `shader-f16` and a probe
-/// measures native `f16` faster there; precision `f16` needs `shader-f16`.
-fn plan_options(config: &RunConfig, devices: &[GpuContext]) -> Result<PlanOptions, RunError> {
-    let all_f16 = devices.iter().all(|c| c.adapter.shader_f16);
-    let missing = || {
-        let names: Vec<&str> = devices
-            .iter()
-            .filter(|c| !c.adapter.shader_f16)
-            .map(|c| c.adapter.name.as_str())
-            .collect();
-        RunError::Unsupported(format!(
-            "needs the adapter feature shader-f16, which {} lacks",
-            names.join(", ")
-        ))
-    };
-    if config.precision == Precision::F16 && !all_f16 {
-        return Err(missing());
-    }
-    let half = match config.half {
-        Some(HalfStorage::Native) if !all_f16 => return Err(missing()),
-        Some(h) => h,
-        None if config.precision == Precision::F32 || !all_f16 => HalfStorage::Packed,
-        None => {
-            let mut choice = HalfStorage::Native;
-            for d in devices {
-                if faster_half_storage(d)? == HalfStorage::Packed {
-                    choice = HalfStorage::Packed;
-                }
-            }
-            choice
-        }
-    };
-    Ok(PlanOptions {
-        fuse: config.fuse,
-        precision: config.precision,
-        half,
-    })
-}
-
-fn bind(graph: &Graph, n: usize) -> Result<Graph, RunError> {
-    let bindings: HashMap<String, usize> = graph.symbols().into_iter().map(|s| (s, n)).collect();
-    graph.bind(&bindings).map_err(|p| RunError::Input {
-        name: "batch".into(),
-        message: format!("with {n} samples per micro-batch: {p}"),
-    })
-}
-
-/// Whether a graph input has the batch (a symbol) on axis 0.
-fn batched(graph: &Graph, name: &str) -> bool {
-    graph
-        .doc
-        .inputs
-        .get(name)
-        .is_some_and(|d| matches!(d.shape.first(), Some(Dim::Sym(_))))
-}
-
-/// Rows [from, to) of a tensor along axis 0.
-pub fn rows(t: &Tensor, from: usize, to: usize) -> Tensor {
-    let row: usize = t.shape[1..].iter().product();
-    let mut shape = t.shape.clone();
-    shape[0] = to - from;
-    let (a, b) = (from * row, to * row);
-    let data = match &t.data {
-        TensorData::F32(v) => TensorData::F32(v[a..b].to_vec()),
-        TensorData::I32(v) => TensorData::I32(v[a..b].to_vec()),
-        TensorData::Bool(v) => TensorData::Bool(v[a..b].to_vec()),
-    };
-    Tensor { shape, data }
-}
-
-/// Concatenates tensors along axis 0.
-pub fn concat_rows(parts: &[&Tensor]) -> Tensor {
-    let mut shape = parts[0].shape.clone();
-    shape[0] = parts.iter().map(|t| t.shape[0]).sum();
-    let data = match &parts[0].data {
-        TensorData::F32(_) => TensorData::F32(
-            parts
-                .iter()
-                .flat_map(|t| t.as_f32().unwrap_or(&[]).iter().copied())
-                .collect(),
-        ),
-        TensorData::I32(_) => TensorData::I32(
-            parts
-                .iter()
-                .flat_map(|t| {
-                    if let TensorData::I32(v) = &t.data {
-                        v.clone()
-                    } else {
-                        Vec::new()
-                    }
-                })
-                .collect(),
-        ),
-        TensorData::Bool(_) => TensorData::Bool(
-            parts
-                .iter()
-                .flat_map(|t| {
-                    if let TensorData::Bool(v) = &t.data {
-                        v.clone()
-                    } else {
-                        Vec::new()
-                    }
-                })
-                .collect(),
-        ),
-    };
-    Tensor { shape, data }
-}
-
 impl Session {
     /// Compiles `graph` (unbound) for `config`.
     pub fn new(graph: &Graph, weights: &Weights, config: &RunConfig) -> Result<Session, RunError> {
-        if config.batch == 0
-            || config.microbatches == 0
-            || config.stages == 0
-            || config.prefetch == 0
-        {
-            return Err(RunError::Input {
-                name: "configuration".into(),
-                message: "batch, micro-batches, stages and prefetch must all be at least 1".into(),
-            });
-        }
-        if !config.batch.is_multiple_of(config.microbatches) {
-            return Err(RunError::Input {
-                name: "micro-batches".into(),
-                message: format!(
-                    "batch {} does not split into {} equal micro-batches",
-                    config.batch, config.microbatches
-                ),
-            });
-        }
-        let micro = config.batch / config.microbatches;
+        let micro = config.micro_batch_size()?;
         let bound = bind(graph, micro)?;
         let mut s = Session {
             graph: graph.clone(),
@@ -288,7 +106,11 @@ impl Session {
         };
         if config.stages == 1 {
             let ctx = pollster::block_on(GpuContext::new())?;
-            let options = plan_options(config, std::slice::from_ref(&ctx))?;
+            let options = dataset::plan_options(
+                config,
+                std::slice::from_ref(&ctx),
+                &mut faster_half_storage,
+            )?;
             s.options = options;
             let exe = pollster::block_on(GpuExecutable::with_options(
                 &ctx,
@@ -303,7 +125,7 @@ impl Session {
             s.single = Some(exe);
         } else {
             s.contexts = pollster::block_on(GpuContext::new_many(config.stages))?;
-            let options = plan_options(config, &s.contexts)?;
+            let options = dataset::plan_options(config, &s.contexts, &mut faster_half_storage)?;
             s.options = options;
             let costs = if config.profile {
                 s.profile(&bound)?
@@ -442,40 +264,10 @@ impl Session {
         on_event: Option<&(dyn Fn(&Event) + Sync)>,
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<RunReport, RunError> {
-        let mut n: Option<usize> = None;
-        for (name, t) in data {
-            if batched(&self.graph, name) {
-                let rows = t.shape.first().copied().unwrap_or(0);
-                if n.is_some_and(|m| m != rows) {
-                    return Err(RunError::Input {
-                        name: name.clone(),
-                        message: format!(
-                            "has {rows} samples but other inputs have {}",
-                            n.unwrap_or(0)
-                        ),
-                    });
-                }
-                n = Some(rows);
-            }
-        }
-        let n = n.unwrap_or(self.micro);
+        let n = dataset::samples(&self.graph, data, self.micro)?;
         let full = n / self.micro;
-        let slice = |from: usize, to: usize| -> HashMap<String, Tensor> {
-            data.iter()
-                .map(|(k, t)| {
-                    (
-                        k.clone(),
-                        if batched(&self.graph, k) {
-                            rows(t, from, to)
-                        } else {
-                            t.clone()
-                        },
-                    )
-                })
-                .collect()
-        };
         let micro_batches: Vec<HashMap<String, Tensor>> = (0..full)
-            .map(|m| slice(m * self.micro, (m + 1) * self.micro))
+            .map(|m| dataset::slice(&self.graph, data, m * self.micro, (m + 1) * self.micro))
             .collect();
         let total = full + usize::from(!n.is_multiple_of(self.micro));
         let start = now_ns();
@@ -509,24 +301,7 @@ impl Session {
                 all_values.extend(r.values);
             }
             for values in all_values {
-                let outs = self
-                    .graph
-                    .outputs
-                    .iter()
-                    .map(|o| {
-                        values
-                            .get(&o.name)
-                            .cloned()
-                            .map(|t| (o.name.clone(), t))
-                            .ok_or_else(|| {
-                                RunError::Internal(format!(
-                                    "output '{}' missing from the pipeline",
-                                    o.name
-                                ))
-                            })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                per_mb.push(outs);
+                per_mb.push(dataset::graph_outputs(&self.graph, &values)?);
             }
         }
         if !n.is_multiple_of(self.micro) {
@@ -544,51 +319,13 @@ impl Session {
                 ..observed
             };
             let r = pollster::block_on(exe.run_stream(
-                &[slice(full * self.micro, n)],
+                &[dataset::slice(&self.graph, data, full * self.micro, n)],
                 &trace,
                 &mut |_| progress(total, total),
             ))?;
             events.extend(r.events);
             per_mb.extend(r.outputs);
         }
-        let outputs = self.concat_outputs(&per_mb)?;
-        let metrics = metrics::compute(&events, self.config.stages, self.config.microbatches, n);
-        Ok(RunReport {
-            outputs,
-            events,
-            metrics,
-            timing: self.timing(),
-            micro_batches: total,
-        })
-    }
-
-    fn concat_outputs(
-        &self,
-        per_mb: &[Vec<(String, Tensor)>],
-    ) -> Result<Vec<(String, Tensor)>, RunError> {
-        let Some(first) = per_mb.first() else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        for (k, (name, t0)) in first.iter().enumerate() {
-            let symbolic = self
-                .graph
-                .outputs
-                .iter()
-                .find(|o| &o.name == name)
-                .is_some_and(|o| {
-                    matches!(
-                        self.graph.dag[o.node].outputs[o.port].shape.first(),
-                        Some(Dim::Sym(_))
-                    )
-                });
-            if symbolic && !t0.shape.is_empty() {
-                let parts: Vec<&Tensor> = per_mb.iter().map(|outs| &outs[k].1).collect();
-                out.push((name.clone(), concat_rows(&parts)));
-            } else {
-                out.push((name.clone(), t0.clone()));
-            }
-        }
-        Ok(out)
+        RunReport::assemble(&self.graph, &self.config, &per_mb, events, n, self.timing())
     }
 }

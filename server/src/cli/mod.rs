@@ -153,8 +153,8 @@ impl HalfArg {
 
 impl ExecArgs {
     /// The engine's run configuration.
-    pub fn config(&self) -> sluice_engine::runtime::session::RunConfig {
-        sluice_engine::runtime::session::RunConfig {
+    pub fn config(&self) -> sluice_engine::runtime::RunConfig {
+        sluice_engine::runtime::RunConfig {
             batch: self.batch,
             microbatches: self.microbatches,
             stages: self.stages,

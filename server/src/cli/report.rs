@@ -1,7 +1,8 @@
 //! Printing what runs measured: metrics tables, and Chrome trace files.
 
 use anyhow::{Context, Result};
-use sluice_engine::runtime::session::{RunReport, Session};
+use sluice_engine::runtime::session::Session;
+use sluice_engine::runtime::RunReport;
 use sluice_engine::telemetry::trace::chrome_trace;
 use std::path::Path;
 

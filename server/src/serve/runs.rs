@@ -9,7 +9,8 @@ use super::workspace::{valid_name, Workspace};
 use serde_json::{json, Value};
 use sluice_engine::graph::Graph;
 use sluice_engine::runtime::plan::Precision;
-use sluice_engine::runtime::session::{RunConfig, Session};
+use sluice_engine::runtime::session::Session;
+use sluice_engine::runtime::RunConfig;
 use sluice_engine::runtime::RunError;
 use sluice_engine::shape::Dim;
 use std::collections::HashMap;
@@ -545,7 +546,7 @@ fn run_on_workers(
             data.iter()
                 .map(|(k, t)| {
                     let v = if batched(k) {
-                        sluice_engine::runtime::session::rows(t, m * micro, (m + 1) * micro)
+                        sluice_engine::runtime::dataset::rows(t, m * micro, (m + 1) * micro)
                     } else {
                         t.clone()
                     };
@@ -583,7 +584,7 @@ fn run_on_workers(
             Some(Dim::Sym(_))
         );
         let t = if symbolic {
-            sluice_engine::runtime::session::concat_rows(&parts)
+            sluice_engine::runtime::dataset::concat_rows(&parts)
         } else {
             parts[0].clone()
         };

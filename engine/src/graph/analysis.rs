@@ -1,0 +1,108 @@
+//! The live view of a document being edited: the type of every output that can be
+//! inferred and every problem, even while the graph does not validate yet. The editor
+//! calls this on each edit, so what it shows is exactly what the CLI would report.
+
+use super::build::build_partial;
+use super::doc::decode_value_partial;
+use super::problem::Problem;
+use crate::ops::TensorType;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// What checking a (possibly unfinished) document found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Analysis {
+    /// Output types of every graph input and node that could be typed, by id.
+    pub types: BTreeMap<String, Vec<TensorType>>,
+    /// Every problem, as `sluice validate` reports them.
+    pub problems: Vec<Problem>,
+    /// Node id → why its inputs' shapes or dtypes do not fit the operator.
+    pub type_errors: BTreeMap<String, String>,
+}
+
+impl Analysis {
+    /// Whether the document is a valid graph.
+    pub fn is_valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// The problems that belong to a node.
+    pub fn problems_of<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Problem> + 'a {
+        self.problems
+            .iter()
+            .filter(move |p| p.node.as_deref() == Some(node))
+    }
+}
+
+/// Checks a document given as JSON and infers every type it can.
+pub fn analyse(value: &Value) -> Analysis {
+    let (doc, mut problems) = decode_value_partial(value);
+    let Some(doc) = doc else {
+        return Analysis {
+            problems,
+            ..Analysis::default()
+        };
+    };
+    let partial = build_partial(doc);
+    problems.extend(partial.problems);
+    let types = partial
+        .graph
+        .map(|g| {
+            g.dag
+                .node_weights()
+                .filter(|n| !n.outputs.is_empty())
+                .map(|n| (n.id.clone(), n.outputs.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Analysis {
+        types,
+        problems,
+        type_errors: partial.type_errors,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn types_what_it_can_and_names_the_node_that_does_not_fit() {
+        let a = analyse(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 784] }, "y": { "shape": ["N", 10] } },
+            "nodes": [
+                { "id": "fc", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 32 } },
+                { "id": "bad", "op": "add", "inputs": ["fc", "y"] },
+                { "id": "after", "op": "relu", "inputs": ["bad"] }
+            ],
+            "outputs": ["after"]
+        }));
+        assert!(!a.is_valid());
+        assert_eq!(a.types["fc"][0].to_string(), "f32 [N, 32]");
+        assert!(!a.types.contains_key("bad"));
+        assert!(
+            a.type_errors["bad"].contains("[N, 32]"),
+            "{:?}",
+            a.type_errors
+        );
+        assert_eq!(a.problems_of("bad").count(), 1);
+        assert_eq!(a.problems_of("after").count(), 0);
+    }
+
+    #[test]
+    fn malformed_documents_give_problems_not_panics() {
+        let a = analyse(&json!([1, 2]));
+        assert!(a.types.is_empty());
+        assert_eq!(a.problems.len(), 1);
+        let a = analyse(
+            &json!({ "format": "sluice/graph@1", "inputs": {}, "nodes": [
+            { "id": "a", "op": "relu", "inputs": ["b"] },
+            { "id": "b", "op": "relu", "inputs": ["a"] }
+        ], "outputs": ["a"] }),
+        );
+        assert!(a.problems.iter().any(|p| p.message.contains("cycle")));
+    }
+}
