@@ -1,0 +1,124 @@
+//! The engine's view of the graph being edited, compiled into the page: the type of every
+//! edge and every problem ([`analyse`]), whether a connection fits ([`connect`]) and the
+//! pipeline stage of every node ([`stage_of_nodes`]), so the editor shows exactly what the
+//! CLI and server would say.
+
+use crate::model;
+use sluice_engine::graph::{Analysis, GraphDoc};
+use sluice_engine::runtime::{dataset, stages};
+use std::collections::BTreeMap;
+
+/// Checks the document and infers every type it can.
+pub fn analyse(doc: &GraphDoc) -> Analysis {
+    sluice_engine::graph::analyse(&model::to_json(doc))
+}
+
+/// Connects output `from` to input `port` of `to`, or says why not: structural reasons
+/// first (cycles, graph inputs), then the engine's own inference message when the
+/// operator cannot take what would arrive at its inputs.
+pub fn connect(doc: &GraphDoc, from: &str, to: &str, port: usize) -> Result<GraphDoc, String> {
+    let mut next = doc.clone();
+    model::connect(&mut next, from, to, port)?;
+    let analysis = analyse(&next);
+    match analysis.type_errors.get(to) {
+        Some(message) => Err(format!(
+            "'{to}' cannot take '{from}' at input {port}: {message}"
+        )),
+        None => Ok(next),
+    }
+}
+
+/// Stage settings of the run panel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageSettings {
+    /// Samples per batch.
+    pub batch: usize,
+    /// Micro-batches per batch.
+    pub microbatches: usize,
+    /// Pipeline stages.
+    pub stages: usize,
+}
+
+/// The stage of every operator node as a run with these settings would place it: the
+/// graph's pins, the rest by the engine's partitioner on its cost model. `Err` says why
+/// no split exists (the graph has problems, a pin is out of range, too few nodes).
+pub fn stage_of_nodes(
+    doc: &GraphDoc,
+    settings: StageSettings,
+) -> Result<BTreeMap<String, usize>, String> {
+    if settings.stages <= 1 {
+        return Ok(doc.nodes.iter().map(|n| (n.id.clone(), 0)).collect());
+    }
+    let graph = sluice_engine::graph::Graph::build(model::for_engine(doc))
+        .map_err(|p| format!("the graph has {} problem(s) to fix first", p.0.len()))?;
+    if settings.microbatches == 0 || !settings.batch.is_multiple_of(settings.microbatches) {
+        return Err(format!(
+            "batch {} does not split into {} micro-batches",
+            settings.batch, settings.microbatches
+        ));
+    }
+    let bound =
+        dataset::bind(&graph, settings.batch / settings.microbatches).map_err(|e| e.to_string())?;
+    let part = stages::choose(&bound, settings.stages, &stages::model_costs(&bound))
+        .map_err(|e| e.to_string())?;
+    let summary = stages::summary(&bound, &part);
+    let mut out = BTreeMap::new();
+    for (s, nodes) in summary.nodes.iter().enumerate() {
+        for id in nodes {
+            out.insert(id.clone(), s);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mlp() -> GraphDoc {
+        let text = include_str!("../../assets/graphs/mlp.json");
+        sluice_engine::graph::doc::decode(text).unwrap()
+    }
+
+    #[test]
+    fn a_misfit_connection_is_refused_with_the_engine_message() {
+        let mut d = model::empty("t");
+        let x = model::add_input(&mut d, [0.0, 0.0]);
+        let fc = model::add_op(&mut d, "linear", 1, [0.0, 0.0]);
+        model::set_attr(&mut d, &fc, "out_features", Some(json!(10)));
+        let d = connect(&d, &x, &fc, 0).unwrap();
+        let mut d2 = d.clone();
+        let add = model::add_op(&mut d2, "add", 2, [0.0, 0.0]);
+        let d2 = connect(&d2, &x, &add, 0).unwrap();
+        let e = connect(&d2, &fc, &add, 1).unwrap_err();
+        assert!(e.contains("[N, 16]") && e.contains("[N, 10]"), "{e}");
+        // A fitting one is taken, and the edge gets its type.
+        let a = analyse(&connect(&d2, &x, &add, 1).unwrap());
+        assert_eq!(a.types[&add][0].to_string(), "f32 [N, 16]");
+    }
+
+    #[test]
+    fn stages_come_from_pins_and_the_partitioner() {
+        let doc = mlp();
+        let settings = StageSettings {
+            batch: 8,
+            microbatches: 4,
+            stages: 2,
+        };
+        let stages = stage_of_nodes(&doc, settings).unwrap();
+        assert_eq!(stages.len(), doc.nodes.len());
+        assert_eq!(stages[&doc.nodes[0].id], 0);
+        assert_eq!(stages[&doc.nodes.last().unwrap().id], 1);
+        // Pinning fc2 to stage 0 moves the cut after it.
+        let mut pinned = doc.clone();
+        model::set_stage(&mut pinned, "fc2", Some(0));
+        let s = stage_of_nodes(&pinned, settings).unwrap();
+        assert_eq!((s["fc1"], s["fc2"], s["probs"]), (0, 0, 1));
+        let three = StageSettings {
+            microbatches: 3,
+            ..settings
+        };
+        assert!(stage_of_nodes(&doc, three).unwrap_err().contains("split"));
+    }
+}

@@ -1,0 +1,277 @@
+//! What buttons and shortcuts do: open, save, import and export graphs, delete, copy and
+//! paste, lay out and fit the view, start runs. Each reports its outcome as a notice.
+
+use crate::layout;
+use crate::model;
+use crate::schema;
+use crate::state::{EditorState, Target, Viewport};
+use crate::web::{api, browser_run, files, server_run};
+use leptos::prelude::*;
+use sluice_engine::graph::GraphDoc;
+use std::collections::BTreeSet;
+
+/// Loads the operator palette from the server, or the engine's built-in list.
+pub fn load_ops(state: EditorState) {
+    leptos::task::spawn_local(async move {
+        let ops = match api::get_json("/api/ops")
+            .await
+            .and_then(|v| schema::parse_ops(&v))
+        {
+            Ok(ops) => ops,
+            Err(e) => {
+                state.error(format!("{e}; using the built-in operator list"));
+                schema::builtin_ops()
+            }
+        };
+        state.ops.set(ops);
+    });
+}
+
+/// Refreshes the list of graphs in the workspace.
+pub fn refresh_graphs(state: EditorState) {
+    leptos::task::spawn_local(async move {
+        match api::get_json("/api/graphs").await {
+            Ok(v) => state.graphs.set(
+                v["graphs"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|g| g.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ),
+            Err(e) => state.error(e),
+        }
+    });
+}
+
+/// Reads a graph file's text as a document the editor can hold (a file with problems
+/// opens, and its problems show; one whose structure cannot be read is refused).
+pub fn read_doc(text: &str, what: &str) -> Result<GraphDoc, String> {
+    let (doc, problems) = sluice_engine::graph::doc::decode_partial(text);
+    match doc {
+        Some(mut d) => {
+            layout::place_missing(&mut d);
+            Ok(d)
+        }
+        None => Err(format!(
+            "{what} is not a graph file: {}",
+            problems
+                .first()
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "unreadable".into())
+        )),
+    }
+}
+
+/// Asks before throwing away unsaved changes.
+pub fn confirm_discard(state: EditorState) -> bool {
+    !state.dirty()
+        || web_sys::window()
+            .and_then(|w| {
+                w.confirm_with_message("The graph has unsaved changes. Discard them?")
+                    .ok()
+            })
+            .unwrap_or(false)
+}
+
+/// Opens a graph of the workspace.
+pub fn open_graph(state: EditorState, name: String) {
+    if !confirm_discard(state) {
+        return;
+    }
+    leptos::task::spawn_local(async move {
+        let reply = match api::request("GET", &format!("/api/graphs/{name}"), None).await {
+            Ok(r) => r,
+            Err(e) => return state.error(e),
+        };
+        if !reply.ok() {
+            return state.error(format!("cannot open '{name}': {}", reply.error()));
+        }
+        match read_doc(&String::from_utf8_lossy(&reply.body), &format!("'{name}'")) {
+            Ok(mut doc) => {
+                if doc.name.is_empty() {
+                    doc.name = name.clone();
+                }
+                let saved = model::for_engine(&doc);
+                state.load(doc, Some(saved));
+                fit(state);
+                state.info(format!("opened '{name}'"));
+            }
+            Err(e) => state.error(e),
+        }
+    });
+}
+
+/// Starts a new, empty graph.
+pub fn new_graph(state: EditorState) {
+    if !confirm_discard(state) {
+        return;
+    }
+    state.load(model::empty("untitled"), None);
+    state.view.set(Viewport::default());
+}
+
+/// Saves the graph to the workspace under its name.
+pub fn save(state: EditorState) {
+    let doc = model::for_engine(&state.doc.get_untracked());
+    let name = doc.name.clone();
+    if !model::valid_id(&name) {
+        return state.error(format!(
+            "'{name}' cannot be saved: name the graph with 1-64 of A-Z a-z 0-9 _ - (the name field in the toolbar)"
+        ));
+    }
+    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    leptos::task::spawn_local(async move {
+        match api::request("PUT", &format!("/api/graphs/{name}"), Some(&text)).await {
+            Ok(r) if r.ok() => {
+                state.saved.set(Some(doc));
+                let problems = r.json()["problems"].as_array().map_or(0, Vec::len);
+                if problems == 0 {
+                    state.info(format!("saved '{name}'"));
+                } else {
+                    state.info(format!(
+                        "saved '{name}' as a draft with {problems} problem(s)"
+                    ));
+                }
+                refresh_graphs(state);
+            }
+            Ok(r) => state.error(format!("saving '{name}' failed: {}", r.error())),
+            Err(e) => state.error(format!("saving '{name}' failed: {e}")),
+        }
+    });
+}
+
+/// Downloads the graph file.
+pub fn export(state: EditorState) {
+    let doc = model::for_engine(&state.doc.get_untracked());
+    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    let name = if doc.name.is_empty() {
+        "graph".to_string()
+    } else {
+        doc.name.clone()
+    };
+    if let Err(e) = files::download(&format!("{name}.json"), "application/json", text.as_bytes()) {
+        state.error(format!("export failed: {e}"));
+    }
+}
+
+/// Opens a graph file picked from disk.
+pub fn import(state: EditorState, input: web_sys::HtmlInputElement) {
+    if !confirm_discard(state) {
+        return;
+    }
+    leptos::task::spawn_local(async move {
+        match files::read_picked(&input).await {
+            Ok(Some((file, text))) => match read_doc(&text, &format!("'{file}'")) {
+                Ok(mut doc) => {
+                    if doc.name.is_empty() {
+                        doc.name = file.trim_end_matches(".json").to_string();
+                    }
+                    state.load(doc, None);
+                    fit(state);
+                    state.info(format!(
+                        "imported '{file}' (not saved to the workspace yet)"
+                    ));
+                }
+                Err(e) => state.error(e),
+            },
+            Ok(None) => {}
+            Err(e) => state.error(e),
+        }
+        input.set_value("");
+    });
+}
+
+/// Deletes the selected nodes, or else the selected edge.
+pub fn delete_selection(state: EditorState) {
+    let selected = state.selection.get_untracked();
+    if !selected.is_empty() {
+        state.edit(|d| {
+            model::remove(d, &selected);
+            Ok(())
+        });
+        state.selection.set(BTreeSet::new());
+    } else if let Some((node, port)) = state.selected_edge.get_untracked() {
+        state.edit(|d| {
+            model::disconnect(d, &node, port);
+            Ok(())
+        });
+        state.selected_edge.set(None);
+    }
+}
+
+/// Copies the selection.
+pub fn copy(state: EditorState) {
+    let selected = state.selection.get_untracked();
+    if selected.is_empty() {
+        return;
+    }
+    let clip = state.doc.with_untracked(|d| model::copy(d, &selected));
+    state.clip.set_value(Some(clip));
+    state.info(format!("copied {} node(s)", selected.len()));
+}
+
+/// Pastes what was copied, shifted down and right, and selects it.
+pub fn paste(state: EditorState) {
+    let Some(clip) = state.clip.get_value().filter(|c| !c.is_empty()) else {
+        return state.info("nothing copied yet");
+    };
+    let mut pasted = BTreeSet::new();
+    state.edit(|d| {
+        pasted = model::paste(d, &clip, [40.0, 40.0]);
+        Ok(())
+    });
+    state.selection.set(pasted);
+}
+
+/// Lays the graph out in layers, left to right.
+pub fn auto_layout(state: EditorState) {
+    let ops = state.ops.get_untracked();
+    state.edit(|d| {
+        let snapshot = d.clone();
+        let rows = |id: &str| -> usize {
+            match model::node(&snapshot, id) {
+                Some(n) => ops
+                    .iter()
+                    .find(|o| o.name == n.op)
+                    .map_or(n.inputs.len(), |o| o.input_ports(n.inputs.len()).len()),
+                None => 1,
+            }
+        };
+        d.layout = layout::auto_layout(&snapshot, &rows);
+        Ok(())
+    });
+    fit(state);
+}
+
+/// Zooms and pans so that the whole graph is in view.
+pub fn fit(state: EditorState) {
+    let Some(rect) = super::canvas_rect() else {
+        return;
+    };
+    let Some(b) = state.doc.with_untracked(layout::bounds) else {
+        return state.view.set(Viewport::default());
+    };
+    let margin = 40.0;
+    let k = ((rect[2] - 2.0 * margin) / b[2])
+        .min((rect[3] - 2.0 * margin) / b[3])
+        .clamp(0.2, 1.25);
+    state.view.set(Viewport {
+        k,
+        tx: (rect[2] - b[2] * k) / 2.0 - b[0] * k,
+        ty: (rect[3] - b[3] * k) / 2.0 - b[1] * k,
+    });
+}
+
+/// Starts a run where the run panel says.
+pub fn run(state: EditorState) {
+    if state.run.with_untracked(|r| r.is_active()) {
+        return state.info("a run is already going");
+    }
+    match state.settings.with_untracked(|s| s.target) {
+        Target::Server => server_run::start(state),
+        Target::Browser => browser_run::start(state),
+    }
+}

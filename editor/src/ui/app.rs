@@ -1,0 +1,213 @@
+//! The page: toolbar on top, palette on the left, the canvas, the side panel (properties,
+//! run, devices) on the right and the live charts below. Startup restores an unsaved
+//! draft (or opens the last graph), the draft is kept after every edit, leaving the page
+//! with unsaved changes asks first, and the keyboard shortcuts live here.
+
+use super::actions;
+use super::canvas::Canvas;
+use super::charts_view::Charts;
+use super::devices::Devices;
+use super::help::Help;
+use super::palette::Palette;
+use super::properties::Properties;
+use super::run_panel::RunPanel;
+use super::toolbar::Toolbar;
+use crate::model;
+use crate::state::{EditorState, Panel};
+use crate::web::{browser_run, storage};
+use leptos::prelude::*;
+use std::collections::BTreeSet;
+use wasm_bindgen::JsCast;
+
+/// Restores the draft of the last visit when it holds unsaved work; otherwise opens the
+/// graph it had open, or the first example.
+fn restore(state: EditorState) {
+    match storage::load_draft() {
+        Some(draft) => {
+            let unsaved = draft.saved.as_ref() != Some(&model::for_engine(&draft.doc));
+            let name = draft.doc.name.clone();
+            state.load(draft.doc, draft.saved);
+            if unsaved {
+                state.info(format!(
+                    "restored your unsaved changes to '{name}' from the last visit"
+                ));
+            }
+            // Let the canvas get its size before fitting.
+            request_animation_frame(move || actions::fit(state));
+        }
+        None => {
+            state.load(model::empty("untitled"), None);
+        }
+    }
+}
+
+fn on_key(state: EditorState, ev: web_sys::KeyboardEvent) {
+    let ctrl = ev.ctrl_key() || ev.meta_key();
+    let key = ev.key();
+    if key == "Escape" {
+        state.help.set(false);
+        state.selection.set(BTreeSet::new());
+        state.selected_edge.set(None);
+        return;
+    }
+    if ctrl && key.eq_ignore_ascii_case("s") {
+        ev.prevent_default();
+        return actions::save(state);
+    }
+    if super::typing_in_field(ev.target()) {
+        return;
+    }
+    let handled = match (ctrl, ev.shift_key(), key.as_str()) {
+        (true, true, "z" | "Z") | (true, _, "y" | "Y") => {
+            state.redo();
+            true
+        }
+        (true, false, "z" | "Z") => {
+            state.undo();
+            true
+        }
+        (true, _, "c" | "C") => {
+            actions::copy(state);
+            true
+        }
+        (true, _, "x" | "X") => {
+            actions::copy(state);
+            actions::delete_selection(state);
+            true
+        }
+        (true, _, "v" | "V") => {
+            actions::paste(state);
+            true
+        }
+        (true, _, "a" | "A") => {
+            state.selection.set(state.doc.with_untracked(model::ids));
+            true
+        }
+        (true, _, "Enter") => {
+            actions::run(state);
+            true
+        }
+        (false, _, "Delete" | "Backspace") => {
+            actions::delete_selection(state);
+            true
+        }
+        (false, _, "l" | "L") => {
+            actions::auto_layout(state);
+            true
+        }
+        (false, _, "f" | "F") => {
+            actions::fit(state);
+            true
+        }
+        (false, _, "h" | "H") => {
+            state.heat.update(|h| *h = !*h);
+            true
+        }
+        (false, _, "?") => {
+            state.help.update(|h| *h = !*h);
+            true
+        }
+        (false, _, "+" | "=") => {
+            state.view.update(|v| v.k = (v.k * 1.2).min(3.0));
+            true
+        }
+        (false, _, "-") => {
+            state.view.update(|v| v.k = (v.k / 1.2).max(0.2));
+            true
+        }
+        _ => false,
+    };
+    if handled {
+        ev.prevent_default();
+    }
+}
+
+/// The editor.
+#[component]
+pub fn App() -> impl IntoView {
+    let state = EditorState::new(model::empty("untitled"));
+    restore(state);
+    actions::load_ops(state);
+    actions::refresh_graphs(state);
+    browser_run::probe(state);
+
+    // Keep a draft after every edit.
+    Effect::new(move |_| {
+        let doc = state.doc.get();
+        let saved = state.saved.get();
+        if !storage::save_draft(&storage::Draft { doc, saved }) {
+            state.error("the browser refused to keep a draft of your changes (storage full or disabled): save to the workspace");
+        }
+    });
+    // Ask before leaving with unsaved changes.
+    let _ = window_event_listener(leptos::ev::beforeunload, move |ev| {
+        if state.dirty() {
+            ev.prevent_default();
+            ev.set_return_value("The graph has unsaved changes.");
+        }
+    });
+    let _ = window_event_listener(leptos::ev::keydown, move |ev| on_key(state, ev));
+    // Tell tests and the load-time figure when the page is ready to use.
+    Effect::new(move |_| {
+        if !state.ops.with(Vec::is_empty) {
+            if let Some(body) = document().body() {
+                let ms = window().performance().map_or(0.0, |p| p.now());
+                let _ = body.set_attribute("data-ready-ms", &format!("{ms:.0}"));
+            }
+        }
+    });
+
+    let tab = move |p: Panel, label: &'static str| {
+        view! {
+            <button class="tab" class:active=move || state.panel.get() == p
+                data-tab=label on:click=move |_| state.panel.set(p)>{label}</button>
+        }
+    };
+    view! {
+        <div class="app">
+            <Toolbar state=state />
+            <div class="main">
+                <Palette state=state />
+                <div class="centre">
+                    <Canvas state=state />
+                    <Charts state=state />
+                </div>
+                <aside class="side">
+                    <div class="tabs">
+                        {tab(Panel::Properties, "Properties")}
+                        {tab(Panel::Run, "Run")}
+                        {tab(Panel::Devices, "Devices")}
+                    </div>
+                    <div class="side-body">
+                        {move || match state.panel.get() {
+                            Panel::Properties => view! { <Properties state=state /> }.into_any(),
+                            Panel::Run => view! { <RunPanel state=state /> }.into_any(),
+                            Panel::Devices => view! { <Devices state=state /> }.into_any(),
+                        }}
+                    </div>
+                </aside>
+            </div>
+            {move || state.notice.get().map(|n| {
+                let class = if n.error { "notice error" } else { "notice" };
+                view! {
+                    <div class=class role="status" data-serial=n.serial.to_string()>
+                        <span class="notice-text">{n.text}</span>
+                        <button class="notice-close" on:click=move |_| state.notice.set(None)>"×"</button>
+                    </div>
+                }
+            })}
+            <Help state=state />
+        </div>
+    }
+}
+
+/// Mounts the editor on the page's body.
+pub fn mount() {
+    leptos::mount::mount_to_body(App);
+    // The page shows "loading" until the app replaces it.
+    if let Some(el) = document().get_element_by_id("loading") {
+        if let Ok(el) = el.dyn_into::<web_sys::HtmlElement>() {
+            el.remove();
+        }
+    }
+}

@@ -1,0 +1,627 @@
+//! The graph canvas (SVG): nodes with named input and output ports, edges labelled with
+//! their inferred shape and dtype, invalid nodes marked with the engine's message, stage
+//! colours and the GPU-time heat map. Pointer gestures: drag a node to move it (with the
+//! rest of the selection), shift-click to add to the selection, shift-drag the
+//! background for a box selection, drag the background to pan, the wheel to zoom, drag
+//! from an output port to an input port to connect, click an edge to select it.
+
+use crate::charts::{heat_colour, node_time, stage_colour};
+use crate::check;
+use crate::layout::{self, input_port, output_port, NODE_WIDTH};
+use crate::model::{self, output_ref, parse_ref};
+use crate::schema::INPUT;
+use crate::state::{Drag, EditorState, Viewport};
+use leptos::prelude::*;
+use std::collections::BTreeSet;
+
+/// Pointer movement (pixels) below which a press is a click, not a drag.
+const CLICK_SLOP: f64 = 4.0;
+
+fn client(ev: &web_sys::MouseEvent) -> [f64; 2] {
+    [f64::from(ev.client_x()), f64::from(ev.client_y())]
+}
+
+/// Canvas coordinates of a client point.
+fn to_canvas(view: Viewport, p: [f64; 2]) -> [f64; 2] {
+    let r = super::canvas_rect().unwrap_or([0.0; 4]);
+    [
+        (p[0] - r[0] - view.tx) / view.k,
+        (p[1] - r[1] - view.ty) / view.k,
+    ]
+}
+
+fn inside_canvas(p: [f64; 2]) -> bool {
+    super::canvas_rect()
+        .is_some_and(|r| p[0] >= r[0] && p[0] <= r[0] + r[2] && p[1] >= r[1] && p[1] <= r[1] + r[3])
+}
+
+/// Adds a node of `op` (or a graph input) with its top-left corner at `pos`, selected.
+pub fn place(state: EditorState, op: &str, pos: [f64; 2]) {
+    let pos = [pos[0].round(), pos[1].round()];
+    let inputs = state.op_info(op).map_or(1, |o| o.initial_inputs());
+    let mut id = String::new();
+    state.edit(|d| {
+        id = if op == INPUT {
+            model::add_input(d, pos)
+        } else {
+            model::add_op(d, op, inputs, pos)
+        };
+        Ok(())
+    });
+    state.selection.set(BTreeSet::from([id]));
+    state.selected_edge.set(None);
+}
+
+/// Adds a node in the middle of the view.
+pub fn place_in_view(state: EditorState, op: &str) {
+    let r = super::canvas_rect().unwrap_or([0.0, 0.0, 800.0, 600.0]);
+    let view = state.view.get_untracked();
+    let c = to_canvas(view, [r[0] + r[2] / 2.0, r[1] + r[3] / 2.0]);
+    // Stagger so repeated clicks do not stack nodes exactly.
+    let n = state.doc.with_untracked(|d| d.layout.len()) as f64;
+    place(
+        state,
+        op,
+        [
+            c[0] - NODE_WIDTH / 2.0 + 12.0 * (n % 5.0),
+            c[1] - 30.0 + 12.0 * (n % 5.0),
+        ],
+    );
+}
+
+/// Starts dragging an operator out of the palette.
+pub fn begin_palette_drag(state: EditorState, op: String, ev: &web_sys::PointerEvent) {
+    if ev.button() != 0 {
+        return;
+    }
+    ev.prevent_default();
+    let p = client(ev);
+    state.drag.set(Some(Drag::Palette {
+        op,
+        start: p,
+        at: p,
+    }));
+}
+
+fn on_move(state: EditorState, ev: web_sys::PointerEvent) {
+    let Some(drag) = state.drag.get_untracked() else {
+        return;
+    };
+    let p = client(&ev);
+    let view = state.view.get_untracked();
+    match drag {
+        Drag::Palette { op, start, .. } => state.drag.set(Some(Drag::Palette { op, start, at: p })),
+        Drag::Pan {
+            start, view: v0, ..
+        } => {
+            let moved = (p[0] - start[0]).hypot(p[1] - start[1]) > CLICK_SLOP;
+            state.view.set(Viewport {
+                tx: v0.tx + p[0] - start[0],
+                ty: v0.ty + p[1] - start[1],
+                k: v0.k,
+            });
+            state.drag.set(Some(Drag::Pan {
+                start,
+                view: v0,
+                moved,
+            }));
+        }
+        Drag::Move { start, before } => {
+            let c = to_canvas(view, p);
+            let (dx, dy) = ((c[0] - start[0]).round(), (c[1] - start[1]).round());
+            let selected = state.selection.get_untracked();
+            let mut next = before.clone();
+            model::move_by(&mut next, &selected, dx, dy);
+            state.doc.set(next);
+        }
+        Drag::Wire { from, .. } => state.drag.set(Some(Drag::Wire {
+            from,
+            at: to_canvas(view, p),
+        })),
+        Drag::Select { start, .. } => state.drag.set(Some(Drag::Select {
+            start,
+            at: to_canvas(view, p),
+        })),
+    }
+}
+
+/// The input port under a client point: (node, port).
+fn port_at(p: [f64; 2]) -> Option<(String, usize)> {
+    let doc = web_sys::window()?.document()?;
+    let el = doc.element_from_point(p[0] as f32, p[1] as f32)?;
+    let port = el.closest("[data-in-port]").ok().flatten()?;
+    let node = port.get_attribute("data-node")?;
+    let k = port.get_attribute("data-in-port")?.parse().ok()?;
+    Some((node, k))
+}
+
+fn on_up(state: EditorState, ev: web_sys::PointerEvent) {
+    let Some(drag) = state.drag.get_untracked() else {
+        return;
+    };
+    state.drag.set(None);
+    let p = client(&ev);
+    let view = state.view.get_untracked();
+    match drag {
+        Drag::Palette { op, start, .. } => {
+            let moved = (p[0] - start[0]).hypot(p[1] - start[1]) > CLICK_SLOP;
+            if !moved {
+                place_in_view(state, &op);
+            } else if inside_canvas(p) {
+                let c = to_canvas(view, p);
+                place(state, &op, [c[0] - NODE_WIDTH / 2.0, c[1] - 16.0]);
+            }
+        }
+        Drag::Pan { moved, .. } => {
+            if !moved {
+                state.selection.set(BTreeSet::new());
+                state.selected_edge.set(None);
+            }
+        }
+        Drag::Move { before, .. } => {
+            let now = state.doc.get_untracked();
+            if now != before {
+                state.history.update_value(|h| h.record(before));
+            }
+        }
+        Drag::Wire { from, .. } => {
+            if let Some((node, port)) = port_at(p) {
+                let doc = state.doc.get_untracked();
+                match check::connect(&doc, &from, &node, port) {
+                    Ok(next) => state.replace(doc, next),
+                    Err(e) => state.error(format!("connection refused: {e}")),
+                }
+            }
+        }
+        Drag::Select { start, at } => {
+            let (x0, x1) = (start[0].min(at[0]), start[0].max(at[0]));
+            let (y0, y1) = (start[1].min(at[1]), start[1].max(at[1]));
+            let hits: BTreeSet<String> = state.doc.with_untracked(|d| {
+                d.layout
+                    .iter()
+                    .filter(|(_, q)| {
+                        q[0] + NODE_WIDTH >= x0 && q[0] <= x1 && q[1] + 40.0 >= y0 && q[1] <= y1
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            });
+            state.selection.update(|s| s.extend(hits));
+        }
+    }
+}
+
+fn on_wheel(state: EditorState, ev: web_sys::WheelEvent) {
+    ev.prevent_default();
+    let r = super::canvas_rect().unwrap_or([0.0; 4]);
+    let (px, py) = (
+        f64::from(ev.client_x()) - r[0],
+        f64::from(ev.client_y()) - r[1],
+    );
+    state.view.update(|v| {
+        let k = (v.k * (-ev.delta_y() * 0.0015).exp()).clamp(0.2, 3.0);
+        v.tx = px - (px - v.tx) * k / v.k;
+        v.ty = py - (py - v.ty) * k / v.k;
+        v.k = k;
+    });
+}
+
+fn on_background_down(state: EditorState, ev: web_sys::PointerEvent) {
+    if ev.button() != 0 {
+        return;
+    }
+    let p = client(&ev);
+    if ev.shift_key() {
+        let c = to_canvas(state.view.get_untracked(), p);
+        state.drag.set(Some(Drag::Select { start: c, at: c }));
+    } else {
+        state.drag.set(Some(Drag::Pan {
+            start: p,
+            view: state.view.get_untracked(),
+            moved: false,
+        }));
+    }
+}
+
+fn on_node_down(state: EditorState, id: &str, ev: web_sys::PointerEvent) {
+    if ev.button() != 0 {
+        return;
+    }
+    ev.stop_propagation();
+    state.selected_edge.set(None);
+    if ev.shift_key() {
+        state.selection.update(|s| {
+            if !s.remove(id) {
+                s.insert(id.to_string());
+            }
+        });
+        return;
+    }
+    if !state.selection.with_untracked(|s| s.contains(id)) {
+        state.selection.set(BTreeSet::from([id.to_string()]));
+    }
+    let c = to_canvas(state.view.get_untracked(), client(&ev));
+    state.drag.set(Some(Drag::Move {
+        start: c,
+        before: state.doc.get_untracked(),
+    }));
+}
+
+fn on_port_down(state: EditorState, from: String, ev: web_sys::PointerEvent) {
+    if ev.button() != 0 {
+        return;
+    }
+    ev.stop_propagation();
+    let c = to_canvas(state.view.get_untracked(), client(&ev));
+    state.drag.set(Some(Drag::Wire { from, at: c }));
+}
+
+/// A cubic curve from an output port to an input port.
+fn curve(a: [f64; 2], b: [f64; 2]) -> String {
+    let dx = ((b[0] - a[0]).abs() / 2.0).max(40.0);
+    format!(
+        "M{:.1},{:.1} C{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}",
+        a[0],
+        a[1],
+        a[0] + dx,
+        a[1],
+        b[0] - dx,
+        b[1],
+        b[0],
+        b[1]
+    )
+}
+
+/// What one node looks like, worked out from the document and the analysis.
+struct NodeLook {
+    id: String,
+    pos: [f64; 2],
+    subtitle: String,
+    inputs: Vec<(String, bool)>,
+    outputs: Vec<(String, bool)>,
+    problem: Option<String>,
+    fill: String,
+    band: Option<&'static str>,
+    pinned: bool,
+}
+
+fn looks(state: EditorState) -> Vec<NodeLook> {
+    let heat = state.heat.get();
+    let times = if heat {
+        state.run.with(|r| node_time(&r.events))
+    } else {
+        Default::default()
+    };
+    let hottest = times.values().copied().max().unwrap_or(0).max(1) as f64;
+    let stages = state.stages.get().ok();
+    let multi_stage = state.settings.with(|s| s.stages > 1);
+    state.analysis.with(|a| {
+        state.doc.with(|d| {
+            let mut out = Vec::new();
+            for (name, decl) in &d.inputs {
+                out.push(NodeLook {
+                    id: name.clone(),
+                    pos: d.layout.get(name).copied().unwrap_or([40.0, 40.0]),
+                    subtitle: format!(
+                        "input · {} [{}]",
+                        decl.dtype,
+                        model::show_shape(&decl.shape)
+                    ),
+                    inputs: Vec::new(),
+                    outputs: vec![(name.clone(), d.outputs.contains(name))],
+                    problem: a.problems_of(name).next().map(|p| p.message.clone()),
+                    fill: "#eef4fb".into(),
+                    band: None,
+                    pinned: false,
+                });
+            }
+            for n in &d.nodes {
+                let info = state.op_info(&n.op);
+                let inputs = match &info {
+                    Some(o) => o.input_ports(n.inputs.len()),
+                    None => (0..n.inputs.len()).map(|k| format!("in{k}")).collect(),
+                };
+                let inputs = inputs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, name)| (name, n.inputs.get(k).is_some_and(|r| !r.is_empty())))
+                    .collect();
+                let names = info.as_ref().map(|o| o.outputs.clone()).unwrap_or_default();
+                let count = a.types.get(&n.id).map_or(names.len().max(1), Vec::len);
+                let outputs = (0..count)
+                    .map(|k| {
+                        let label = if count == names.len() {
+                            names[k].clone()
+                        } else {
+                            format!("{}{k}", names.first().map_or("out", String::as_str))
+                        };
+                        (label, d.outputs.contains(&output_ref(&n.id, k)))
+                    })
+                    .collect();
+                let problem = a.problems_of(&n.id).map(|p| p.message.clone()).next();
+                let fill = match times.get(&n.id) {
+                    Some(&t) if heat => heat_colour(t as f64 / hottest),
+                    _ if heat => "#f4f4f4".into(),
+                    _ => "#ffffff".into(),
+                };
+                let band = if multi_stage {
+                    stages
+                        .as_ref()
+                        .and_then(|s| s.get(&n.id))
+                        .map(|&s| stage_colour(s))
+                } else {
+                    None
+                };
+                out.push(NodeLook {
+                    id: n.id.clone(),
+                    pos: d.layout.get(&n.id).copied().unwrap_or([40.0, 40.0]),
+                    subtitle: n.op.clone(),
+                    inputs,
+                    outputs,
+                    problem,
+                    fill,
+                    band,
+                    pinned: d.stages.contains_key(&n.id),
+                });
+            }
+            out
+        })
+    })
+}
+
+fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoView {
+    let NodeLook {
+        id,
+        pos,
+        subtitle,
+        inputs,
+        outputs,
+        problem,
+        fill,
+        band,
+        pinned,
+    } = look;
+    let h = layout::node_height(inputs.len(), outputs.len());
+    let mut class = String::from("node");
+    if selected {
+        class.push_str(" selected");
+    }
+    if problem.is_some() {
+        class.push_str(" invalid");
+    }
+    let id_down = id.clone();
+    let ports_in = inputs
+        .into_iter()
+        .enumerate()
+        .map(|(k, (name, connected))| {
+            let p = input_port([0.0, 0.0], k);
+            view! {
+                <g class="port in" data-node=id.clone() data-in-port=k.to_string()>
+                    <circle class="hit" cx=p[0] cy=p[1] r="10" />
+                    <circle class="dot" class:connected=connected cx=p[0] cy=p[1] r="5" />
+                    <text class="port-label" x=p[0] + 9.0 y=p[1] + 4.0>{name}</text>
+                </g>
+            }
+        })
+        .collect_view();
+    let ports_out = outputs
+        .into_iter()
+        .enumerate()
+        .map(|(k, (name, is_output))| {
+            let p = output_port([0.0, 0.0], k);
+            let from = output_ref(&id, k);
+            view! {
+                <g class="port out" data-node=id.clone() data-out-port=k.to_string()
+                    on:pointerdown=move |ev| on_port_down(state, from.clone(), ev)>
+                    <circle class="hit" cx=p[0] cy=p[1] r="10" />
+                    <circle class="dot" class:graph-output=is_output cx=p[0] cy=p[1] r="5" />
+                    <text class="port-label" x=p[0] - 9.0 y=p[1] + 4.0 text-anchor="end">
+                        {if is_output { format!("{name} ⇒") } else { name }}
+                    </text>
+                </g>
+            }
+        })
+        .collect_view();
+    let badge = problem.clone().map(|m| {
+        view! {
+            <g class="badge">
+                <circle cx=NODE_WIDTH - 12.0 cy="12" r="8" />
+                <text x=NODE_WIDTH - 12.0 y="16" text-anchor="middle">"!"</text>
+            </g>
+            <text class="problem-text" x="0" y=h + 14.0>{super::truncate(&m, 44)}</text>
+        }
+    });
+    view! {
+        <g class=class data-id=id.clone() data-problem=problem.unwrap_or_default()
+            transform=format!("translate({},{})", pos[0], pos[1])>
+            <rect class="body" width=NODE_WIDTH height=h rx="6" fill=fill
+                on:pointerdown=move |ev| on_node_down(state, &id_down, ev) />
+            {band.map(|c| view! { <rect class="stage-band" width=NODE_WIDTH height="5" rx="2" fill=c /> })}
+            <text class="title" x="10" y="18">{id.clone()}{if pinned { " 📌" } else { "" }}</text>
+            <text class="subtitle" x="10" y="32">{subtitle}</text>
+            {ports_in}
+            {ports_out}
+            {badge}
+        </g>
+    }
+}
+
+/// One drawn edge: where it runs and its type label.
+struct EdgeLook {
+    key: (String, usize),
+    name: String,
+    from: [f64; 2],
+    to: [f64; 2],
+    label: String,
+}
+
+/// Every edge of the document with the type the engine inferred for it.
+fn edge_looks(state: EditorState) -> Vec<EdgeLook> {
+    state.analysis.with(|a| {
+        state.doc.with(|d| {
+            let mut out = Vec::new();
+            for n in &d.nodes {
+                for (k, r) in n.inputs.iter().enumerate() {
+                    if r.is_empty() {
+                        continue;
+                    }
+                    let (src, port) = parse_ref(r);
+                    let (Some(&sp), Some(&dp)) = (d.layout.get(src), d.layout.get(&n.id)) else {
+                        continue;
+                    };
+                    out.push(EdgeLook {
+                        key: (n.id.clone(), k),
+                        name: format!("{r}>{}:{k}", n.id),
+                        from: output_port(sp, port),
+                        to: input_port(dp, k),
+                        label: a
+                            .types
+                            .get(src)
+                            .and_then(|t| t.get(port))
+                            .map_or_else(|| "?".to_string(), |t| t.to_string()),
+                    });
+                }
+            }
+            out
+        })
+    })
+}
+
+/// The edges' type labels, drawn above the nodes so a short edge's label stays readable.
+fn edge_labels(state: EditorState) -> impl IntoView {
+    edge_looks(state)
+        .into_iter()
+        .map(|e| {
+            let mid = [(e.from[0] + e.to[0]) / 2.0, (e.from[1] + e.to[1]) / 2.0 - 6.0];
+            view! {
+                <text class="edge-label" data-edge=e.name x=mid[0] y=mid[1] text-anchor="middle">{e.label}</text>
+            }
+        })
+        .collect_view()
+}
+
+/// The edges (their labels are drawn by [`edge_labels`]).
+fn edges(state: EditorState) -> impl IntoView {
+    let selected = state.selected_edge.get();
+    edge_looks(state)
+        .into_iter()
+        .map(|e| {
+            let is_selected = selected.as_ref() == Some(&e.key);
+            let key = e.key;
+            view! {
+                <g class="edge" class:selected=is_selected data-edge=e.name
+                    on:pointerdown=move |ev: web_sys::PointerEvent| {
+                        ev.stop_propagation();
+                        state.selection.set(BTreeSet::new());
+                        state.selected_edge.set(Some(key.clone()));
+                    }>
+                    <path class="edge-hit" d=curve(e.from, e.to) />
+                    <path class="edge-line" d=curve(e.from, e.to) />
+                </g>
+            }
+        })
+        .collect_view()
+}
+
+/// The canvas.
+#[component]
+pub fn Canvas(state: EditorState) -> impl IntoView {
+    let _ = window_event_listener(leptos::ev::pointermove, move |ev| on_move(state, ev));
+    let _ = window_event_listener(leptos::ev::pointerup, move |ev| on_up(state, ev));
+    let transform = move || {
+        let v = state.view.get();
+        format!("translate({:.1},{:.1}) scale({:.4})", v.tx, v.ty, v.k)
+    };
+    let overlay = move || match state.drag.get() {
+        Some(Drag::Wire { from, at }) => {
+            let (src, port) = parse_ref(&from);
+            let start = state
+                .doc
+                .with(|d| d.layout.get(src).copied())
+                .map(|p| output_port(p, port));
+            start.map(|s| view! { <path class="wire" d=curve(s, at) /> }.into_any())
+        }
+        Some(Drag::Select { start, at }) => Some(
+            view! {
+                <rect class="box-select" x=start[0].min(at[0]) y=start[1].min(at[1])
+                    width=(at[0] - start[0]).abs() height=(at[1] - start[1]).abs() />
+            }
+            .into_any(),
+        ),
+        _ => None,
+    };
+    let ghost = move || match state.drag.get() {
+        Some(Drag::Palette { op, start, at })
+            if (at[0] - start[0]).hypot(at[1] - start[1]) > CLICK_SLOP =>
+        {
+            Some(view! {
+                <div class="ghost" style=format!("left:{}px;top:{}px", at[0] + 6.0, at[1] + 6.0)>{op}</div>
+            })
+        }
+        _ => None,
+    };
+    let problems = move || {
+        state.analysis.with(|a| {
+            let n = a.problems.len();
+            let items = a
+                .problems
+                .iter()
+                .take(50)
+                .map(|p| {
+                    let node = p.node.clone();
+                    let text = p.to_string();
+                    view! {
+                        <li on:click=move |_| {
+                            if let Some(id) = &node {
+                                state.selection.set(BTreeSet::from([id.clone()]));
+                                state.panel.set(crate::state::Panel::Properties);
+                            }
+                        }>{text}</li>
+                    }
+                })
+                .collect_view();
+            view! {
+                <details class="problems" class:none=n == 0>
+                    <summary data-count=n.to_string()>
+                        {if n == 0 { "graph valid".to_string() } else { format!("{n} problem{}", if n == 1 { "" } else { "s" }) }}
+                    </summary>
+                    <ul>{items}</ul>
+                </details>
+            }
+        })
+    };
+    view! {
+        <div class="canvas-wrap">
+            <svg id="canvas" class="canvas"
+                on:pointerdown=move |ev| on_background_down(state, ev)
+                on:wheel=move |ev| on_wheel(state, ev)>
+                <g transform=transform>
+                    <g class="edges">{move || edges(state)}</g>
+                    <g class="nodes">
+                        {move || {
+                            let selection = state.selection.get();
+                            looks(state)
+                                .into_iter()
+                                .map(|l| {
+                                    let sel = selection.contains(&l.id);
+                                    node_view(state, l, sel)
+                                })
+                                .collect_view()
+                        }}
+                    </g>
+                    <g class="edge-labels">{move || edge_labels(state)}</g>
+                    {overlay}
+                </g>
+            </svg>
+            {move || state.doc.with(|d| d.layout.is_empty()).then(|| view! {
+                <div class="empty-hint">"Drag operators here from the palette — start with an input."</div>
+            })}
+            {problems}
+            <div class="zoom">
+                <button title="Zoom in (+)" on:click=move |_| state.view.update(|v| v.k = (v.k * 1.2).min(3.0))>"+"</button>
+                <button title="Zoom out (−)" on:click=move |_| state.view.update(|v| v.k = (v.k / 1.2).max(0.2))>"−"</button>
+                <span class="zoom-level">{move || format!("{:.0}%", state.view.get().k * 100.0)}</span>
+            </div>
+            {ghost}
+        </div>
+    }
+}

@@ -1,0 +1,78 @@
+//! The toolbar: the graph's name, new, open from the workspace, save, import and export
+//! the file, undo and redo, layout, fit, heat map, help; an unsaved-changes marker.
+
+use super::actions;
+use crate::state::EditorState;
+use leptos::prelude::*;
+use wasm_bindgen::JsCast;
+
+/// The toolbar.
+#[component]
+pub fn Toolbar(state: EditorState) -> impl IntoView {
+    let file_input = NodeRef::<leptos::html::Input>::new();
+    let on_name = move |ev: leptos::ev::Event| {
+        let name = event_target_value(&ev).trim().to_string();
+        state.edit(|d| {
+            d.name = name;
+            Ok(())
+        });
+    };
+    let on_open = move |ev: leptos::ev::Event| {
+        let name = event_target_value(&ev);
+        if let Some(select) = ev
+            .target()
+            .and_then(|t| t.dyn_into::<web_sys::HtmlSelectElement>().ok())
+        {
+            select.set_value("");
+        }
+        if !name.is_empty() {
+            actions::open_graph(state, name);
+        }
+    };
+    view! {
+        <header class="toolbar">
+            <span class="brand">"Sluice"</span>
+            <label class="name-field">
+                "Graph "
+                <input id="graph-name" type="text" spellcheck="false"
+                    prop:value=move || state.doc.with(|d| d.name.clone())
+                    on:change=on_name />
+            </label>
+            <span class="dirty" title="unsaved changes" data-dirty=move || state.dirty().to_string()>
+                {move || if state.dirty() { "● unsaved" } else { "saved" }}
+            </span>
+            <button on:click=move |_| actions::new_graph(state) title="New graph">"New"</button>
+            <select id="open-graph" title="Open a graph of the workspace"
+                on:focus=move |_| actions::refresh_graphs(state) on:change=on_open>
+                <option value="">"Open…"</option>
+                {move || state.graphs.get().into_iter().map(|g| {
+                    view! { <option value=g.clone()>{g.clone()}</option> }
+                }).collect_view()}
+            </select>
+            <button id="save" on:click=move |_| actions::save(state) title="Save to the workspace (Ctrl+S)">"Save"</button>
+            <button on:click=move |_| {
+                if let Some(input) = file_input.get() { input.click(); }
+            } title="Open a graph file from disk">"Import"</button>
+            <input type="file" accept=".json,application/json" class="hidden" node_ref=file_input
+                on:change=move |_| {
+                    if let Some(input) = file_input.get() { actions::import(state, input); }
+                } />
+            <button id="export" on:click=move |_| actions::export(state) title="Download the graph file">"Export"</button>
+            <span class="sep"></span>
+            <button id="undo" on:click=move |_| state.undo() title="Undo (Ctrl+Z)"
+                disabled=move || { state.doc.track(); !state.history.with_value(|h| h.can_undo()) }>"Undo"</button>
+            <button id="redo" on:click=move |_| state.redo() title="Redo (Ctrl+Shift+Z)"
+                disabled=move || { state.doc.track(); !state.history.with_value(|h| h.can_redo()) }>"Redo"</button>
+            <span class="sep"></span>
+            <button id="layout" on:click=move |_| actions::auto_layout(state) title="Lay out left to right (L)">"Layout"</button>
+            <button on:click=move |_| actions::fit(state) title="Fit the graph in view (F)">"Fit"</button>
+            <label class="toggle" title="Paint GPU time per node on the graph (H)">
+                <input id="heat" type="checkbox" prop:checked=move || state.heat.get()
+                    on:change=move |ev| state.heat.set(event_target_checked(&ev)) />
+                " Heat map"
+            </label>
+            <span class="grow"></span>
+            <button id="help-button" on:click=move |_| state.help.update(|h| *h = !*h) title="Keyboard shortcuts (?)">"?"</button>
+        </header>
+    }
+}

@@ -1,0 +1,152 @@
+//! Runs in this page on WebGPU: the engine compiled to wasm plans the same graph, opens
+//! one device per stage on the browser's adapter and runs it on the page's event loop
+//! (`AsyncSession`), with the same seeded weights and inputs as a server run, so the
+//! outputs agree with the server's.
+
+use crate::model;
+use crate::state::{EditorState, OutputView, RunStatus, RunView, Target, UpdateRun};
+use leptos::prelude::*;
+use sluice_engine::runtime::plan::Precision;
+use sluice_engine::runtime::{dataset, AsyncSession, RunConfig};
+use sluice_engine::telemetry::Event;
+use wasm_bindgen::JsCast;
+
+/// Finds this page's WebGPU adapter (or why there is none) for the run panel and the
+/// devices view.
+pub fn probe(state: EditorState) {
+    leptos::task::spawn_local(async move {
+        let has_gpu = web_sys::window()
+            .map(|w| js_sys::Reflect::has(&w.navigator(), &"gpu".into()).unwrap_or(false))
+            .unwrap_or(false);
+        let result = if has_gpu {
+            match sluice_engine::runtime::gpu::best_adapter().await {
+                Ok(mut a) => {
+                    if a.name.is_empty() {
+                        a.name = adapter_description().await;
+                    }
+                    Ok(a)
+                }
+                Err(e) => Err(e.to_string()),
+            }
+        } else {
+            Err("this browser has no WebGPU (navigator.gpu is missing)".into())
+        };
+        state.browser_gpu.set(Some(result));
+    });
+}
+
+/// What the page's WebGPU adapter says of itself (`GPUAdapterInfo`: vendor,
+/// architecture, description), which wgpu does not pass on in browsers.
+async fn adapter_description() -> String {
+    use js_sys::Reflect;
+    let get = |v: &wasm_bindgen::JsValue, k: &str| Reflect::get(v, &k.into()).unwrap_or_default();
+    let Some(window) = web_sys::window() else {
+        return "WebGPU adapter".into();
+    };
+    let gpu = get(&window.navigator(), "gpu");
+    let request = get(&gpu, "requestAdapter");
+    let Ok(request) = request.dyn_into::<js_sys::Function>() else {
+        return "WebGPU adapter".into();
+    };
+    let Ok(promise) = request
+        .call0(&gpu)
+        .and_then(|p| p.dyn_into::<js_sys::Promise>())
+    else {
+        return "WebGPU adapter".into();
+    };
+    let Ok(adapter) = wasm_bindgen_futures::JsFuture::from(promise).await else {
+        return "WebGPU adapter".into();
+    };
+    let info = get(&adapter, "info");
+    let parts: Vec<String> = ["vendor", "architecture", "description"]
+        .iter()
+        .filter_map(|k| get(&info, k).as_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let fallback = get(&adapter, "isFallbackAdapter").as_bool() == Some(true)
+        || get(&info, "isFallbackAdapter").as_bool() == Some(true);
+    let mut name = if parts.is_empty() {
+        "WebGPU adapter".to_string()
+    } else {
+        parts.join(" ")
+    };
+    if fallback {
+        name.push_str(" (software fallback)");
+    }
+    name
+}
+
+/// Starts a run of the current graph in this page.
+pub fn start(state: EditorState) {
+    let settings = state.settings.get_untracked();
+    let doc = model::for_engine(&state.doc.get_untracked());
+    let updater = state.begin_run(Target::Browser, "preparing");
+    let update = move |f: &dyn Fn(&mut RunView)| updater.update(f);
+    leptos::task::spawn_local(async move {
+        if let Err(e) = run(&doc, &settings, &update).await {
+            update(&|r| r.status = RunStatus::Failed(e.clone()));
+        }
+    });
+}
+
+async fn run(
+    doc: &sluice_engine::graph::GraphDoc,
+    settings: &crate::state::RunSettings,
+    update: &UpdateRun,
+) -> Result<(), String> {
+    let graph = sluice_engine::graph::Graph::build(doc.clone()).map_err(|p| p.render())?;
+    let precision = Precision::parse(&settings.precision)
+        .ok_or_else(|| format!("unknown precision '{}'", settings.precision))?;
+    let config = RunConfig {
+        batch: settings.batch,
+        microbatches: settings.microbatches,
+        stages: settings.stages,
+        prefetch: settings.prefetch,
+        precision,
+        ..RunConfig::default()
+    };
+    let weights = sluice_engine::weights::init_weights(&graph, graph.doc.params.seed.unwrap_or(0));
+    let data = dataset::seeded(&graph, settings.batch, settings.seed).map_err(|e| e.to_string())?;
+    let progress = |what: &str| {
+        let what = what.to_string();
+        update(&|r| r.status = RunStatus::Active(what.clone()))
+    };
+    let session = AsyncSession::new(&graph, &weights, &config, &progress)
+        .await
+        .map_err(|e| e.to_string())?;
+    update(&|r| {
+        r.devices = session.device_names();
+        r.status = RunStatus::Active("running".into());
+    });
+    let observe = |e: &Event| update(&|r| r.events.push(e.clone()));
+    let report = session
+        .run(&data, "browser", Some(&observe))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut outputs = Vec::new();
+    for (name, t) in &report.outputs {
+        let npy = sluice_engine::npy::to_bytes(t).map_err(|e| e.to_string())?;
+        outputs.push(OutputView {
+            name: name.clone(),
+            file: name.replace(':', "_"),
+            shape: t.shape.clone(),
+            dtype: t.dtype().to_string(),
+            first: t.to_f32_vec().into_iter().take(8).map(f64::from).collect(),
+            checksum: t.checksum(),
+            non_finite: t.non_finite(),
+            npy: Some(npy),
+        });
+    }
+    let memory = (session.memory().planned_bytes, session.allocated_bytes());
+    let timing = serde_json::to_value(report.timing)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
+    update(&|r| {
+        r.outputs = outputs.clone();
+        r.memory = Some(memory);
+        r.timing = Some(timing.clone());
+        r.status = RunStatus::Succeeded;
+    });
+    Ok(())
+}
