@@ -148,7 +148,7 @@ impl Server {
 #[test]
 fn every_endpoint_works() {
     let ws = workspace("endpoints");
-    let s = start(&ws, None, &[]);
+    let s = start(&ws, None, &["--no-editor"]);
     let (code, page) = s.req("GET", "/", None);
     assert_eq!(code, 200);
     assert!(String::from_utf8_lossy(&page).contains("mlp"));
@@ -265,10 +265,20 @@ fn every_endpoint_works() {
         s.json("GET", &format!("/api/runs/{}", ids[3]), None).1["status"],
         "cancelled"
     );
-    // A finished run's event stream gives its summary at once.
+    // A finished run's event stream replays its kept events, then gives its summary.
     let mut sock = s.ws(&format!("/api/runs/{id}/events"));
-    let first = sock.read().unwrap();
-    assert!(first.to_text().unwrap().contains("succeeded"));
+    let mut replayed = 0;
+    let summary = loop {
+        let msg = sock.read().unwrap();
+        let v: Value = serde_json::from_str(msg.to_text().unwrap()).unwrap();
+        if v["type"] == "summary" {
+            break v;
+        }
+        assert_eq!(v["type"], "event", "{v}");
+        replayed += 1;
+    };
+    assert_eq!(summary["run"]["status"], "succeeded");
+    assert!(replayed > 0, "no events replayed");
     let (code, dev) = s.json("GET", "/api/devices", None);
     assert_eq!(code, 200);
     assert!(!dev["workers"][0]["adapters"].as_array().unwrap().is_empty());
@@ -305,6 +315,80 @@ fn every_endpoint_works() {
     let (code, _) = s.req("DELETE", "/api/graphs/my_mlp", None);
     assert_eq!(code, 204);
     assert_eq!(s.req("GET", "/api/graphs/my_mlp", None).0, 404);
+}
+
+#[test]
+fn serves_the_editor_bundle_and_keeps_finished_runs_watchable() {
+    let ws = workspace("editor-bundle");
+    let bundle = ws.with_file_name("editor-bundle-files");
+    let _ = std::fs::remove_dir_all(&bundle);
+    std::fs::create_dir_all(&bundle).unwrap();
+    std::fs::write(
+        bundle.join("index.html"),
+        "<!doctype html><title>editor page</title>",
+    )
+    .unwrap();
+    std::fs::write(bundle.join("app.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let editor = bundle.to_str().unwrap();
+    let mut s = start(&ws, Some("secret"), &["--editor", editor]);
+    // The bundle is open to all (it holds no data); the API still wants the token.
+    let token = s.token.take();
+    let (code, page) = s.req("GET", "/", None);
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&page).contains("editor page"));
+    let (code, _) = s.req("GET", "/app.wasm", None);
+    assert_eq!(code, 200);
+    let (code, page) = s.req("GET", "/some/app/route", None);
+    assert_eq!(
+        (code, String::from_utf8_lossy(&page).contains("editor page")),
+        (200, true)
+    );
+    let (code, body) = s.json("GET", "/api/graphs", None);
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = s.json("GET", "/api/graphs?token=secret", None);
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = s.json("GET", "/api/graphs?token=wrong", None);
+    assert_eq!(code, 401, "{body}");
+    s.token = token;
+    let (code, body) = s.json("GET", "/api/nothing", None);
+    assert_eq!((code, body["error"].as_str()), (404, Some("no such route")));
+
+    // A finished run keeps its events: a late watcher gets them before the summary, and
+    // its trace downloads.
+    let (code, r) = s.json(
+        "POST",
+        "/api/runs",
+        Some(json!({ "graph": "mlp", "batch": 4, "microbatches": 2, "stages": 2 })),
+    );
+    assert_eq!(code, 202, "{r}");
+    let id = r["id"].as_str().unwrap().to_string();
+    assert_eq!(s.wait_run(&id)["status"], "succeeded");
+    let mut socket = s.ws(&format!("/api/runs/{id}/events"));
+    let mut stages = std::collections::BTreeSet::new();
+    loop {
+        let msg = socket.read().expect("a message before the summary");
+        let Ok(text) = msg.into_text() else { continue };
+        let v: Value = serde_json::from_str(&text).unwrap();
+        match v["type"].as_str() {
+            Some("event") => {
+                stages.insert(v["event"]["stage"].as_u64().unwrap());
+            }
+            Some("summary") => break,
+            other => panic!("unexpected message {other:?}"),
+        }
+    }
+    assert_eq!(stages.into_iter().collect::<Vec<_>>(), vec![0, 1]);
+    let (code, trace) = s.json("GET", &format!("/api/runs/{id}/trace"), None);
+    assert_eq!(code, 200);
+    assert!(
+        trace["traceEvents"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty()),
+        "{trace}"
+    );
+    let (code, _) = s.json("GET", "/api/runs/0123456789abcdef/trace", None);
+    assert_eq!(code, 404);
+    let _ = std::fs::remove_dir_all(&bundle);
 }
 
 #[test]

@@ -11,11 +11,13 @@ use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use sluice_engine::runtime::gpu::AdapterSummary;
 use std::sync::Arc;
+use tower_http::services::{ServeDir, ServeFile};
+use tower_http::set_header::SetResponseHeaderLayer;
 
 /// Shared server state.
 pub struct Shared {
@@ -33,6 +35,8 @@ pub struct Shared {
     pub adapters: Vec<AdapterSummary>,
     /// Connected remote workers.
     pub workers: Arc<super::workers::Workers>,
+    /// The editor bundle's folder (None: serve a plain page at `/`).
+    pub editor: Option<std::path::PathBuf>,
 }
 
 /// The state handlers receive.
@@ -123,14 +127,24 @@ fn check_name(name: &str) -> ApiResult<()> {
     }
 }
 
+/// Checks the bearer token: the `Authorization` header, or a `token` query parameter
+/// (browsers cannot set headers on WebSockets or plain download links).
 async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(token) = &state.token {
+        let from_query =
+            axum::extract::Query::<std::collections::HashMap<String, String>>::try_from_uri(
+                req.uri(),
+            )
+            .ok()
+            .and_then(|q| q.0.get("token").map(|t| format!("Bearer {t}")));
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+            .or(from_query);
         let expected = format!("Bearer {token}");
-        match given {
+        match given.as_deref() {
             None => {
                 return AppError::new(
                     StatusCode::UNAUTHORIZED,
@@ -147,10 +161,10 @@ async fn require_token(State(state): State<AppState>, req: Request, next: Next) 
     next.run(req).await
 }
 
-/// The router with every route.
+/// The router with every route: the API behind the token check, and the editor's files
+/// (or, without a bundle, a plain page) open to all, since they hold no data.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/", get(index))
+    let api = Router::new()
         .route("/api/ops", get(ops))
         .route("/api/graphs", get(list_graphs))
         .route(
@@ -161,16 +175,36 @@ pub fn router(state: AppState) -> Router {
         .route("/api/runs", get(list_runs).post(create_run))
         .route("/api/runs/{id}", get(get_run))
         .route("/api/runs/{id}/outputs/{name}", get(get_output))
+        .route("/api/runs/{id}/trace", get(get_trace))
         .route("/api/runs/{id}/cancel", post(cancel_run))
         .route("/api/runs/{id}/events", get(run_events))
         .route("/api/devices", get(devices))
         .route("/api/workers", get(worker_socket))
         .route("/api/openapi.json", get(openapi_json))
+        .route("/api/{*rest}", any(|| async { not_found("no such route") }))
         .route("/metrics", get(metrics_text))
-        .fallback(|| async { not_found("no such route") })
-        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(middleware::from_fn_with_state(state.clone(), require_token));
+    let site = match &state.editor {
+        Some(dir) => editor_files(dir),
+        None => Router::new()
+            .route("/", get(index))
+            .fallback(|| async { not_found("no such route") }),
+    };
+    api.merge(site)
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(state)
+}
+
+/// The editor bundle's files; paths that name no file get `index.html` (the app routes
+/// itself). Browsers revalidate every file, so a rebuilt bundle is picked up at once.
+fn editor_files(dir: &std::path::Path) -> Router<AppState> {
+    let files = ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html")));
+    Router::new()
+        .fallback_service(files)
+        .layer(SetResponseHeaderLayer::overriding(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache"),
+        ))
 }
 
 async fn index(State(state): State<AppState>) -> ApiResult<Response> {
@@ -407,6 +441,37 @@ async fn metrics_text(State(state): State<AppState>) -> ApiResult<Response> {
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
+/// `GET /api/runs/{id}/trace`: a finished run's Chrome trace (opens in Perfetto).
+async fn get_trace(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    check_id(&id)?;
+    let row = state
+        .db
+        .get(&id)?
+        .ok_or_else(|| not_found(format!("no run with id '{id}'")))?;
+    let Some(kept) = state.workspace.read_run_events(&id)? else {
+        return Err(AppError::new(
+            StatusCode::CONFLICT,
+            format!("run '{id}' is {} and has no trace", row.status),
+        ));
+    };
+    let trace = sluice_engine::telemetry::trace::chrome_trace(&kept.events, &kept.devices);
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                HeaderValue::from_str(&format!("attachment; filename=\"run-{id}.trace.json\""))
+                    .unwrap_or(HeaderValue::from_static("attachment")),
+            ),
+        ],
+        trace.to_string(),
+    )
+        .into_response())
+}
+
 async fn run_events(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -438,6 +503,15 @@ async fn forward_events(
         json!({ "type": "summary", "run": row }).to_string()
     };
     let Some(mut rx) = rx else {
+        // A finished run: replay what it kept, so a late watcher still sees its charts.
+        if let Ok(Some(kept)) = state.workspace.read_run_events(&id) {
+            for e in kept.events {
+                let text = json!({ "type": "event", "event": e }).to_string();
+                if socket.send(Message::Text(text.into())).await.is_err() {
+                    return;
+                }
+            }
+        }
         let _ = socket.send(Message::Text(summary().into())).await;
         let _ = socket.send(Message::Close(None)).await;
         return;

@@ -39,6 +39,39 @@ pub struct ServeArgs {
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 16 << 20)]
     pub body_limit: usize,
+    /// The editor bundle's folder (`cargo xtask editor` writes `target/editor`); by default
+    /// `../editor` beside the binary's folder, i.e. `target/editor` for a cargo build.
+    #[arg(long, env = "SLUICE_EDITOR", conflicts_with = "no_editor")]
+    pub editor: Option<PathBuf>,
+    /// Serve the API and a plain page listing graphs and runs, not the editor.
+    #[arg(long)]
+    pub no_editor: bool,
+}
+
+/// Where the editor bundle is: the folder asked for (which must hold `index.html`), or
+/// else the default one when it was built; None serves a plain page instead.
+fn editor_bundle(asked: Option<&PathBuf>) -> Result<Option<PathBuf>> {
+    if let Some(dir) = asked {
+        if !dir.join("index.html").is_file() {
+            bail!(
+                "--editor {}: no index.html there (build the bundle with `cargo xtask editor`)",
+                dir.display()
+            );
+        }
+        return Ok(Some(dir.clone()));
+    }
+    let default = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("editor")));
+    match default {
+        Some(dir) if dir.join("index.html").is_file() => Ok(Some(dir)),
+        _ => {
+            tracing::warn!(
+                "the editor bundle is not built (`cargo xtask editor`): serving the API and a plain page"
+            );
+            Ok(None)
+        }
+    }
 }
 
 /// Runs the server until interrupted.
@@ -49,6 +82,11 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             args.addr
         );
     }
+    let editor = if args.no_editor {
+        None
+    } else {
+        editor_bundle(args.editor.as_ref())?
+    };
     let workspace = workspace::Workspace::open(&args.workspace)?;
     let db = Arc::new(db::Db::open(&workspace.db_path())?);
     let adapters = pollster::block_on(sluice_engine::runtime::gpu::list_adapters());
@@ -73,14 +111,19 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             body_limit: args.body_limit,
             adapters,
             workers,
+            editor: editor.clone(),
         });
         let listener = tokio::net::TcpListener::bind(args.addr)
             .await
             .with_context(|| format!("cannot listen on {}", args.addr))?;
         let local = listener.local_addr()?;
         println!(
-            "sluice serving http://{local} (workspace {})",
-            args.workspace.display()
+            "sluice serving http://{local} (workspace {}; {})",
+            args.workspace.display(),
+            match &editor {
+                Some(dir) => format!("editor from {}", dir.display()),
+                None => "editor not built: run `cargo xtask editor`".into(),
+            }
         );
         use std::io::Write;
         let _ = std::io::stdout().flush();

@@ -33,7 +33,7 @@ pub fn spec() -> Value {
     json!({
         "openapi": "3.1.0",
         "info": { "title": "Sluice API", "version": env!("CARGO_PKG_VERSION"),
-                  "description": "Graphs, runs, devices and live run events of a Sluice server. With --token, every request needs 'Authorization: Bearer <token>'." },
+                  "description": "Graphs, runs, devices and live run events of a Sluice server. With --token, every API request needs 'Authorization: Bearer <token>' (or '?token=<token>', for WebSockets and download links)." },
         "paths": {
             "/api/ops": { "get": op("Operator schemas (the editor's palette)", &[("200", "schemas")]) },
             "/api/graphs": { "get": op("Names of the stored graphs", &[("200", "names")]) },
@@ -50,13 +50,14 @@ pub fn spec() -> Value {
             },
             "/api/runs/{id}": { "get": path_param(op("A run: status, parameters, metrics, output summaries, error", &[("200", "the run"), ("404", err)]), &["id"]) },
             "/api/runs/{id}/outputs/{name}": { "get": path_param(op("An output as .npy", &[("200", "npy bytes"), ("404", err), ("409", err)]), &["id", "name"]) },
+            "/api/runs/{id}/trace": { "get": path_param(op("A finished run's Chrome trace (opens in Perfetto)", &[("200", "trace JSON"), ("404", err), ("409", err)]), &["id"]) },
             "/api/runs/{id}/cancel": { "post": path_param(op("Cancel a queued or running run", &[("200", "cancelled"), ("202", "cancelling"), ("404", err), ("409", err)]), &["id"]) },
-            "/api/runs/{id}/events": { "get": path_param(op("WebSocket: the run's events and metrics live, then its summary", &[("101", "switching protocols"), ("404", err)]), &["id"]) },
+            "/api/runs/{id}/events": { "get": path_param(op("WebSocket: the run's events and metrics live (a finished run's kept events replayed), then its summary", &[("101", "switching protocols"), ("404", err)]), &["id"]) },
             "/api/devices": { "get": op("Workers, adapters, utilisation", &[("200", "workers")]) },
             "/api/workers": { "get": op("WebSocket where `sluice worker` processes join (protocol in server/src/protocol.rs)", &[("101", "switching protocols"), ("400", err), ("401", err)]) },
             "/api/openapi.json": { "get": op("This document", &[("200", "OpenAPI 3.1")]) },
             "/metrics": { "get": op("Prometheus metrics", &[("200", "text exposition format")]) },
-            "/": { "get": op("A page listing graphs and runs", &[("200", "HTML")]) },
+            "/": { "get": op("The editor (or, without its bundle, a page listing graphs and runs); paths outside /api serve the editor's files", &[("200", "HTML")]) },
         }
     })
 }

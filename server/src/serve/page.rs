@@ -1,4 +1,5 @@
-//! The page served at `/` until the editor lands: the workspace's graphs and runs.
+//! The page served at `/` when the editor bundle is not built: the workspace's graphs and
+//! runs, and how to build the editor.
 
 use super::db::RunRow;
 
@@ -31,7 +32,7 @@ pub fn render(graphs: &[String], runs: &[RunRow]) -> String {
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Sluice</title>
 <style>body{{font-family:sans-serif;margin:2em}}td{{padding:0 1em}}</style></head><body>
-<h1>Sluice</h1><p>The editor is not built yet; the API is at <a href=\"/api/openapi.json\">/api/openapi.json</a>.</p>
+<h1>Sluice</h1><p>The editor bundle is not built (run <code>cargo xtask editor</code>, then restart); the API is at <a href=\"/api/openapi.json\">/api/openapi.json</a>.</p>
 <h2>Graphs</h2><ul>{graph_items}</ul>
 <h2>Runs</h2><table><tr><th>id</th><th>graph</th><th>status</th><th>error</th></tr>{run_rows}</table>
 </body></html>"

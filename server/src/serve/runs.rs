@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 use sluice_engine::graph::Graph;
 use sluice_engine::runtime::plan::Precision;
 use sluice_engine::runtime::session::Session;
-use sluice_engine::runtime::RunConfig;
 use sluice_engine::runtime::RunError;
+use sluice_engine::runtime::{dataset, RunConfig};
 use sluice_engine::shape::Dim;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -438,6 +438,19 @@ fn store_outputs(
     Ok(Value::Array(summaries))
 }
 
+/// Keeps a finished run's events for late watchers and its trace; a failure to keep them
+/// is logged, not fatal (the outputs are what the run was for).
+fn store_events(
+    ws: &Workspace,
+    id: &str,
+    events: &[sluice_engine::telemetry::Event],
+    devices: &[String],
+) {
+    if let Err(e) = ws.write_run_events(id, events, devices) {
+        tracing::warn!("run {id}: its events were not kept: {e:#}");
+    }
+}
+
 /// Runs a stored request on the local adapter; returns (metrics, output summaries).
 fn run_blocking(
     row: &RunRow,
@@ -498,6 +511,8 @@ fn run_blocking(
     let metrics = serde_json::to_value(&report.metrics).map_err(|e| e.to_string())?;
     let _ = events.send(json!({ "type": "metrics", "metrics": metrics }).to_string());
     let outputs = store_outputs(ws, &row.id, &report.outputs)?;
+    let devices = session.device_names();
+    store_events(ws, &row.id, &report.events, &devices);
     if let Ok(mut last) = runs.last.lock() {
         *last = LastRun {
             utilisation: report
@@ -510,8 +525,12 @@ fn run_blocking(
             allocated_bytes: session.allocated_bytes(),
         };
     }
+    let memory = json!({
+        "planned_bytes": session.memory().planned_bytes,
+        "allocated_bytes": session.allocated_bytes(),
+    });
     Ok((
-        json!({ "metrics": metrics, "timing": report.timing, "devices": session.device_names() }),
+        json!({ "metrics": metrics, "timing": report.timing, "devices": devices, "memory": memory }),
         outputs,
     ))
 }
@@ -534,26 +553,8 @@ fn run_on_workers(
     let bindings: HashMap<String, usize> =
         graph.symbols().into_iter().map(|s| (s, micro)).collect();
     let bound = graph.bind(&bindings).map_err(|p| p.render())?;
-    let batched = |name: &str| {
-        graph
-            .doc
-            .inputs
-            .get(name)
-            .is_some_and(|d| matches!(d.shape.first(), Some(Dim::Sym(_))))
-    };
     let micro_batches: Vec<HashMap<String, sluice_engine::Tensor>> = (0..cfg.microbatches)
-        .map(|m| {
-            data.iter()
-                .map(|(k, t)| {
-                    let v = if batched(k) {
-                        sluice_engine::runtime::dataset::rows(t, m * micro, (m + 1) * micro)
-                    } else {
-                        t.clone()
-                    };
-                    (k.clone(), v)
-                })
-                .collect()
-        })
+        .map(|m| dataset::slice(graph, data, m * micro, (m + 1) * micro))
         .collect();
     let live = LiveUtilisation::default();
     let observe = |e: &sluice_engine::telemetry::Event| {
@@ -570,26 +571,12 @@ fn run_on_workers(
         &observe,
         cancel,
     )?;
-    let mut outputs = Vec::new();
-    for o in &graph.outputs {
-        let parts: Vec<&sluice_engine::Tensor> = values
-            .iter()
-            .map(|v| {
-                v.get(&o.name)
-                    .ok_or_else(|| format!("output '{}' missing from the workers' results", o.name))
-            })
-            .collect::<Result<_, _>>()?;
-        let symbolic = matches!(
-            graph.dag[o.node].outputs[o.port].shape.first(),
-            Some(Dim::Sym(_))
-        );
-        let t = if symbolic {
-            sluice_engine::runtime::dataset::concat_rows(&parts)
-        } else {
-            parts[0].clone()
-        };
-        outputs.push((o.name.clone(), t));
-    }
+    let per_mb = values
+        .iter()
+        .map(|v| dataset::graph_outputs(graph, v))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the workers' results: {e}"))?;
+    let outputs = dataset::concat_outputs(graph, &per_mb).map_err(|e| e.to_string())?;
     let outputs = store_outputs(ws, &row.id, &outputs)?;
     let metrics =
         sluice_engine::telemetry::metrics::compute(&evs, cfg.stages, cfg.microbatches, cfg.batch);
@@ -599,6 +586,7 @@ fn run_on_workers(
         .take(cfg.stages)
         .map(|w| format!("worker {} ({})", w.id, w.name))
         .collect();
+    store_events(ws, &row.id, &evs, &names);
     Ok((
         json!({ "metrics": metrics, "timing": "host_completion", "devices": names }),
         outputs,

@@ -1,8 +1,11 @@
 //! The workspace folder: graphs as `graphs/NAME.json` (written atomically: temp file then
-//! rename), run outputs as `runs/ID/OUTPUT.npy`, and the SQLite database `sluice.db`.
+//! rename), run outputs as `runs/ID/OUTPUT.npy`, a run's events as `runs/ID/events.json`
+//! (replayed to late watchers and made into its trace), and the SQLite database `sluice.db`.
 //! Every name that reaches the file system is checked against a safe pattern first.
 
 use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use sluice_engine::telemetry::Event;
 use std::path::{Path, PathBuf};
 
 /// The examples copied into a new workspace.
@@ -105,4 +108,40 @@ impl Workspace {
     pub fn run_dir(&self, id: &str) -> PathBuf {
         self.root.join("runs").join(id)
     }
+
+    /// Keeps a finished run's events and device names as `runs/ID/events.json`.
+    pub fn write_run_events(&self, id: &str, events: &[Event], devices: &[String]) -> Result<()> {
+        let dir = self.run_dir(id);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let text = serde_json::to_vec(&RunEvents {
+            events: events.to_vec(),
+            devices: devices.to_vec(),
+        })?;
+        let (tmp, p) = (dir.join(".events.json.tmp"), dir.join("events.json"));
+        std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &p).with_context(|| format!("cannot replace {}", p.display()))
+    }
+
+    /// A finished run's events and device names (None for runs that kept none: failed
+    /// runs, and runs of older servers).
+    pub fn read_run_events(&self, id: &str) -> Result<Option<RunEvents>> {
+        let p = self.run_dir(id).join("events.json");
+        match std::fs::read(&p) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .with_context(|| format!("{} is damaged", p.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", p.display())),
+        }
+    }
+}
+
+/// What `runs/ID/events.json` holds.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunEvents {
+    /// Every event of the run.
+    pub events: Vec<Event>,
+    /// Name of each device, by index.
+    pub devices: Vec<String>,
 }
