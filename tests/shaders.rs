@@ -2,10 +2,7 @@
 //! example graphs, parses and validates with naga; and every variant of every shader file
 //! is among them.
 
-use sluice_engine::runtime::plan::{HalfStorage, Plan, PlanOptions, Precision};
-use sluice_tests::op_cases::op_cases;
-use sluice_tests::{graph, root};
-use std::collections::BTreeMap;
+use sluice_tests::kernels::generated_kernels;
 
 fn validate(label: &str, source: &str) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(source)
@@ -21,55 +18,10 @@ fn validate(label: &str, source: &str) -> Result<(), String> {
 
 #[test]
 fn every_generated_kernel_validates_with_naga() {
-    let mut sources: BTreeMap<String, String> = BTreeMap::new();
-    let mut graphs: Vec<sluice_engine::Graph> = op_cases().iter().map(|c| graph(&c.doc)).collect();
-    for name in [
-        "graphs/mlp",
-        "graphs/cnn",
-        "graphs/transformer_block",
-        "bench/w3_chain",
-        "bench/w5_pipeline",
-    ] {
-        let text = std::fs::read_to_string(root().join(format!("assets/{name}.json"))).unwrap();
-        let g = sluice_engine::load_graph(&text).unwrap();
-        graphs.push(g.bind(&[("N".to_string(), 2)].into()).unwrap());
-    }
-    let options = [
-        PlanOptions::default(),
-        PlanOptions {
-            fuse: false,
-            ..Default::default()
-        },
-        PlanOptions {
-            fuse: true,
-            precision: Precision::Mixed,
-            half: HalfStorage::Packed,
-        },
-        PlanOptions {
-            fuse: true,
-            precision: Precision::Mixed,
-            half: HalfStorage::Native,
-        },
-        PlanOptions {
-            fuse: true,
-            precision: Precision::F16,
-            half: HalfStorage::Native,
-        },
-    ];
-    for g in &graphs {
-        for o in options {
-            let plan = Plan::with_options(g, o).unwrap_or_else(|e| panic!("plan failed: {e}"));
-            for step in plan.steps {
-                sources.entry(step.kernel.source.clone()).or_insert(format!(
-                    "{} ({}, {:?} {:?})",
-                    step.node, step.kernel.label, o.precision, o.half
-                ));
-            }
-        }
-    }
-    let failures: Vec<String> = sources
+    let kernels = generated_kernels();
+    let failures: Vec<String> = kernels
         .iter()
-        .filter_map(|(src, label)| validate(label, src).err())
+        .filter_map(|k| validate(&k.label, &k.source).err())
         .collect();
     assert!(
         failures.is_empty(),
@@ -78,7 +30,7 @@ fn every_generated_kernel_validates_with_naga() {
         failures.join("\n")
     );
     // Every variant of every shader file was generated at least once.
-    let labels: Vec<&String> = sources.values().collect();
+    let labels: Vec<&String> = kernels.iter().map(|k| &k.label).collect();
     for (file, variants) in [
         ("matmul", &["matmul vec4", "matmul scalar"][..]),
         ("reduce", &["thread", "group"][..]),
@@ -104,5 +56,5 @@ fn every_generated_kernel_validates_with_naga() {
             );
         }
     }
-    println!("{} distinct kernels validated", sources.len());
+    println!("{} distinct kernels validated", kernels.len());
 }

@@ -185,6 +185,7 @@ pub fn sluice() -> std::process::Command {
     std::process::Command::new(bin)
 }
 
+pub mod kernels;
 pub mod op_cases;
 
 /// Seeded inputs for an operator case.

@@ -1,14 +1,18 @@
 //! Developer tasks, run as `cargo xtask <task>`:
 //!
-//! - `test`: make sure a GPU adapter and the wasm target exist, then `cargo fmt --check`,
-//!   `cargo clippy -D warnings`, the engine's wasm32 check and `cargo test --workspace`.
-//!   `.ci/run` calls exactly this.
-//! - `demo`: make sure a GPU adapter exists, build `sluice` and start `sluice serve` on a
-//!   workspace holding the example graphs; it prints the URL.
+//! - `test`: make sure a GPU adapter, the wasm target, the `wasm-bindgen` CLI, Chromium
+//!   and the browser tests' npm packages exist, then `cargo fmt --check`,
+//!   `cargo clippy -D warnings`, the editor bundle (which builds the engine for wasm32),
+//!   `cargo test --workspace` and the editor's browser tests. `.ci/run` calls exactly this.
+//! - `editor`: build the editor bundle into `target/editor`.
+//! - `demo`: make sure a GPU adapter exists, build `sluice` and the editor bundle and start
+//!   `sluice serve` on a workspace holding the example graphs; it prints the URL.
 //! - `bench`: build `sluice` in release mode, run the DESIGN.md workloads
 //!   (`assets/bench/`) and write one JSON report (`target/bench-report.json`).
 
 mod bench;
+mod browser;
+mod editor;
 mod setup;
 
 use anyhow::{bail, Context, Result};
@@ -21,14 +25,15 @@ fn main() -> Result<()> {
     let root = workspace_root()?;
     std::env::set_current_dir(&root).with_context(|| format!("cannot enter {}", root.display()))?;
     match task.as_str() {
-        "test" => test(),
+        "test" => test(&root),
         "demo" => demo(&root),
+        "editor" => editor::build(&root).map(|_| ()),
         "bench" => {
             setup::ensure_gpu_adapter()?;
             bench::bench(&root)
         }
         _ => {
-            eprintln!("usage: cargo xtask <task>\n\n  test   set up (GPU driver, wasm target), then fmt, clippy, wasm check, all tests\n  demo   set up, then start sluice serve with the example graphs\n  bench  run the benchmark workloads, write target/bench-report.json");
+            eprintln!("usage: cargo xtask <task>\n\n  test    set up (GPU driver, wasm target and tools, Chromium), then fmt, clippy, the editor bundle, all tests, the browser tests\n  editor  build the editor bundle into target/editor\n  demo    set up, build the editor, then start sluice serve with the example graphs\n  bench  run the benchmark workloads, write target/bench-report.json");
             bail!("unknown task '{task}'")
         }
     }
@@ -61,9 +66,12 @@ fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 
-fn test() -> Result<()> {
+fn test(root: &Path) -> Result<()> {
+    let started = Instant::now();
     setup::ensure_gpu_adapter()?;
     setup::ensure_wasm_target()?;
+    editor::ensure_wasm_bindgen(root)?;
+    browser::ensure_tools(root)?;
     let cargo = cargo();
     run(&cargo, &["fmt", "--all", "--check"])?;
     run(
@@ -77,21 +85,27 @@ fn test() -> Result<()> {
             "warnings",
         ],
     )?;
-    run(
-        &cargo,
-        &[
-            "check",
-            "-p",
-            "sluice-engine",
-            "--target",
-            "wasm32-unknown-unknown",
-        ],
-    )?;
-    run_tests(&cargo)
+    // The bundle's wasm build is also the engine's wasm32 check.
+    let bundle = editor::build(root)?;
+    let (mut passed, mut failed) = run_tests(&cargo)?;
+    run(&cargo, &["build", "-p", "sluice-server"])?;
+    let sluice = root.join("target/debug/sluice");
+    let (p, f) = browser::run_tests(root, &sluice, &bundle)?;
+    passed += p;
+    failed += f;
+    println!(
+        "all checks took {:.1} min",
+        started.elapsed().as_secs_f64() / 60.0
+    );
+    println!("tests: {passed} passed, {failed} failed");
+    if failed > 0 {
+        bail!("{failed} test(s) failed");
+    }
+    Ok(())
 }
 
-/// `cargo test --workspace`, echoing its output, then one closing line with the totals.
-fn run_tests(cargo: &str) -> Result<()> {
+/// `cargo test --workspace`, echoing its output; returns (passed, failed).
+fn run_tests(cargo: &str) -> Result<(u64, u64)> {
     use std::io::{BufRead, BufReader};
     println!("$ {cargo} test --workspace");
     let start = Instant::now();
@@ -124,16 +138,20 @@ fn run_tests(cargo: &str) -> Result<()> {
         }
     }
     let status = child.wait()?;
-    println!("  ({:.0} s)", start.elapsed().as_secs_f64());
-    println!("tests: {passed} passed, {failed} failed");
+    println!(
+        "  ({:.0} s; cargo tests: {passed} passed, {failed} failed)",
+        start.elapsed().as_secs_f64()
+    );
     if !status.success() {
+        println!("tests: {passed} passed, {failed} failed");
         bail!("`cargo test --workspace` failed ({status})");
     }
-    Ok(())
+    Ok((passed, failed))
 }
 
 fn demo(root: &Path) -> Result<()> {
     setup::ensure_gpu_adapter()?;
+    let bundle = editor::build(root)?;
     let cargo = cargo();
     run(&cargo, &["build", "-p", "sluice-server"])?;
     let sluice = root.join("target/debug/sluice");
@@ -143,5 +161,9 @@ fn demo(root: &Path) -> Result<()> {
     let workspace =
         std::env::var("SLUICE_DEMO_WORKSPACE").unwrap_or_else(|_| "sluice-demo-workspace".into());
     println!("starting `sluice serve` on workspace '{workspace}' (Ctrl-C stops it)");
-    run(sluice, &["serve", "--workspace", &workspace])
+    let bundle = bundle.to_str().context("non-UTF-8 path")?;
+    run(
+        sluice,
+        &["serve", "--workspace", &workspace, "--editor", bundle],
+    )
 }

@@ -39,7 +39,8 @@ fn os_release(key: &str) -> Option<String> {
         .map(|v| v.trim_matches('"').to_string())
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (and may install system packages).
+pub fn is_root() -> bool {
     output("id", &["-u"]).as_deref() == Some("0")
 }
 

@@ -1,0 +1,131 @@
+// What the editor's browser tests share: a real `sluice serve` on a fresh workspace, Debian's
+// Chromium driven headless by playwright-core (never a downloaded browser), pointer
+// gestures on the SVG canvas, the editor's draft and .npy files.
+
+import { spawn } from 'node:child_process';
+import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { chromium } from 'playwright-core';
+
+/** Debian's Chromium with the flags ../shared/BROWSER.md measured (WebGPU included). */
+export async function launchChromium() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: [
+      '--no-sandbox', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--enable-unsafe-webgpu',
+    ],
+  });
+}
+
+function required(name) {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set: run these tests with \`cargo xtask test\``);
+  return v;
+}
+
+/** Starts `sluice serve` on a free port with a fresh workspace; resolves to { url, stop }. */
+export async function startServer() {
+  const workspace = mkdtempSync(join(tmpdir(), 'sluice-browser-'));
+  const child = spawn(required('SLUICE_BIN'), [
+    'serve', '--addr', '127.0.0.1:0', '--workspace', workspace,
+    '--editor', required('SLUICE_EDITOR'),
+  ], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines = createInterface({ input: child.stdout });
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('sluice serve printed no URL in 60 s')), 60_000);
+    child.once('exit', (code) => reject(new Error(`sluice serve exited (${code})`)));
+    lines.on('line', (line) => {
+      const m = line.match(/http:\/\/\S+/);
+      if (m) { clearTimeout(timer); resolve(m[0]); }
+    });
+  });
+  return {
+    url,
+    workspace,
+    stop() {
+      child.kill('SIGINT');
+      rmSync(workspace, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Where the tests write screenshots (target/screenshots). */
+export function screenshotDir() {
+  const dir = process.env.SLUICE_SCREENSHOTS ?? join(tmpdir(), 'sluice-screenshots');
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+/** The centre of an element, in page coordinates. */
+export async function centre(locator) {
+  const box = await locator.boundingBox();
+  if (!box) throw new Error(`${locator} is not visible`);
+  return { x: box.x + box.width / 2, y: box.y + box.height / 2 };
+}
+
+/** Presses the mouse at `from`, moves in steps to `to` and releases it there. */
+export async function dragBetween(page, from, to) {
+  await page.mouse.move(from.x, from.y);
+  await page.mouse.down();
+  await page.mouse.move(from.x + (to.x - from.x) / 3, from.y + (to.y - from.y) / 3, { steps: 4 });
+  await page.mouse.move(to.x, to.y, { steps: 8 });
+  await page.mouse.up();
+}
+
+/** Drags a palette entry onto the canvas at (x, y) relative to the canvas's corner. */
+export async function dropFromPalette(page, op, x, y) {
+  const canvas = await page.locator('#canvas').boundingBox();
+  const from = await centre(page.locator(`.palette-item[data-op="${op}"]`));
+  await dragBetween(page, from, { x: canvas.x + x, y: canvas.y + y });
+}
+
+/** Drags from output port `fromPort` of `from` to input port `toPort` of `to`. */
+export async function wire(page, from, fromPort, to, toPort) {
+  const a = await centre(page.locator(`g.port.out[data-node="${from}"][data-out-port="${fromPort}"] circle.hit`));
+  const b = await centre(page.locator(`g.port.in[data-node="${to}"][data-in-port="${toPort}"] circle.hit`));
+  await dragBetween(page, a, b);
+}
+
+/** Clicks a node's body (selects it and shows its properties). */
+export async function selectNode(page, id) {
+  const body = page.locator(`g.node[data-id="${id}"] rect.body`);
+  const box = await body.boundingBox();
+  await page.mouse.click(box.x + box.width / 2, box.y + 10);
+}
+
+/** Types into a field and commits it (the editor applies fields on change). */
+export async function setField(locator, text) {
+  await locator.fill(text);
+  await locator.press('Enter');
+}
+
+/** The document the editor holds, from its draft in local storage (kept after every edit). */
+export async function draftDoc(page) {
+  const text = await page.evaluate(() => localStorage.getItem('sluice.draft'));
+  if (!text) throw new Error('the editor kept no draft');
+  return JSON.parse(text).doc;
+}
+
+/** The label of the edge from reference `from` to input `port` of `to`. */
+export async function edgeLabel(page, from, to, port = 0) {
+  return page.locator(`text.edge-label[data-edge="${from}>${to}:${port}"]`).textContent();
+}
+
+/** Reads a little-endian float32 .npy file: { shape, values }. */
+export function readNpy(bytes) {
+  const buf = Buffer.from(bytes);
+  if (buf.subarray(0, 6).toString('latin1') !== '\x93NUMPY') throw new Error('not an .npy file');
+  const major = buf[6];
+  const headerLen = major === 1 ? buf.readUInt16LE(8) : buf.readUInt32LE(8);
+  const start = (major === 1 ? 10 : 12);
+  const header = buf.subarray(start, start + headerLen).toString('latin1');
+  if (!header.includes("'descr': '<f4'")) throw new Error(`not float32: ${header}`);
+  const shape = header.match(/'shape': \(([^)]*)\)/)[1].split(',').map((s) => s.trim()).filter(Boolean).map(Number);
+  const data = buf.subarray(start + headerLen);
+  const values = new Float32Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.length));
+  return { shape, values };
+}
