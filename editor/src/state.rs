@@ -406,10 +406,14 @@ impl EditorState {
         self.selected_edge.set(None);
     }
 
-    /// Whether the document differs from what was last saved or opened.
+    /// Whether the document differs from what was last saved or opened (a new graph:
+    /// whether anything was put in it).
     pub fn dirty(&self) -> bool {
         let current = self.doc.with(model::for_engine);
-        self.saved.with(|s| s.as_ref() != Some(&current))
+        self.saved.with(|s| match s {
+            Some(saved) => saved != &current,
+            None => !current.inputs.is_empty() || !current.nodes.is_empty(),
+        })
     }
 
     /// Shows a notice; information fades after a few seconds, errors stay until closed.

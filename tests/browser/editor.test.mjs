@@ -23,6 +23,7 @@ describe('the editor', { timeout: 900_000 }, () => {
   let serverRunId;
   const shots = screenshotDir();
   const pageErrors = [];
+  const dialogs = [];
 
   before(async () => {
     server = await startServer();
@@ -30,7 +31,7 @@ describe('the editor', { timeout: 900_000 }, () => {
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true });
     page = await context.newPage();
     page.on('pageerror', (e) => pageErrors.push(String(e)));
-    page.on('dialog', (d) => d.accept());
+    page.on('dialog', (d) => { dialogs.push(d.message()); d.accept(); });
   });
 
   after(async () => {
@@ -126,8 +127,10 @@ describe('the editor', { timeout: 900_000 }, () => {
     await page.evaluate(() => localStorage.clear());
     await openEditor();
     assert.equal(await page.locator('g.node').count(), 0, 'no draft: a new graph');
+    assert.equal(await page.locator('.dirty').textContent(), 'new');
     await page.locator('#open-graph').selectOption('mlp_drawn');
     await page.waitForSelector('g.node[data-id="softmax1"]');
+    assert.deepEqual(dialogs, [], 'an untouched new graph is replaced without asking');
     assert.equal(await edgeLabel(page, 'linear2', 'softmax1'), 'f32 [N, 10]');
   });
 

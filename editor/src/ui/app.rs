@@ -24,10 +24,9 @@ use wasm_bindgen::JsCast;
 fn restore(state: EditorState) {
     match storage::load_draft() {
         Some(draft) => {
-            let unsaved = draft.saved.as_ref() != Some(&model::for_engine(&draft.doc));
             let name = draft.doc.name.clone();
             state.load(draft.doc, draft.saved);
-            if unsaved {
+            if state.dirty() {
                 state.info(format!(
                     "restored your unsaved changes to '{name}' from the last visit"
                 ));

@@ -39,7 +39,11 @@ pub fn Toolbar(state: EditorState) -> impl IntoView {
                     on:change=on_name />
             </label>
             <span class="dirty" title="unsaved changes" data-dirty=move || state.dirty().to_string()>
-                {move || if state.dirty() { "● unsaved" } else { "saved" }}
+                {move || match (state.dirty(), state.saved.with(Option::is_some)) {
+                    (true, _) => "● unsaved",
+                    (false, true) => "saved",
+                    (false, false) => "new",
+                }}
             </span>
             <button on:click=move |_| actions::new_graph(state) title="New graph">"New"</button>
             <select id="open-graph" title="Open a graph of the workspace"

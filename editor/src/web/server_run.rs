@@ -79,7 +79,7 @@ fn apply_summary(view: &mut RunView, row: &Value) {
 pub fn start(state: EditorState) {
     let settings = state.settings.get_untracked();
     let doc = state.doc.get_untracked();
-    let saved_clean = !state.dirty() && !doc.name.is_empty();
+    let saved_clean = state.saved.with_untracked(Option::is_some) && !state.dirty();
     let updater = state.begin_run(Target::Server, "submitting");
     let update = move |f: &dyn Fn(&mut RunView)| updater.update(f);
     let graph = if saved_clean {
