@@ -56,6 +56,12 @@ describe('the editor', { timeout: 900_000 }, () => {
     return JSON.parse(readFileSync(await download.path(), 'utf8'));
   }
 
+  /** Closes the notice, if one shows, so screenshots see what is under it. */
+  async function closeNotice() {
+    const close = page.locator('.notice-close');
+    if (await close.count()) await close.click();
+  }
+
   async function notice() {
     return page.locator('.notice .notice-text').textContent();
   }
@@ -183,6 +189,13 @@ describe('the editor', { timeout: 900_000 }, () => {
     assert.equal(await page.locator('g.node[data-id="add1"]').count(), 0);
     await page.keyboard.press('Control+z');
     assert.deepEqual(await draftDoc(page), s2);
+
+    // Unsaved work survives a reload: the draft comes back, marked unsaved.
+    await openEditor();
+    assert.deepEqual(await draftDoc(page), s2);
+    assert.equal(await page.locator('g.node[data-id="add1"]').count(), 1);
+    assert.equal(await page.getAttribute('.dirty', 'data-dirty'), 'true');
+    assert.match(await notice(), /restored your unsaved changes to 'mlp_drawn'/);
   });
 
   it('runs mlp.json on the server: outputs, utilisation, and a Gantt of 2 stages x 4 micro-batches', async () => {
@@ -209,6 +222,7 @@ describe('the editor', { timeout: 900_000 }, () => {
     const bubble = await page.locator('#run-figures [data-figure="bubble"] .figure-value').textContent();
     assert.match(bubble, /% measured · 20\.0% ideal/);
     console.log(`server run ${serverRunId}: bubble ${bubble}`);
+    await closeNotice();
     await page.screenshot({ path: join(shots, 'run-server-pipeline.png') });
 
     // The run's Chrome trace downloads, with a compute track per stage.
@@ -234,6 +248,7 @@ describe('the editor', { timeout: 900_000 }, () => {
     assert.equal(await page.getAttribute('#run-status', 'data-status'), 'succeeded', status);
     assert.match(status, /browser run/);
     assert.equal(await page.locator('#gantt-chart g.gantt-row').count(), 2);
+    await closeNotice();
     await page.screenshot({ path: join(shots, 'run-browser-webgpu.png') });
     const trace = await downloadJson(page.locator('#trace-button'));
     assert.ok(trace.traceEvents.some((e) => e.ph === 'X'), 'the browser run\'s trace has slices');

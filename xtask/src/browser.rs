@@ -50,22 +50,26 @@ pub fn ensure_tools(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Runs the browser tests against `sluice` and the editor bundle; returns (passed, failed).
-pub fn run_tests(root: &Path, sluice: &Path, bundle: &Path) -> Result<(u64, u64)> {
+/// Runs the browser tests against the `sluice` binary and the `kernels` example in
+/// `built` (what `cargo test --workspace` built) and the editor bundle; returns
+/// (passed, failed).
+pub fn run_tests(root: &Path, built: &Path, bundle: &Path) -> Result<(u64, u64)> {
     let dir = root.join("tests/browser");
+    let exe = std::env::consts::EXE_SUFFIX;
+    let sluice = built.join(format!("sluice{exe}"));
+    let lister = built.join(format!("examples/kernels{exe}"));
+    for path in [&sluice, &lister] {
+        if !path.exists() {
+            bail!(
+                "{} is missing: `cargo test --workspace` builds it",
+                path.display()
+            );
+        }
+    }
     let kernels = root.join("target/browser-kernels.json");
     crate::run(
-        &crate::cargo(),
-        &[
-            "run",
-            "--quiet",
-            "-p",
-            "sluice-tests",
-            "--example",
-            "kernels",
-            "--",
-            kernels.to_str().context("non-UTF-8 path")?,
-        ],
+        lister.to_str().context("non-UTF-8 path")?,
+        &[kernels.to_str().context("non-UTF-8 path")?],
     )?;
     let mut tests: Vec<_> = std::fs::read_dir(&dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -85,7 +89,7 @@ pub fn run_tests(root: &Path, sluice: &Path, bundle: &Path) -> Result<(u64, u64)
         ])
         .args(&tests)
         .current_dir(&dir)
-        .env("SLUICE_BIN", sluice)
+        .env("SLUICE_BIN", &sluice)
         .env("SLUICE_KERNELS", &kernels)
         .env("SLUICE_EDITOR", bundle)
         .env("SLUICE_SCREENSHOTS", root.join("target/screenshots"))
