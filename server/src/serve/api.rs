@@ -486,23 +486,24 @@ async fn run_events(
             "this endpoint is a WebSocket: connect with an Upgrade: websocket request ({e})"
         ))
     })?;
-    let rx = state.runs.subscribe(&id);
-    Ok(ws.on_upgrade(move |socket| forward_events(socket, state, id, rx)))
+    let watch = state.runs.watch(&id);
+    Ok(ws.on_upgrade(move |socket| forward_events(socket, state, id, watch)))
 }
 
-/// Forwards a run's events, then its summary; a finished run gets the summary at once.
-/// Whatever the client sends is read and ignored, so garbage frames cannot stop the server.
+/// Forwards a run's events, then its summary: a live run's messages so far and then as
+/// they come, a finished run's kept events. Whatever the client sends is read and
+/// ignored, so garbage frames cannot stop the server.
 async fn forward_events(
     mut socket: WebSocket,
     state: AppState,
     id: String,
-    rx: Option<tokio::sync::broadcast::Receiver<String>>,
+    watch: Option<(Vec<String>, tokio::sync::broadcast::Receiver<String>)>,
 ) {
     let summary = || {
         let row = state.db.get(&id).ok().flatten();
         json!({ "type": "summary", "run": row }).to_string()
     };
-    let Some(mut rx) = rx else {
+    let Some((backlog, mut rx)) = watch else {
         // A finished run: replay what it kept, so a late watcher still sees its charts.
         if let Ok(Some(kept)) = state.workspace.read_run_events(&id) {
             for e in kept.events {
@@ -516,6 +517,11 @@ async fn forward_events(
         let _ = socket.send(Message::Close(None)).await;
         return;
     };
+    for text in backlog {
+        if socket.send(Message::Text(text.into())).await.is_err() {
+            return;
+        }
+    }
     loop {
         tokio::select! {
             msg = rx.recv() => match msg {

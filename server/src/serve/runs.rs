@@ -205,10 +205,50 @@ pub fn check_limits(graph: &Graph, batch: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// A run in progress: its cancel flag and its event channel.
+/// Most messages of one run kept for watchers who join late; later ones are only
+/// broadcast (the finished run's events file still has them all).
+const BACKLOG_LIMIT: usize = 100_000;
+
+/// A live run's messages: broadcast to watchers and kept, so one who joins mid-run gets
+/// everything sent before, then the rest, with no gap and nothing twice.
+pub struct EventLog {
+    backlog: Mutex<Vec<String>>,
+    tx: broadcast::Sender<String>,
+}
+
+impl EventLog {
+    fn new() -> EventLog {
+        EventLog {
+            backlog: Mutex::new(Vec::new()),
+            tx: broadcast::channel(4096).0,
+        }
+    }
+
+    /// Sends a message to every watcher and keeps it for later ones.
+    pub fn send(&self, text: String) {
+        let Ok(mut backlog) = self.backlog.lock() else {
+            return;
+        };
+        if backlog.len() < BACKLOG_LIMIT {
+            backlog.push(text.clone());
+        }
+        let _ = self.tx.send(text);
+    }
+
+    /// Everything sent so far, and a receiver of what comes next.
+    pub fn watch(&self) -> (Vec<String>, broadcast::Receiver<String>) {
+        // Copying and subscribing under the lock `send` takes: no message falls between.
+        match self.backlog.lock() {
+            Ok(backlog) => (backlog.clone(), self.tx.subscribe()),
+            Err(_) => (Vec::new(), self.tx.subscribe()),
+        }
+    }
+}
+
+/// A run in progress: its cancel flag and its messages.
 struct Live {
     cancel: Arc<AtomicBool>,
-    events: broadcast::Sender<String>,
+    events: Arc<EventLog>,
 }
 
 /// Figures of the last finished run, for `/metrics` and `/api/devices`.
@@ -308,7 +348,7 @@ impl Runs {
     pub fn enqueue(&self, db: &Db, graph_label: &str, params: &Value) -> anyhow::Result<Enqueued> {
         let id = self.new_id();
         db.insert(&id, graph_label, params)?;
-        let (events, _) = broadcast::channel(4096);
+        let events = Arc::new(EventLog::new());
         self.live
             .lock()
             .map_err(|_| anyhow::anyhow!("lock poisoned"))?
@@ -331,9 +371,11 @@ impl Runs {
         }
     }
 
-    /// Subscribes to a live run's events (None when it is not live).
-    pub fn subscribe(&self, id: &str) -> Option<broadcast::Receiver<String>> {
-        self.live.lock().ok()?.get(id).map(|l| l.events.subscribe())
+    /// Watches a live run: what it sent so far and a receiver of the rest (None when it
+    /// is not live).
+    pub fn watch(&self, id: &str) -> Option<(Vec<String>, broadcast::Receiver<String>)> {
+        let log = self.live.lock().ok()?.get(id).map(|l| l.events.clone())?;
+        Some(log.watch())
     }
 
     /// Asks a running run to stop; false when it is not live.
@@ -355,8 +397,7 @@ impl Runs {
     fn finish_live(&self, id: &str, summary: &Value) {
         if let Ok(mut l) = self.live.lock() {
             if let Some(live) = l.remove(id) {
-                let _ = live
-                    .events
+                live.events
                     .send(json!({ "type": "summary", "run": summary }).to_string());
             }
         }
@@ -456,7 +497,7 @@ fn run_blocking(
     row: &RunRow,
     ws: &Workspace,
     cancel: &AtomicBool,
-    events: &broadcast::Sender<String>,
+    events: &EventLog,
     runs: &Runs,
 ) -> Result<(Value, Value), String> {
     let req = parse_request(&row.params)?;
@@ -499,7 +540,7 @@ fn run_blocking(
     let mut session = Session::new(&graph, &weights, &req.config).map_err(|e| e.to_string())?;
     let live = LiveUtilisation::default();
     let observe = |e: &sluice_engine::telemetry::Event| {
-        let _ = events.send(json!({ "type": "event", "event": e }).to_string());
+        events.send(json!({ "type": "event", "event": e }).to_string());
         live.record(e, &runs.last);
     };
     let report =
@@ -509,7 +550,7 @@ fn run_blocking(
             Err(e) => return Err(e.to_string()),
         };
     let metrics = serde_json::to_value(&report.metrics).map_err(|e| e.to_string())?;
-    let _ = events.send(json!({ "type": "metrics", "metrics": metrics }).to_string());
+    events.send(json!({ "type": "metrics", "metrics": metrics }).to_string());
     let outputs = store_outputs(ws, &row.id, &report.outputs)?;
     let devices = session.device_names();
     store_events(ws, &row.id, &report.events, &devices);
@@ -545,7 +586,7 @@ fn run_on_workers(
     workers: &[super::workers::WorkerHandle],
     ws: &Workspace,
     cancel: &AtomicBool,
-    events: &broadcast::Sender<String>,
+    events: &EventLog,
     runs: &Runs,
 ) -> Result<(Value, Value), String> {
     let cfg = &req.config;
@@ -558,7 +599,7 @@ fn run_on_workers(
         .collect();
     let live = LiveUtilisation::default();
     let observe = |e: &sluice_engine::telemetry::Event| {
-        let _ = events.send(json!({ "type": "event", "event": e }).to_string());
+        events.send(json!({ "type": "event", "event": e }).to_string());
         live.record(e, &runs.last);
     };
     let (values, evs) = run_remote(
