@@ -7,7 +7,7 @@ use sluice_engine::graph::Graph;
 use sluice_engine::runtime::plan::{Plan, PlanOptions, ValueKind};
 use sluice_engine::runtime::session::Session;
 use sluice_engine::runtime::RunConfig;
-use sluice_engine::runtime::{random_inputs, GpuExecutable};
+use sluice_engine::runtime::{random_inputs, AsyncSession, GpuExecutable};
 use sluice_engine::telemetry::trace::chrome_trace;
 use sluice_engine::weights::init_weights;
 use sluice_engine::{Tensor, TensorData};
@@ -219,6 +219,45 @@ fn two_stage_pipelines_equal_the_single_device_run() {
         assert_eq!(two[0].1.shape, single[0].1.shape);
         assert_eq!(two[0].1, single[0].1, "S=2, M={micro} differs from S=1");
     }
+}
+
+#[test]
+fn the_one_thread_async_session_equals_the_threaded_one() {
+    // What browsers run (every GPU wait awaited, GPipe steps stage by stage) gives the
+    // native session's outputs and one compute block per stage and micro-batch.
+    let g = load("assets/bench/w5_pipeline.json");
+    let data = dataset(&g, 32, 9);
+    let weights = init_weights(&g, 1);
+    for (stages, micro) in [(1, 1), (1, 4), (2, 4)] {
+        let cfg = RunConfig {
+            batch: 16,
+            microbatches: micro,
+            stages,
+            ..Default::default()
+        };
+        let mut native = Session::new(&g, &weights, &cfg).unwrap();
+        let want = native.run(&data, "native", &|_, _| {}).unwrap();
+        let session = pollster::block_on(AsyncSession::new(&g, &weights, &cfg, &|_| {})).unwrap();
+        let got = pollster::block_on(session.run(&data, "async", None)).unwrap();
+        assert_eq!(got.outputs, want.outputs, "S={stages}, M={micro}");
+        assert_eq!(got.micro_batches, 2 * micro);
+        let blocks: std::collections::BTreeSet<(usize, usize)> = got
+            .events
+            .iter()
+            .filter(|e| e.kind == sluice_engine::telemetry::EventKind::Compute)
+            .map(|e| (e.stage, e.micro_batch))
+            .collect();
+        assert_eq!(blocks.len(), stages * 2 * micro, "S={stages}, M={micro}");
+    }
+    // A dataset that does not fill whole micro-batches is refused, not cut.
+    let cfg = RunConfig {
+        batch: 16,
+        microbatches: 4,
+        ..Default::default()
+    };
+    let session = pollster::block_on(AsyncSession::new(&g, &weights, &cfg, &|_| {})).unwrap();
+    let err = pollster::block_on(session.run(&dataset(&g, 30, 1), "async", None)).unwrap_err();
+    assert!(err.to_string().contains("do not split"), "{err}");
 }
 
 #[test]

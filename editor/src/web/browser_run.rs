@@ -81,9 +81,18 @@ pub fn start(state: EditorState) {
     let settings = state.settings.get_untracked();
     let doc = model::for_engine(&state.doc.get_untracked());
     let updater = state.begin_run(Target::Browser, "preparing");
+    // wgpu does not pass the adapter's name on in browsers; the probe asked the page.
+    let adapter = state
+        .browser_gpu
+        .with_untracked(|g| {
+            g.as_ref()
+                .and_then(|g| g.as_ref().ok())
+                .map(|a| a.name.clone())
+        })
+        .unwrap_or_else(|| "WebGPU adapter".into());
     let update = move |f: &dyn Fn(&mut RunView)| updater.update(f);
     leptos::task::spawn_local(async move {
-        if let Err(e) = run(&doc, &settings, &update).await {
+        if let Err(e) = run(&doc, &settings, &adapter, &update).await {
             update(&|r| r.status = RunStatus::Failed(e.clone()));
         }
     });
@@ -92,6 +101,7 @@ pub fn start(state: EditorState) {
 async fn run(
     doc: &sluice_engine::graph::GraphDoc,
     settings: &crate::state::RunSettings,
+    adapter: &str,
     update: &UpdateRun,
 ) -> Result<(), String> {
     let graph = sluice_engine::graph::Graph::build(doc.clone()).map_err(|p| p.render())?;
@@ -115,7 +125,14 @@ async fn run(
         .await
         .map_err(|e| e.to_string())?;
     update(&|r| {
-        r.devices = session.device_names();
+        r.devices = session
+            .device_names()
+            .into_iter()
+            .map(|n| match n.strip_prefix(" (") {
+                Some(backend) => format!("{adapter} ({backend}"),
+                None => n,
+            })
+            .collect();
         r.status = RunStatus::Active("running".into());
     });
     let observe = |e: &Event| update(&|r| r.events.push(e.clone()));
