@@ -22,11 +22,6 @@ pub struct Analysis {
 }
 
 impl Analysis {
-    /// Whether the document is a valid graph.
-    pub fn is_valid(&self) -> bool {
-        self.problems.is_empty()
-    }
-
     /// The problems that belong to a node.
     pub fn problems_of<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Problem> + 'a {
         self.problems
@@ -80,7 +75,7 @@ mod tests {
             ],
             "outputs": ["after"]
         }));
-        assert!(!a.is_valid());
+        assert!(!a.problems.is_empty());
         assert_eq!(a.types["fc"][0].to_string(), "f32 [N, 32]");
         assert!(!a.types.contains_key("bad"));
         assert!(

@@ -8,9 +8,9 @@
 use super::dataset::{self, bind, RunConfig, RunReport};
 use super::exec::{ExecOptions, GpuExecutable, TraceContext};
 use super::gpu::GpuContext;
-use super::plan::{HalfStorage, MemorySummary, Plan, PlanOptions};
+use super::plan::{HalfStorage, MemorySummary, Plan};
 use super::schedule;
-use super::stages::{self, StagePlanSummary, StageSpec};
+use super::stages::{self, StageSpec};
 use super::RunError;
 use crate::graph::Graph;
 use crate::telemetry::{now_ns, Event, TimingSource};
@@ -31,10 +31,8 @@ pub struct AsyncSession {
     graph: Graph,
     config: RunConfig,
     micro: usize,
-    options: PlanOptions,
     contexts: Vec<GpuContext>,
     compiled: Compiled,
-    stage_summary: Option<StagePlanSummary>,
 }
 
 impl AsyncSession {
@@ -55,7 +53,7 @@ impl AsyncSession {
             contexts.push(GpuContext::new().await?);
         }
         let options = dataset::plan_options(config, &contexts, &mut |_| Ok(HalfStorage::Packed))?;
-        let (compiled, stage_summary) = if config.stages == 1 {
+        let compiled = if config.stages == 1 {
             progress("compiling kernels");
             let exe = GpuExecutable::with_options(
                 &contexts[0],
@@ -67,10 +65,9 @@ impl AsyncSession {
                 },
             )
             .await?;
-            (Compiled::Single(Box::new(exe)), None)
+            Compiled::Single(Box::new(exe))
         } else {
             let part = stages::choose(&bound, config.stages, &stages::model_costs(&bound))?;
-            let summary = stages::summary(&bound, &part);
             let mut compiled = Vec::new();
             for (spec, ctx) in stages::split(&bound, &part)?.into_iter().zip(&contexts) {
                 progress(&format!(
@@ -87,16 +84,14 @@ impl AsyncSession {
                 let exe = GpuExecutable::with_options(ctx, plan, weights, opts).await?;
                 compiled.push((spec, exe));
             }
-            (Compiled::Stages(compiled), Some(summary))
+            Compiled::Stages(compiled)
         };
         Ok(AsyncSession {
             graph: graph.clone(),
             config: config.clone(),
             micro,
-            options,
             contexts,
             compiled,
-            stage_summary,
         })
     }
 
@@ -106,16 +101,6 @@ impl AsyncSession {
             .iter()
             .map(|c| format!("{} ({})", c.adapter.name, c.adapter.backend))
             .collect()
-    }
-
-    /// The plan options in force.
-    pub fn plan_options(&self) -> PlanOptions {
-        self.options
-    }
-
-    /// The stage split, for pipelines.
-    pub fn stage_summary(&self) -> Option<&StagePlanSummary> {
-        self.stage_summary.as_ref()
     }
 
     fn executables(&self) -> Vec<&GpuExecutable> {
