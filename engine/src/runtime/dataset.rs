@@ -233,33 +233,32 @@ pub fn rows(t: &Tensor, from: usize, to: usize) -> Tensor {
 
 /// Concatenates tensors of one dtype along axis 0.
 pub fn concat_rows(parts: &[&Tensor]) -> Tensor {
+    /// Every part's values of the type `pick` takes, in order, copied once.
+    fn join<'a, T: Clone + 'a>(
+        parts: &[&'a Tensor],
+        pick: impl Fn(&'a TensorData) -> Option<&'a [T]>,
+    ) -> Vec<T> {
+        let mut out = Vec::new();
+        for t in parts {
+            out.extend_from_slice(pick(&t.data).unwrap_or(&[]));
+        }
+        out
+    }
     let mut shape = parts[0].shape.clone();
     shape[0] = parts.iter().map(|t| t.shape[0]).sum();
     let data = match &parts[0].data {
-        TensorData::F32(_) => TensorData::F32(
-            parts
-                .iter()
-                .flat_map(|t| t.as_f32().unwrap_or(&[]).iter().copied())
-                .collect(),
-        ),
-        TensorData::I32(_) => TensorData::I32(
-            parts
-                .iter()
-                .flat_map(|t| match &t.data {
-                    TensorData::I32(v) => v.clone(),
-                    _ => Vec::new(),
-                })
-                .collect(),
-        ),
-        TensorData::Bool(_) => TensorData::Bool(
-            parts
-                .iter()
-                .flat_map(|t| match &t.data {
-                    TensorData::Bool(v) => v.clone(),
-                    _ => Vec::new(),
-                })
-                .collect(),
-        ),
+        TensorData::F32(_) => TensorData::F32(join(parts, |d| match d {
+            TensorData::F32(v) => Some(v),
+            _ => None,
+        })),
+        TensorData::I32(_) => TensorData::I32(join(parts, |d| match d {
+            TensorData::I32(v) => Some(v),
+            _ => None,
+        })),
+        TensorData::Bool(_) => TensorData::Bool(join(parts, |d| match d {
+            TensorData::Bool(v) => Some(v),
+            _ => None,
+        })),
     };
     Tensor { shape, data }
 }
