@@ -75,4 +75,14 @@ impl ConstantOp {
     pub fn infer(&self, _inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         Ok(vec![TensorType::f32(known(&self.value.shape))])
     }
+
+    /// Batch rule: a constant never depends on the batch.
+    pub fn batch(
+        &self,
+        _inputs: &[TensorType],
+        _batch: &[Option<usize>],
+        outputs: &[TensorType],
+    ) -> Result<Vec<Option<usize>>, String> {
+        Ok(vec![None; outputs.len()])
+    }
 }

@@ -342,6 +342,32 @@ impl ConvOp {
         Ok(vec![TensorType::f32(out)])
     }
 
+    /// Batch rule (NCHW): the batch stays on axis 0; pooling also keeps it on the channel
+    /// axis 1 (each channel is pooled alone), which conv2d sums over; H and W couple (the
+    /// window slides over them, and global_avg_pool averages them).
+    pub fn batch(
+        &self,
+        _inputs: &[TensorType],
+        batch: &[Option<usize>],
+        _outputs: &[TensorType],
+    ) -> Result<Vec<Option<usize>>, String> {
+        let name = self.name();
+        match (self, batch[0]) {
+            (_, None) => Ok(vec![None]),
+            (_, Some(0)) => Ok(vec![Some(0)]),
+            (ConvOp::Conv2d { .. }, Some(1)) => Err(format!(
+                "{name} sums over the channel axis 1, the batch axis"
+            )),
+            (_, Some(1)) => Ok(vec![Some(1)]),
+            (ConvOp::GlobalAvgPool, Some(a)) => {
+                Err(format!("{name} averages over axis {a}, the batch axis"))
+            }
+            (_, Some(a)) => Err(format!(
+                "{name} slides its window along axis {a}, the batch axis"
+            )),
+        }
+    }
+
     /// Weights of `conv2d`.
     pub fn params(&self, inputs: &[TensorType]) -> Result<Vec<ParamSpec>, String> {
         let ConvOp::Conv2d {
@@ -492,5 +518,41 @@ impl ConvOp {
             info,
             workgroups: dispatch_1d(threads, WG)?,
         }]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{couples, rule};
+    use serde_json::json;
+
+    #[test]
+    fn conv_and_pooling_keep_the_sample_axis() {
+        let conv = json!({ "out_channels": 2, "kernel_size": [3, 3] });
+        assert_eq!(
+            rule("conv2d", conv.clone(), &[("N,3,8,8", Some(0))]),
+            Ok(vec![Some(0)])
+        );
+        couples(
+            rule("conv2d", conv, &[("4,3,8,8", Some(1))]),
+            &["conv2d", "channel axis 1, the batch axis"],
+        );
+        let pool = json!({ "kernel_size": [2, 2], "strides": [2, 2] });
+        assert_eq!(
+            rule("max_pool2d", pool.clone(), &[("4,N,8,8", Some(1))]),
+            Ok(vec![Some(1)])
+        );
+        couples(
+            rule("avg_pool2d", pool, &[("4,3,8,8", Some(2))]),
+            &["avg_pool2d slides its window along axis 2"],
+        );
+        assert_eq!(
+            rule("global_avg_pool", json!({}), &[("N,3,8,8", Some(0))]),
+            Ok(vec![Some(0)])
+        );
+        couples(
+            rule("global_avg_pool", json!({}), &[("4,3,N,8", Some(2))]),
+            &["global_avg_pool averages over axis 2, the batch axis"],
+        );
     }
 }

@@ -7,7 +7,7 @@ use super::kernel::{
     dispatch_1d, f32_literal, fill, per_element_main, variant, word, Bindings, Concrete, Kernel,
     LowerCtx, Lowering, Slot, Storage, WG,
 };
-use super::{need_f32, Arity, OpSchema, TensorType};
+use super::{broadcast_batch, need_f32, Arity, OpSchema, TensorType};
 use crate::dtype::DType;
 use crate::shape::{broadcast, broadcast_strides, show};
 
@@ -292,6 +292,19 @@ impl ElementwiseOp {
         Ok(vec![TensorType::f32(shape)])
     }
 
+    /// Batch rule: every batched input's axis lands on one output axis under numpy
+    /// broadcasting (input axis a of rank r is output axis a + R − r); batches landing on
+    /// different axes couple ([N, 1] + [1, N] pairs every sample with every other).
+    pub fn batch(
+        &self,
+        inputs: &[TensorType],
+        batch: &[Option<usize>],
+        outputs: &[TensorType],
+    ) -> Result<Vec<Option<usize>>, String> {
+        let rank = outputs[0].shape.len();
+        Ok(vec![broadcast_batch(self.name(), inputs, batch, rank)?])
+    }
+
     /// The expression over inputs `args` (each an f32 expression; for `where`, args[0] is bool).
     pub fn wgsl(&self, args: &[String]) -> String {
         match self {
@@ -401,4 +414,42 @@ pub fn elementwise_kernel(
         info,
         workgroups: dispatch_1d(threads, WG)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{couples, rule};
+    use serde_json::json;
+
+    #[test]
+    fn broadcasting_aligns_batch_axes_from_the_right() {
+        let add = |a, b| rule("add", json!({}), &[a, b]);
+        assert_eq!(add(("N,4", Some(0)), ("4", None)), Ok(vec![Some(0)]));
+        assert_eq!(add(("4", None), ("N,4", Some(0))), Ok(vec![Some(0)]));
+        assert_eq!(add(("N,4", Some(0)), ("N,4", Some(0))), Ok(vec![Some(0)]));
+        assert_eq!(add(("N,4", Some(0)), ("3,1,4", None)), Ok(vec![Some(1)]));
+        assert_eq!(add(("N,1", Some(0)), ("3,N,4", Some(1))), Ok(vec![Some(1)]));
+        assert_eq!(
+            rule("relu", json!({}), &[("4,N", Some(1))]),
+            Ok(vec![Some(1)])
+        );
+        let w = rule(
+            "where",
+            json!({}),
+            &[("bool:N,1", Some(0)), ("N,4", Some(0)), ("4", None)],
+        );
+        assert_eq!(w, Ok(vec![Some(0)]));
+    }
+
+    #[test]
+    fn batches_broadcast_onto_different_axes_couple() {
+        couples(
+            rule("add", json!({}), &[("N,1", Some(0)), ("1,N", Some(1))]),
+            &["add", "axis 0", "axis 1"],
+        );
+        couples(
+            rule("mul", json!({}), &[("N,1", Some(0)), ("N", Some(0))]),
+            &["mul"],
+        );
+    }
 }

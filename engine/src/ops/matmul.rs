@@ -158,6 +158,61 @@ impl MatMulOp {
         }
     }
 
+    /// Batch rule: a batch on a's rows (M) or leading axes, or on b's columns (N) or
+    /// leading axes, lands on the matching output axis; a batch on a contracted axis (K)
+    /// couples (xᵀx sums over samples), and so do two batches landing on different output
+    /// axes (x·yᵀ pairs every sample with every other). `linear` keeps any axis but the
+    /// last, which it contracts.
+    pub fn batch(
+        &self,
+        inputs: &[TensorType],
+        batch: &[Option<usize>],
+        _outputs: &[TensorType],
+    ) -> Result<Vec<Option<usize>>, String> {
+        let name = self.name();
+        let contracts =
+            |which: &str, a: usize| format!("{name} contracts axis {a} of {which}, the batch axis");
+        if let MatMulOp::Linear { .. } = self {
+            let rank = inputs[0].shape.len();
+            return match batch[0] {
+                Some(a) if a + 1 == rank => Err(contracts("x", a)),
+                other => Ok(vec![other]),
+            };
+        }
+        let (a, b) = (&inputs[0].shape, &inputs[1].shape);
+        let o = operands(a, b)?;
+        let lead = o.a_batch.len().max(o.b_batch.len());
+        let m_out = o.m.map(|_| lead);
+        let n_out = o.n.map(|_| lead + usize::from(o.m.is_some()));
+        // Output axis of a's axis i, or the contraction.
+        let from_a = |i: usize| -> Result<usize, String> {
+            if i < o.a_batch.len() {
+                Ok(lead - o.a_batch.len() + i)
+            } else if i + 1 == a.len() {
+                Err(contracts("a", i))
+            } else {
+                m_out.ok_or_else(|| contracts("a", i))
+            }
+        };
+        let from_b = |i: usize| -> Result<usize, String> {
+            if i < o.b_batch.len() {
+                Ok(lead - o.b_batch.len() + i)
+            } else if i + 1 == b.len() && b.len() >= 2 {
+                n_out.ok_or_else(|| contracts("b", i))
+            } else {
+                Err(contracts("b", i))
+            }
+        };
+        let on_a = batch[0].map(from_a).transpose()?;
+        let on_b = batch[1].map(from_b).transpose()?;
+        match (on_a, on_b) {
+            (Some(x), Some(y)) if x != y => Err(format!(
+                "{name} pairs the batch of a (output axis {x}) with the batch of b (output axis {y}): every sample meets every other"
+            )),
+            (x, y) => Ok(vec![x.or(y)]),
+        }
+    }
+
     /// Weights of `linear`.
     pub fn params(&self, inputs: &[TensorType]) -> Result<Vec<ParamSpec>, String> {
         let MatMulOp::Linear { out_features, bias } = self else {
@@ -423,4 +478,58 @@ pub fn matmul_kernel(
         info,
         workgroups,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{couples, rule};
+    use serde_json::json;
+
+    #[test]
+    fn matmul_keeps_rows_columns_and_leading_axes() {
+        let m = |a, b| rule("matmul", json!({}), &[a, b]);
+        assert_eq!(m(("N,4", Some(0)), ("4,8", None)), Ok(vec![Some(0)]));
+        assert_eq!(m(("3,4", None), ("4,N", Some(1))), Ok(vec![Some(1)]));
+        // 1-D promotion: a vector times batched columns, batched rows times a vector.
+        assert_eq!(m(("4", None), ("4,N", Some(1))), Ok(vec![Some(0)]));
+        assert_eq!(m(("N,4", Some(0)), ("4", None)), Ok(vec![Some(0)]));
+        // Leading axes, broadcast against fewer or size-1 leading axes of the other side.
+        assert_eq!(m(("N,3,4", Some(0)), ("4,5", None)), Ok(vec![Some(0)]));
+        assert_eq!(m(("N,1,3,4", Some(0)), ("7,4,5", None)), Ok(vec![Some(0)]));
+        assert_eq!(m(("5,3,4", None), ("N,1,4,2", Some(0))), Ok(vec![Some(0)]));
+        // Both batched on the same leading axis: a product per sample.
+        assert_eq!(m(("N,3,4", Some(0)), ("N,4,5", Some(0))), Ok(vec![Some(0)]));
+    }
+
+    #[test]
+    fn matmul_couples_contractions_and_pairings() {
+        let m = |a, b| rule("matmul", json!({}), &[a, b]);
+        // xᵀx: the batch is a's K and b's K.
+        couples(
+            m(("4,N", Some(1)), ("N,4", Some(0))),
+            &["matmul", "axis 1 of a"],
+        );
+        couples(
+            m(("4,N", Some(1)), ("N,4", None)),
+            &["contracts axis 1 of a"],
+        );
+        couples(
+            m(("3,N", None), ("N,4", Some(0))),
+            &["contracts axis 0 of b"],
+        );
+        couples(m(("N", Some(0)), ("N,4", None)), &["contracts axis 0 of a"]);
+        // x·yᵀ: every sample paired with every other.
+        couples(
+            m(("N,4", Some(0)), ("4,N", Some(1))),
+            &["output axis 0", "output axis 1"],
+        );
+    }
+
+    #[test]
+    fn linear_keeps_every_axis_but_the_last() {
+        let l = |x| rule("linear", json!({ "out_features": 3 }), &[x]);
+        assert_eq!(l(("N,4", Some(0))), Ok(vec![Some(0)]));
+        assert_eq!(l(("2,N,4", Some(1))), Ok(vec![Some(1)]));
+        couples(l(("2,4", Some(1))), &["linear", "axis 1"]);
+    }
 }

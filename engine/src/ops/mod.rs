@@ -233,6 +233,62 @@ impl Op {
         }
     }
 
+    /// How the operator treats the batch axis: given each input's batch axis (None: the
+    /// input does not depend on the batch; at least one is Some), each output's batch axis,
+    /// or Err(reason) when the operator combines samples (reduces, normalises, contracts,
+    /// concatenates, splits, slices or indexes along the batch axis, or reshapes so that a
+    /// sample's elements are no longer a contiguous block along one axis).
+    ///
+    /// The reason names the operator and the axis ("softmax along axis 0, the batch
+    /// axis"). Inputs and outputs are the types inference gave; an axis outside its
+    /// input's rank, or a count that does not match the inputs, is an `Err` too.
+    pub fn batch(
+        &self,
+        inputs: &[TensorType],
+        batch: &[Option<usize>],
+        outputs: &[TensorType],
+    ) -> Result<Vec<Option<usize>>, String> {
+        let name = self.name();
+        if batch.len() != inputs.len() {
+            return Err(format!(
+                "'{name}' got {} batch axes for {} inputs",
+                batch.len(),
+                inputs.len()
+            ));
+        }
+        for (k, (t, b)) in inputs.iter().zip(batch).enumerate() {
+            if let Some(a) = *b {
+                if a >= t.shape.len() {
+                    return Err(format!(
+                        "'{name}': batch axis {a} of input {k} is outside {t}"
+                    ));
+                }
+            }
+        }
+        if outputs.is_empty() || batch.iter().all(Option::is_none) {
+            return Ok(vec![None; outputs.len()]);
+        }
+        let axes = match self {
+            Op::MatMul(o) => o.batch(inputs, batch, outputs),
+            Op::Elementwise(o) => o.batch(inputs, batch, outputs),
+            Op::Reduce(o) => o.batch(inputs, batch, outputs),
+            Op::Norm(o) => o.batch(inputs, batch, outputs),
+            Op::Movement(o) => o.batch(inputs, batch, outputs),
+            Op::Conv(o) => o.batch(inputs, batch, outputs),
+            Op::Constant(o) => o.batch(inputs, batch, outputs),
+        }?;
+        for (k, (t, b)) in outputs.iter().zip(&axes).enumerate() {
+            if let Some(a) = *b {
+                if a >= t.shape.len() {
+                    return Err(format!(
+                        "'{name}' puts the batch of output {k} on axis {a}, outside {t}"
+                    ));
+                }
+            }
+        }
+        Ok(axes)
+    }
+
     /// The weights this operator declares, given its (inferred) input types.
     pub fn params(&self, inputs: &[TensorType]) -> Result<Vec<ParamSpec>, String> {
         match self {
@@ -294,5 +350,91 @@ pub(crate) fn need_f32(op: &str, which: &str, t: &TensorType) -> Result<(), Stri
         Ok(())
     } else {
         Err(format!("'{op}' needs an f32 {which}, got {t}"))
+    }
+}
+
+/// The one output axis that the batched inputs of a broadcasting operator land on (input
+/// axis `a` of rank `r` is output axis `a + rank - r`, numpy-style), or Err when two land
+/// on different axes: every sample of one then meets every sample of the other.
+pub(crate) fn broadcast_batch(
+    op: &str,
+    inputs: &[TensorType],
+    batch: &[Option<usize>],
+    rank: usize,
+) -> Result<Option<usize>, String> {
+    let mut found: Option<(usize, usize)> = None;
+    for (k, (t, b)) in inputs.iter().zip(batch).enumerate() {
+        let Some(a) = *b else { continue };
+        let Some(out) = (a + rank).checked_sub(t.shape.len()) else {
+            return Err(format!(
+                "{op} has an input of rank {} above its output's {rank}",
+                t.shape.len()
+            ));
+        };
+        match found {
+            None => found = Some((k, out)),
+            Some((j, o)) if o != out => {
+                return Err(format!(
+                    "{op} broadcasts the batch of input {j} along axis {o} against the batch of input {k} along axis {out}: every sample meets every other"
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(found.map(|(_, o)| o))
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Running one operator's batch rule on symbolic shapes written as text.
+
+    use super::{parse, TensorType};
+    use crate::dtype::DType;
+    use crate::shape::{Dim, Shape};
+    use serde_json::Value;
+
+    /// `"N,4"` → `[N, 4]`; a leading `i32:` or `bool:` sets the dtype.
+    pub fn tensor(text: &str) -> TensorType {
+        let (dtype, dims) = match text.split_once(':') {
+            Some(("i32", d)) => (DType::I32, d),
+            Some(("bool", d)) => (DType::Bool, d),
+            _ => (DType::F32, text),
+        };
+        let shape: Shape = dims
+            .split(',')
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| match d.trim().parse::<usize>() {
+                Ok(n) => Dim::Known(n),
+                Err(_) => Dim::Sym(d.trim().to_string()),
+            })
+            .collect();
+        TensorType { shape, dtype }
+    }
+
+    /// The rule of operator `op` (attributes `attrs`) for inputs given as (shape text,
+    /// batch axis); inference must accept the inputs.
+    pub fn rule(
+        op: &str,
+        attrs: Value,
+        inputs: &[(&str, Option<usize>)],
+    ) -> Result<Vec<Option<usize>>, String> {
+        let attrs = attrs.as_object().cloned().unwrap_or_default();
+        let op = parse(op, &attrs).expect("attributes parse");
+        let types: Vec<TensorType> = inputs.iter().map(|(t, _)| tensor(t)).collect();
+        let axes: Vec<Option<usize>> = inputs.iter().map(|(_, a)| *a).collect();
+        let outputs = op.infer(&types).expect("inference accepts the inputs");
+        op.batch(&types, &axes, &outputs)
+    }
+
+    /// Asserts that the rule couples and that its reason mentions every one of `words`.
+    pub fn couples(result: Result<Vec<Option<usize>>, String>, words: &[&str]) {
+        match result {
+            Err(reason) => {
+                for w in words {
+                    assert!(reason.contains(w), "'{reason}' does not mention '{w}'");
+                }
+            }
+            Ok(axes) => panic!("expected a coupling, got axes {axes:?}"),
+        }
     }
 }

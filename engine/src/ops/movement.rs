@@ -8,7 +8,7 @@ use super::kernel::{
     dispatch_1d, fill, per_element_main, signed_word, variant, word, Bindings, Kernel, LowerCtx,
     Lowering, Slot, Storage, WG,
 };
-use super::{Arity, OpSchema, TensorType};
+use super::{broadcast_batch, Arity, OpSchema, TensorType};
 use crate::dtype::DType;
 use crate::shape::{self, broadcast, show, Dim, Product, Shape};
 
@@ -499,6 +499,85 @@ impl MovementOp {
         }
     }
 
+    /// Batch rule: views and reshapes keep a batch whose samples stay one block along one
+    /// axis ([`view_batch`]); transpose moves it; expand aligns it (numpy); concat, split
+    /// and slice along it couple, as does gather indexing it; batched indices land at
+    /// `axis + i`, and a batched x indexed by batched indices couples.
+    pub fn batch(
+        &self,
+        inputs: &[TensorType],
+        batch: &[Option<usize>],
+        outputs: &[TensorType],
+    ) -> Result<Vec<Option<usize>>, String> {
+        let name = self.name();
+        let dims = &inputs[0].shape;
+        let along = |a: usize| format!("{name} along axis {a}, the batch axis");
+        let one = |axis: Option<usize>| Ok(vec![axis; outputs.len()]);
+        match self {
+            MovementOp::Reshape { .. }
+            | MovementOp::Flatten { .. }
+            | MovementOp::Squeeze { .. }
+            | MovementOp::Unsqueeze { .. } => match batch[0] {
+                Some(b) => one(Some(view_batch(name, dims, b, &outputs[0].shape)?)),
+                None => one(None),
+            },
+            MovementOp::Identity { .. } => one(batch[0]),
+            MovementOp::Transpose { perm } => {
+                let p = permutation(perm, dims.len())?;
+                one(batch[0].and_then(|b| p.iter().position(|&i| i == b)))
+            }
+            MovementOp::Concat { axis } => {
+                let a = shape::axis(*axis, dims.len())?;
+                if batch.contains(&Some(a)) {
+                    return Err(along(a));
+                }
+                if batch.iter().any(Option::is_none) {
+                    return Err(format!(
+                        "{name} joins batched and unbatched inputs along axis {a}"
+                    ));
+                }
+                one(broadcast_batch(name, inputs, batch, dims.len())?)
+            }
+            MovementOp::Split { axis, .. } => {
+                let a = shape::axis(*axis, dims.len())?;
+                match batch[0] {
+                    Some(b) if b == a => Err(along(a)),
+                    other => one(other),
+                }
+            }
+            MovementOp::Slice { .. } => {
+                // Slices that keep a whole symbolic axis (0, open end, step 1) are not listed.
+                let sliced = self.slice_axes(dims)?;
+                match batch[0] {
+                    Some(b) if sliced.iter().any(|s| s.0 == b) => Err(along(b)),
+                    other => one(other),
+                }
+            }
+            MovementOp::Expand { .. } => one(broadcast_batch(
+                name,
+                inputs,
+                batch,
+                outputs[0].shape.len(),
+            )?),
+            MovementOp::Gather { axis } => {
+                let a = shape::axis(*axis, dims.len())?;
+                let index_rank = inputs.get(1).map_or(0, |t| t.shape.len());
+                match (batch[0], batch.get(1).copied().flatten()) {
+                    (Some(_), Some(_)) => Err(format!(
+                        "{name} indexes batched x with batched indices: every sample's indices reach every sample"
+                    )),
+                    (Some(b), None) if b == a => Err(format!(
+                        "{name} indexes along axis {a}, the batch axis"
+                    )),
+                    (Some(b), None) if b < a => one(Some(b)),
+                    (Some(b), None) => one((b + index_rank).checked_sub(1)),
+                    (None, Some(i)) => one(Some(a + i)),
+                    (None, None) => one(None),
+                }
+            }
+        }
+    }
+
     /// Sizes of the parts of a split of an axis of length `len`.
     pub fn split_sizes(&self, len: usize) -> Result<Vec<usize>, String> {
         let MovementOp::Split { sizes, parts, .. } = self else {
@@ -821,6 +900,32 @@ pub fn permutation(perm: &Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>, S
     Ok(p)
 }
 
+/// Where the batch of a view or reshape lands. A sample's elements form, inside each block
+/// of everything before input axis `a`, one contiguous run along `a`; they still do in the
+/// output at axis `b` when the dimensions before `b` multiply to the same product as those
+/// before `a` (so the blocks line up) and dimension `b` holds exactly one symbolic factor
+/// (a fixed number of rows per sample). Anything else splits samples apart: coupled.
+pub fn view_batch(op: &str, input: &[Dim], a: usize, output: &[Dim]) -> Result<usize, String> {
+    let apart = || {
+        format!(
+            "{op} {} → {} moves samples apart (the batch axis was {a})",
+            show(input),
+            show(output)
+        )
+    };
+    let before = Product::of(input.get(..a).ok_or_else(apart)?).ok_or_else(apart)?;
+    for b in 0..output.len() {
+        let (Some(prefix), Some(dim)) = (Product::of(&output[..b]), Product::of(&output[b..b + 1]))
+        else {
+            return Err(apart());
+        };
+        if prefix == before && dim.syms.len() == 1 {
+            return Ok(b);
+        }
+    }
+    Err(apart())
+}
+
 /// The target shape of a reshape (0 copies, -1 inferred), checked against the element count.
 pub fn reshape_target(dims: &[Dim], target: &[i64], allowzero: bool) -> Result<Shape, String> {
     let total = Product::of(dims).ok_or("input size overflows")?;
@@ -940,4 +1045,141 @@ fn copy_kernel(
         info,
         workgroups: dispatch_1d(threads, WG)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{couples, rule};
+    use serde_json::json;
+
+    #[test]
+    fn reshapes_keep_a_batch_whose_samples_stay_one_block() {
+        let reshape = |shape, x| rule("reshape", json!({ "shape": shape }), &[x]);
+        // [N,16,4,4] → [N,256]
+        assert_eq!(
+            rule("flatten", json!({ "axis": 1 }), &[("N,16,4,4", Some(0))]),
+            Ok(vec![Some(0)])
+        );
+        assert_eq!(
+            reshape(json!([0, 256]), ("N,16,4,4", Some(0))),
+            Ok(vec![Some(0)])
+        );
+        // [N,4] → [4N] and back, [N,4] → [2N,2]
+        assert_eq!(reshape(json!([-1]), ("N,4", Some(0))), Ok(vec![Some(0)]));
+        assert_eq!(reshape(json!([-1, 4]), ("N*4", Some(0))), Ok(vec![Some(0)]));
+        assert_eq!(reshape(json!([-1, 2]), ("N,4", Some(0))), Ok(vec![Some(0)]));
+        // A batch behind a fixed leading axis stays behind it.
+        assert_eq!(
+            reshape(json!([4, -1]), ("4,N,3", Some(1))),
+            Ok(vec![Some(1)])
+        );
+        assert_eq!(
+            rule("unsqueeze", json!({ "axes": [0] }), &[("N,4", Some(0))]),
+            Ok(vec![Some(1)])
+        );
+        assert_eq!(
+            rule("squeeze", json!({}), &[("1,N,1,4", Some(1))]),
+            Ok(vec![Some(0)])
+        );
+        assert_eq!(
+            rule("dropout", json!({}), &[("4,N", Some(1))]),
+            Ok(vec![Some(1)])
+        );
+    }
+
+    #[test]
+    fn reshapes_that_split_samples_apart_couple() {
+        let reshape = |shape, x| rule("reshape", json!({ "shape": shape }), &[x]);
+        couples(
+            reshape(json!([2, -1]), ("N,4", Some(0))),
+            &["reshape", "[N, 4] → [2, N*2]", "moves samples apart"],
+        );
+        // transpose [N,4] → [4,N], then [4N]: samples strided.
+        couples(
+            reshape(json!([-1]), ("4,N", Some(1))),
+            &["moves samples apart"],
+        );
+        couples(
+            rule("flatten", json!({ "axis": 0 }), &[("4,N", Some(1))]),
+            &["flatten"],
+        );
+    }
+
+    #[test]
+    fn transpose_moves_and_expand_aligns_the_batch() {
+        let t = |perm, x| rule("transpose", json!({ "perm": perm }), &[x]);
+        assert_eq!(t(json!([1, 0]), ("N,4", Some(0))), Ok(vec![Some(1)]));
+        assert_eq!(t(json!([2, 0, 1]), ("4,N,3", Some(1))), Ok(vec![Some(2)]));
+        assert_eq!(
+            rule("transpose", json!({}), &[("N,3,4", Some(0))]),
+            Ok(vec![Some(2)])
+        );
+        assert_eq!(
+            rule("expand", json!({ "shape": [3, 1, 4] }), &[("N,1", Some(0))]),
+            Ok(vec![Some(1)])
+        );
+    }
+
+    #[test]
+    fn concat_split_and_slice_couple_only_along_the_batch_axis() {
+        let concat = |axis, a, b| rule("concat", json!({ "axis": axis }), &[a, b]);
+        assert_eq!(
+            concat(1, ("N,4", Some(0)), ("N,2", Some(0))),
+            Ok(vec![Some(0)])
+        );
+        // Rules are positional: a known size stands in for the batch to check the rule.
+        couples(
+            concat(0, ("3,4", Some(0)), ("2,4", Some(0))),
+            &["concat along axis 0, the batch axis"],
+        );
+        couples(concat(1, ("3,4", Some(0)), ("3,2", None)), &["unbatched"]);
+        let split = rule(
+            "split",
+            json!({ "axis": 1, "num_outputs": 2 }),
+            &[("N,4", Some(0))],
+        );
+        assert_eq!(split, Ok(vec![Some(0), Some(0)]));
+        couples(
+            rule(
+                "split",
+                json!({ "axis": 0, "num_outputs": 2 }),
+                &[("4,4", Some(0))],
+            ),
+            &["split along axis 0, the batch axis"],
+        );
+        let slice = |attrs, x| rule("slice", attrs, &[x]);
+        let cols = json!({ "starts": [1], "ends": [3], "axes": [1] });
+        assert_eq!(slice(cols, ("N,4", Some(0))), Ok(vec![Some(0)]));
+        // Keeping the whole symbolic axis is no slice at all.
+        let all = json!({ "starts": [0], "ends": [i64::MAX], "axes": [0] });
+        assert_eq!(slice(all, ("N,4", Some(0))), Ok(vec![Some(0)]));
+        let rows = json!({ "starts": [0], "ends": [2], "axes": [0] });
+        couples(slice(rows, ("8,4", Some(0))), &["slice along axis 0"]);
+    }
+
+    #[test]
+    fn gather_follows_x_or_the_indices() {
+        let g = |axis, x, i| rule("gather", json!({ "axis": axis }), &[x, i]);
+        // An embedding lookup: batched indices into a fixed table.
+        assert_eq!(
+            g(0, ("10,4", None), ("i32:N,3", Some(0))),
+            Ok(vec![Some(0)])
+        );
+        assert_eq!(
+            g(1, ("10,4", None), ("i32:3,N", Some(1))),
+            Ok(vec![Some(2)])
+        );
+        // Batched x indexed along another axis.
+        assert_eq!(g(1, ("N,4", Some(0)), ("i32:2,3", None)), Ok(vec![Some(0)]));
+        assert_eq!(g(0, ("4,N", Some(1)), ("i32:2,3", None)), Ok(vec![Some(2)]));
+        assert_eq!(g(0, ("4,N", Some(1)), ("i32:", None)), Ok(vec![Some(0)]));
+        couples(
+            g(0, ("N,4", Some(0)), ("i32:3", None)),
+            &["gather indexes along axis 0, the batch axis"],
+        );
+        couples(
+            g(1, ("N,4", Some(0)), ("i32:N", Some(0))),
+            &["batched indices"],
+        );
+    }
 }

@@ -148,6 +148,46 @@ impl NormOp {
         Ok(vec![x.clone()])
     }
 
+    /// Batch rule: softmax and log_softmax couple along the batch axis (they divide by a
+    /// sum over it); layer_norm couples when the batch axis is among its normalised axes
+    /// [axis, rank); batch_norm uses running statistics, so it is per element except along
+    /// the channel axis 1, whose weights a symbolic size would pair with batch positions.
+    pub fn batch(
+        &self,
+        inputs: &[TensorType],
+        batch: &[Option<usize>],
+        _outputs: &[TensorType],
+    ) -> Result<Vec<Option<usize>>, String> {
+        let Some(b) = batch[0] else {
+            return Ok(vec![None]);
+        };
+        let rank = inputs[0].shape.len();
+        let name = self.name();
+        match self {
+            NormOp::Softmax { axis, .. } => {
+                if shape::axis(*axis, rank)? == b {
+                    return Err(format!("{name} along axis {b}, the batch axis"));
+                }
+            }
+            NormOp::LayerNorm { axis, .. } => {
+                let first = shape::axis(*axis, rank)?;
+                if b >= first {
+                    return Err(format!(
+                        "{name} over axes {first}..{rank}, which include axis {b}, the batch axis"
+                    ));
+                }
+            }
+            NormOp::BatchNorm { .. } => {
+                if b == 1 {
+                    return Err(format!(
+                        "{name} takes per-channel statistics along axis 1, the batch axis"
+                    ));
+                }
+            }
+        }
+        Ok(vec![Some(b)])
+    }
+
     /// Weights: layer-norm scale/bias of the normalised shape; batch-norm per-channel stats.
     pub fn params(&self, inputs: &[TensorType]) -> Result<Vec<ParamSpec>, String> {
         let x = &inputs[0].shape;
@@ -319,5 +359,47 @@ impl NormOp {
                 }]))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{couples, rule};
+    use serde_json::json;
+
+    #[test]
+    fn softmax_couples_along_the_batch_axis_only() {
+        couples(
+            rule("softmax", json!({ "axis": 0 }), &[("N,4", Some(0))]),
+            &["softmax along axis 0, the batch axis"],
+        );
+        couples(
+            rule("log_softmax", json!({ "axis": -1 }), &[("4,N", Some(1))]),
+            &["log_softmax along axis 1"],
+        );
+        assert_eq!(
+            rule("softmax", json!({}), &[("N,4", Some(0))]),
+            Ok(vec![Some(0)])
+        );
+    }
+
+    #[test]
+    fn layer_norm_couples_when_it_normalises_the_batch_axis() {
+        let ln = |axis, x| rule("layer_norm", json!({ "axis": axis }), &[x]);
+        assert_eq!(ln(-1, ("N,8,4", Some(0))), Ok(vec![Some(0)]));
+        assert_eq!(ln(1, ("N,8,4", Some(0))), Ok(vec![Some(0)]));
+        couples(
+            ln(0, ("N,4", Some(0))),
+            &["layer_norm", "axis 0, the batch axis"],
+        );
+        couples(ln(-1, ("4,N", Some(1))), &["axes 1..2", "axis 1"]);
+    }
+
+    #[test]
+    fn batch_norm_with_running_statistics_is_per_sample() {
+        let bn = |x| rule("batch_norm", json!({}), &[x]);
+        assert_eq!(bn(("N,3,4,4", Some(0))), Ok(vec![Some(0)]));
+        assert_eq!(bn(("2,3,N,4", Some(2))), Ok(vec![Some(2)]));
+        couples(bn(("2,N,4,4", Some(1))), &["batch_norm", "axis 1"]);
     }
 }

@@ -115,6 +115,29 @@ impl ReduceOp {
         Ok(vec![TensorType::f32(out)])
     }
 
+    /// Batch rule: reducing the batch axis couples (the sum runs over samples); otherwise
+    /// the batch axis stays, moved down by the reduced axes before it unless `keepdims`.
+    pub fn batch(
+        &self,
+        inputs: &[TensorType],
+        batch: &[Option<usize>],
+        _outputs: &[TensorType],
+    ) -> Result<Vec<Option<usize>>, String> {
+        let Some(b) = batch[0] else {
+            return Ok(vec![None]);
+        };
+        let axes = resolve_axes(&self.axes, inputs[0].shape.len())?;
+        if axes.contains(&b) {
+            return Err(format!("{} over axis {b}, the batch axis", self.name()));
+        }
+        let dropped = if self.keepdims {
+            0
+        } else {
+            axes.iter().filter(|&&a| a < b).count()
+        };
+        Ok(vec![Some(b - dropped)])
+    }
+
     /// GPU kernel.
     pub fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
         let axes = resolve_axes(&self.axes, ctx.inputs[0].shape.len())?;
@@ -214,4 +237,43 @@ pub fn reduce_kernel(
         info,
         workgroups,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{couples, rule};
+    use serde_json::json;
+
+    #[test]
+    fn reducing_the_batch_axis_couples() {
+        couples(
+            rule("reduce_sum", json!({ "axes": [0] }), &[("N,4", Some(0))]),
+            &["reduce_sum over axis 0, the batch axis"],
+        );
+        couples(
+            rule("reduce_mean", json!({}), &[("N,4", Some(0))]),
+            &["reduce_mean over axis 0"],
+        );
+        couples(
+            rule("reduce_mean", json!({ "axes": [-1] }), &[("4,N", Some(1))]),
+            &["axis 1, the batch axis"],
+        );
+    }
+
+    #[test]
+    fn other_reductions_shift_the_batch_axis() {
+        let r = |attrs, x| rule("reduce_sum", attrs, &[x]);
+        assert_eq!(
+            r(json!({ "axes": [1] }), ("N,4", Some(0))),
+            Ok(vec![Some(0)])
+        );
+        let drop = json!({ "axes": [0, 1], "keepdims": false });
+        assert_eq!(r(drop, ("4,3,N", Some(2))), Ok(vec![Some(0)]));
+        let keep = json!({ "axes": [0, 1], "keepdims": true });
+        assert_eq!(r(keep, ("4,3,N", Some(2))), Ok(vec![Some(2)]));
+        assert_eq!(
+            r(json!({ "axes": [] }), ("N,4", Some(0))),
+            Ok(vec![Some(0)])
+        );
+    }
 }
