@@ -1,7 +1,9 @@
 //! The live view of a document being edited: the type of every output that can be
-//! inferred and every problem, even while the graph does not validate yet. The editor
+//! inferred, where the batch lives in it, which nodes couple samples and every problem,
+//! even while the graph does not validate yet. The editor
 //! calls this on each edit, so what it shows is exactly what the CLI would report.
 
+use super::batch::{self, Batch, Coupling};
 use super::build::build_partial;
 use super::doc::decode_value_partial;
 use super::problem::Problem;
@@ -19,6 +21,12 @@ pub struct Analysis {
     pub problems: Vec<Problem>,
     /// Node id → why its inputs' shapes or dtypes do not fit the operator.
     pub type_errors: BTreeMap<String, String>,
+    /// Where the batch lives in each output of every graph input and node that could be
+    /// typed, by id (parallel to `types`).
+    pub batch: BTreeMap<String, Vec<Batch>>,
+    /// Every node that combines samples itself, in topological order (notes, not
+    /// problems: such a graph is valid but cannot be micro-batched).
+    pub couplings: Vec<Coupling>,
 }
 
 impl Analysis {
@@ -41,20 +49,23 @@ pub fn analyse(value: &Value) -> Analysis {
     };
     let partial = build_partial(doc);
     problems.extend(partial.problems);
-    let types = partial
-        .graph
-        .map(|g| {
-            g.dag
-                .node_weights()
-                .filter(|n| !n.outputs.is_empty())
-                .map(|n| (n.id.clone(), n.outputs.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let (types, batch, couplings) = match &partial.graph {
+        Some(g) => {
+            let typed = || g.dag.node_weights().filter(|n| !n.outputs.is_empty());
+            (
+                typed().map(|n| (n.id.clone(), n.outputs.clone())).collect(),
+                typed().map(|n| (n.id.clone(), n.batch.clone())).collect(),
+                batch::couplings(g),
+            )
+        }
+        None => Default::default(),
+    };
     Analysis {
         types,
         problems,
         type_errors: partial.type_errors,
+        batch,
+        couplings,
     }
 }
 

@@ -2,6 +2,7 @@
 //! references, arity, cycles, shape and dtype inference, weights, outputs, editor hints.
 //! Every problem is collected; nothing stops at the first.
 
+use super::batch::{self, Batch};
 use super::doc::GraphDoc;
 use super::{Edge, Graph, Node, NodeKind, OutputRef, Problem};
 use crate::ops::{self, Op};
@@ -93,6 +94,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
                 dtype: decl.dtype,
             }],
             params: Vec::new(),
+            batch: vec![batch::of_input(name, &decl.shape)],
         });
         by_name.insert(name.clone(), ix);
         inputs.push((name.clone(), ix));
@@ -136,6 +138,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
             kind: NodeKind::Input,
             outputs: Vec::new(),
             params: Vec::new(),
+            batch: Vec::new(),
         });
         by_name.insert(n.id.clone(), ix);
         op_nodes.push((i, ix, op));
@@ -204,7 +207,12 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
             };
         }
     };
-    // Inference in topological order.
+    // Inference (types, then where the batch lives) in topological order.
+    let position: HashMap<String, usize> = order
+        .iter()
+        .enumerate()
+        .map(|(k, &ix)| (dag[ix].id.clone(), k))
+        .collect();
     let ops_by_ix: HashMap<NodeIndex, (usize, Option<Op>)> = op_nodes
         .into_iter()
         .map(|(i, ix, op)| (ix, (i, op)))
@@ -230,11 +238,15 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         let id = graph.dag[ix].id.clone();
         let sources = graph.node_inputs(ix);
         let mut types = Vec::new();
+        let mut batches = Vec::new();
         let mut ready = true;
         for (k, (src, port)) in sources.iter().enumerate() {
             let src_node = &graph.dag[*src];
             match src_node.outputs.get(*port) {
-                Some(t) => types.push(t.clone()),
+                Some(t) => {
+                    types.push(t.clone());
+                    batches.push(src_node.batch.get(*port).cloned().unwrap_or(Batch::None));
+                }
                 None => {
                     ready = false;
                     // Sources without types failed already; report only bad ports of typed sources.
@@ -261,6 +273,9 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
                     Ok(params) => graph.dag[ix].params = params,
                     Err(e) => p.push(Problem::node(&id, format!("nodes[{i}].inputs"), e)),
                 }
+                graph.dag[ix].batch = batch::of_node(op, &id, &types, &batches, &outs, |n| {
+                    position.get(n).copied().unwrap_or(usize::MAX)
+                });
                 graph.dag[ix].outputs = outs;
             }
             Err(e) => {

@@ -1,8 +1,9 @@
 //! Graphs: the document format ([`doc`]), problems ([`problem`]), the checked, typed
-//! petgraph graph built from a document ([`build`]) and the live view of a document being
-//! edited ([`analysis`]).
+//! petgraph graph built from a document ([`build`]), where the batch lives in every value
+//! ([`batch`]) and the live view of a document being edited ([`analysis`]).
 
 pub mod analysis;
+pub mod batch;
 pub mod build;
 pub mod doc;
 pub mod problem;
@@ -13,6 +14,7 @@ use petgraph::Direction;
 use std::collections::{BTreeSet, HashMap};
 
 pub use analysis::{analyse, Analysis};
+pub use batch::{Batch, BatchSemantics, Coupling};
 pub use doc::{GraphDoc, FORMAT};
 pub use problem::{Problem, Problems};
 
@@ -27,6 +29,8 @@ pub struct Node {
     pub outputs: Vec<TensorType>,
     /// Weights the operator declares.
     pub params: Vec<ParamSpec>,
+    /// Where the batch lives in each output (parallel to `outputs`).
+    pub batch: Vec<Batch>,
 }
 
 impl Node {
