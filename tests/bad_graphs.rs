@@ -347,9 +347,45 @@ fn validate_prints_every_edge_type_of_a_valid_graph() {
     let out = sluice().arg("validate").arg(&file).output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    for line in ["fc1", "f32 [N, 4]", "probs", "softmax"] {
+    for line in [
+        "fc1",
+        "f32 [N, 4]",
+        "probs",
+        "softmax",
+        "batch: samples stay independent",
+    ] {
         assert!(text.contains(line), "missing {line} in:\n{text}");
     }
+}
+
+#[test]
+fn validate_names_the_node_that_couples_samples() {
+    let dir = std::env::temp_dir().join(format!("sluice-coupled-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("coupled.json");
+    std::fs::write(&file, with(|v| node(v, 2)["attrs"]["axis"] = json!(0))).unwrap();
+    let out = sluice().arg("validate").arg(&file).output().unwrap();
+    assert!(out.status.success(), "a coupled graph is still valid");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("batch: 'probs' couples samples (softmax along axis 0, the batch axis)"),
+        "{text}"
+    );
+    let out = sluice()
+        .args(["validate", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["couplings"],
+        json!([{ "node": "probs", "reason": "softmax along axis 0, the batch axis" }])
+    );
+    assert_eq!(
+        v["nodes"][0]["batch"],
+        json!([{ "kind": "axis", "axis": 0 }])
+    );
+    assert_eq!(v["nodes"][3]["batch"][0]["node"], json!("probs"));
 }
 
 #[test]

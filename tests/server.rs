@@ -182,6 +182,11 @@ fn every_endpoint_works() {
         .unwrap()
         .iter()
         .any(|n| n["id"] == "probs"));
+    assert_eq!(v["couplings"], json!([]));
+    assert_eq!(
+        v["nodes"][0]["batch"],
+        json!([{ "kind": "axis", "axis": 0 }])
+    );
     let mut broken = got.clone();
     broken["nodes"][1]["op"] = json!("rleu");
     let (code, v) = s.json("POST", "/api/validate", Some(broken));

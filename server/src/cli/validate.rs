@@ -1,4 +1,5 @@
-//! `sluice validate`: inferred shapes per node, or every problem with a non-zero exit.
+//! `sluice validate`: inferred shapes per node and which nodes couple the batch, or every
+//! problem with a non-zero exit.
 
 use super::load;
 use anyhow::Result;
@@ -28,16 +29,24 @@ pub fn validate(path: &Path, as_json: bool) -> Result<ExitCode> {
             NodeKind::Op(op) => op.name(),
         };
         let outputs: Vec<String> = n.outputs.iter().map(|t| t.to_string()).collect();
-        nodes.push((n.id.clone(), op, outputs, n.params.len()));
+        nodes.push((n.id.clone(), op, outputs, n.params.len(), &n.batch));
     }
+    let semantics = graph.batch_semantics();
     if as_json {
         let list: Vec<_> = nodes
             .iter()
-            .map(|(id, op, outs, params)| json!({ "id": id, "op": op, "outputs": outs, "params": params }))
+            .map(|(id, op, outs, params, batch)| {
+                json!({ "id": id, "op": op, "outputs": outs, "params": params, "batch": batch })
+            })
             .collect();
         println!(
             "{}",
-            json!({ "valid": true, "name": graph.doc.name, "nodes": list })
+            json!({
+                "valid": true,
+                "name": graph.doc.name,
+                "nodes": list,
+                "couplings": semantics.couplings,
+            })
         );
     } else {
         println!(
@@ -46,13 +55,28 @@ pub fn validate(path: &Path, as_json: bool) -> Result<ExitCode> {
             graph.doc.name,
             nodes.len()
         );
-        for (id, op, outs, params) in nodes {
+        for (id, op, outs, params, _) in nodes {
             let w = if params > 0 {
                 format!("  ({params} weights)")
             } else {
                 String::new()
             };
             println!("  {id:<20} {op:<16} -> {}{w}", outs.join(", "));
+        }
+        for c in &semantics.couplings {
+            println!(
+                "  batch: '{}' couples samples ({}): runs with micro-batches or datasets larger than one batch are refused",
+                c.node, c.reason
+            );
+        }
+        if semantics.couplings.is_empty() {
+            if semantics.batched() {
+                println!(
+                    "  batch: samples stay independent (micro-batching and pipelining keep the answer)"
+                );
+            } else {
+                println!("  batch: no input has a symbolic batch dimension");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -285,10 +285,14 @@ async fn validate(State(state): State<AppState>, body: Body) -> ApiResult<Respon
                 .iter()
                 .map(|&ix| {
                     let n = &g.dag[ix];
-                    json!({ "id": n.id, "op": n.op_name(), "outputs": n.outputs })
+                    json!({ "id": n.id, "op": n.op_name(), "outputs": n.outputs, "batch": n.batch })
                 })
                 .collect();
-            Ok(Json(json!({ "valid": true, "nodes": nodes })).into_response())
+            let couplings = g.batch_semantics().couplings;
+            Ok(
+                Json(json!({ "valid": true, "nodes": nodes, "couplings": couplings }))
+                    .into_response(),
+            )
         }
         Err(p) => Ok((
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -42,7 +42,7 @@ pub fn spec() -> Value {
                 "put": path_param(with_body(op("Store a graph file (atomically); reports its problems", &[("200", "replaced"), ("201", "created"), ("400", err), ("413", err)]), "the graph file"), &["name"]),
                 "delete": path_param(op("Delete a stored graph", &[("204", "deleted"), ("400", err), ("404", err)]), &["name"]),
             },
-            "/api/validate": { "post": with_body(op("Shapes per node, or every problem", &[("200", "valid: nodes with output types"), ("400", err), ("422", "problems")]), "a graph document") },
+            "/api/validate": { "post": with_body(op("Shapes and batch per node and the nodes that couple samples, or every problem", &[("200", "valid: nodes with output types and batch, and the nodes that couple samples"), ("400", err), ("422", "problems")]), "a graph document") },
             "/api/runs": {
                 "get": op("Every run, newest first", &[("200", "runs")]),
                 "post": with_body(op("Queue a run", &[("202", "{\"id\": ...}"), ("400", err), ("404", err), ("422", err), ("429", "queue full")]),
