@@ -1,16 +1,49 @@
 //! The engine's view of the graph being edited, compiled into the page: the type of every
-//! edge and every problem ([`analyse`]), whether a connection fits ([`connect`]) and the
-//! pipeline stage of every node ([`stage_of_nodes`]), so the editor shows exactly what the
-//! CLI and server would say.
+//! edge and every problem ([`analyse`]), which nodes couple the batch ([`coupling_notes`],
+//! [`batch_line`]), whether a connection fits ([`connect`]) and the pipeline stage of every
+//! node ([`stage_of_nodes`]), so the editor shows exactly what the CLI and server would say.
 
 use crate::model;
-use sluice_engine::graph::{Analysis, GraphDoc};
+use sluice_engine::graph::{Analysis, Batch, GraphDoc};
 use sluice_engine::runtime::{dataset, stages};
 use std::collections::BTreeMap;
 
 /// Checks the document and infers every type it can.
 pub fn analyse(doc: &GraphDoc) -> Analysis {
     sluice_engine::graph::analyse(&model::to_json(doc))
+}
+
+/// One note per node that couples samples, as (node, text), in the engine's order. Notes,
+/// not problems: the graph stays valid, but runs that cut it into micro-batches are refused.
+pub fn coupling_notes(a: &Analysis) -> Vec<(String, String)> {
+    a.couplings
+        .iter()
+        .map(|c| {
+            let text = format!(
+                "note: '{}' couples samples ({}): micro-batches and datasets larger than one batch are refused",
+                c.node, c.reason
+            );
+            (c.node.clone(), text)
+        })
+        .collect()
+}
+
+/// Where the batch lives in a node's (or graph input's) first output, in one line for its
+/// property panel; `None` when the engine could not type it.
+pub fn batch_line(a: &Analysis, id: &str) -> Option<String> {
+    let line = match a.batch.get(id)?.first()? {
+        Batch::None => "Batch: does not depend on the batch.".to_string(),
+        Batch::Axis { axis } => {
+            format!("Batch: axis {axis}; samples stay independent (micro-batching keeps the answer).")
+        }
+        Batch::Coupled { node, reason } if node == id => format!(
+            "Batch: couples samples ({reason}). Runs with micro-batches or datasets larger than one batch are refused."
+        ),
+        Batch::Coupled { node, reason } => {
+            format!("Batch: samples were combined upstream by '{node}' ({reason}).")
+        }
+    };
+    Some(line)
 }
 
 /// Connects output `from` to input `port` of `to`, or says why not: structural reasons
@@ -96,6 +129,38 @@ mod tests {
         // A fitting one is taken, and the edge gets its type.
         let a = analyse(&connect(&d2, &x, &add, 1).unwrap());
         assert_eq!(a.types[&add][0].to_string(), "f32 [N, 16]");
+    }
+
+    #[test]
+    fn couplings_become_notes_and_property_lines() {
+        let doc: GraphDoc = sluice_engine::graph::doc::decode(
+            &json!({
+                "format": "sluice/graph@1",
+                "inputs": { "x": { "shape": ["N", 4] } },
+                "nodes": [
+                    { "id": "w", "op": "constant", "attrs": { "value": [1, 2, 3, 4] } },
+                    { "id": "mix", "op": "softmax", "inputs": ["x"], "attrs": { "axis": 0 } },
+                    { "id": "after", "op": "mul", "inputs": ["mix", "w"] }
+                ],
+                "outputs": ["after"]
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let a = analyse(&doc);
+        assert!(a.problems.is_empty(), "{:?}", a.problems);
+        let notes = coupling_notes(&a);
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].0, "mix");
+        assert!(notes[0].1.contains("softmax along axis 0, the batch axis"));
+        assert!(batch_line(&a, "x").unwrap().contains("axis 0"));
+        assert!(batch_line(&a, "w").unwrap().contains("does not depend"));
+        assert!(batch_line(&a, "mix").unwrap().contains("couples samples"));
+        assert!(batch_line(&a, "after")
+            .unwrap()
+            .contains("upstream by 'mix'"));
+        assert_eq!(batch_line(&a, "nothing"), None);
+        assert!(coupling_notes(&analyse(&mlp())).is_empty());
     }
 
     #[test]

@@ -562,6 +562,24 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
     let problems = move || {
         state.analysis.with(|a| {
             let n = a.problems.len();
+            let notes = crate::check::coupling_notes(a);
+            let noted = notes.len();
+            let notes = notes
+                .into_iter()
+                .map(|(node, text)| {
+                    view! {
+                        <li class="note" on:click=move |_| {
+                            state.selection.set(BTreeSet::from([node.clone()]));
+                            state.panel.set(crate::state::Panel::Properties);
+                        }>{text}</li>
+                    }
+                })
+                .collect_view();
+            let summary = match (n, noted) {
+                (0, 0) => "graph valid".to_string(),
+                (0, k) => format!("graph valid · {k} batch note{}", if k == 1 { "" } else { "s" }),
+                (n, _) => format!("{n} problem{}", if n == 1 { "" } else { "s" }),
+            };
             let items = a
                 .problems
                 .iter()
@@ -581,10 +599,8 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
                 .collect_view();
             view! {
                 <details class="problems" class:none=n == 0>
-                    <summary data-count=n.to_string()>
-                        {if n == 0 { "graph valid".to_string() } else { format!("{n} problem{}", if n == 1 { "" } else { "s" }) }}
-                    </summary>
-                    <ul>{items}</ul>
+                    <summary data-count=n.to_string() data-notes=noted.to_string()>{summary}</summary>
+                    <ul>{items}{notes}</ul>
                 </details>
             }
         })

@@ -1,7 +1,8 @@
 //! The property panel: for one selected operator its id, documentation, attributes
 //! (edited by the schema's types, defaults shown, each with its doc line), which outputs
-//! are graph outputs, its stage pin and its problems; for a graph input its name, shape
-//! and dtype; with nothing selected, the graph's own settings. A value that does not read
+//! are graph outputs, its stage pin, where the batch lives (and whether it couples samples)
+//! and its problems; for a graph input its name, shape, dtype and batch axis; with nothing
+//! selected, the graph's own settings. A value that does not read
 //! is shown with the reason and not applied.
 
 use crate::model::{self, output_ref};
@@ -96,6 +97,13 @@ fn problems_of(state: EditorState, id: &str) -> impl IntoView {
     })
 }
 
+fn batch_of(state: EditorState, id: &str) -> impl IntoView {
+    let line = state.analysis.with(|a| {
+        crate::check::batch_line(a, id).map(|l| (l, a.couplings.iter().any(|c| c.node == id)))
+    });
+    line.map(|(text, couples)| view! { <p class="batch-note" class:couples=couples>{text}</p> })
+}
+
 fn output_types(state: EditorState, id: &str) -> Vec<String> {
     state.analysis.with(|a| {
         a.types
@@ -175,6 +183,7 @@ fn input_props(
                 </select>
             </label>
             {outputs_field(state, &id, vec![id.clone()])}
+            {batch_of(state, &id)}
             {problems_of(state, &id)}
         </div>
     }
@@ -327,6 +336,7 @@ fn op_props(
             {params.map(|p| view! { <p class="doc">{p}</p> })}
             {outputs_field(state, &id, info.map(|o| o.outputs).unwrap_or_default())}
             {stage_field(state, &id)}
+            {batch_of(state, &id)}
             {problems_of(state, &id)}
         </div>
     }
