@@ -67,7 +67,7 @@ pub struct Coupling {
 }
 
 /// The batch semantics of a graph: what a runtime needs to cut inputs and join outputs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchSemantics {
     /// Batch axis of each graph input, by name (None: not batched).
     pub inputs: Vec<(String, Option<usize>)>,
@@ -491,6 +491,45 @@ mod tests {
     }
 
     #[test]
+    fn every_rule_answers_every_placement_of_the_batch() {
+        for text in [
+            include_str!("../../../assets/graphs/mlp.json"),
+            include_str!("../../../assets/graphs/cnn.json"),
+            include_str!("../../../assets/graphs/transformer_block.json"),
+        ] {
+            let g = load_graph(text).unwrap();
+            for (ix, node, op) in g.op_nodes() {
+                let inputs = g.input_types(ix);
+                // Every input unbatched or batched on any of its axes.
+                let mut placements: Vec<Vec<Option<usize>>> = vec![vec![]];
+                for t in &inputs {
+                    let choices: Vec<Option<usize>> = std::iter::once(None)
+                        .chain((0..t.shape.len()).map(Some))
+                        .collect();
+                    placements = placements
+                        .iter()
+                        .flat_map(|p| {
+                            choices.iter().map(move |c| {
+                                let mut q = p.clone();
+                                q.push(*c);
+                                q
+                            })
+                        })
+                        .collect();
+                }
+                for axes in placements {
+                    if let Ok(out) = op.batch(&inputs, &axes, &node.outputs) {
+                        assert_eq!(out.len(), node.outputs.len(), "{}", node.id);
+                        for (a, t) in out.iter().zip(&node.outputs) {
+                            assert!(a.is_none_or(|a| a < t.shape.len()), "{}", node.id);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn malformed_rule_calls_are_errors_not_panics() {
         let op = crate::ops::parse("relu", &Default::default()).unwrap();
         let t = crate::ops::TensorType::f32(vec![Dim::Sym("N".into())]);
@@ -498,5 +537,8 @@ mod tests {
         assert!(op.batch(ts, &[Some(3)], ts).is_err());
         assert!(op.batch(ts, &[], ts).is_err());
         assert_eq!(op.batch(ts, &[None], ts), Ok(vec![None]));
+        let matmul = crate::ops::parse("matmul", &Default::default()).unwrap();
+        assert!(matmul.batch(ts, &[Some(0)], ts).is_err());
+        assert!(matmul.batch(&[], &[], &[]).is_err());
     }
 }

@@ -240,8 +240,8 @@ impl Op {
     /// sample's elements are no longer a contiguous block along one axis).
     ///
     /// The reason names the operator and the axis ("softmax along axis 0, the batch
-    /// axis"). Inputs and outputs are the types inference gave; an axis outside its
-    /// input's rank, or a count that does not match the inputs, is an `Err` too.
+    /// axis"). Inputs and outputs are the types inference gave; a wrong number of inputs
+    /// or batch axes, or an axis outside its input's rank, is an `Err` too (never a panic).
     pub fn batch(
         &self,
         inputs: &[TensorType],
@@ -249,6 +249,7 @@ impl Op {
         outputs: &[TensorType],
     ) -> Result<Vec<Option<usize>>, String> {
         let name = self.name();
+        self.check_arity(inputs.len())?;
         if batch.len() != inputs.len() {
             return Err(format!(
                 "'{name}' got {} batch axes for {} inputs",
