@@ -49,6 +49,63 @@ fn examples_run_on_gpu_and_cpu_with_the_same_result() {
 }
 
 #[test]
+fn the_cpu_device_micro_batches_and_pipelines_like_the_gpu() {
+    // `--device cpu` goes through the same planning, micro-batching and stage pipelines:
+    // every output equals the GPU's within float tolerance.
+    for name in ["mlp", "cnn", "transformer_block"] {
+        let graph = root().join(format!("assets/graphs/{name}.json"));
+        let g = graph.to_str().unwrap();
+        for (batch, micro, stages) in [("8", "4", "2"), ("6", "3", "1"), ("4", "1", "2")] {
+            let mut outputs = Vec::new();
+            for device in ["gpu", "cpu"] {
+                let dir = tmp(&format!("{name}-{batch}-{micro}-{stages}-{device}"));
+                let doc = run_json(&[
+                    "run",
+                    g,
+                    "--batch",
+                    batch,
+                    "--microbatches",
+                    micro,
+                    "--stages",
+                    stages,
+                    "--seed",
+                    "5",
+                    "--device",
+                    device,
+                    "--output",
+                    dir.to_str().unwrap(),
+                ]);
+                let want_mbs: usize = micro.parse().unwrap();
+                assert_eq!(doc["micro_batches"], want_mbs, "{name} {device}: {doc}");
+                let devices = doc["device"].as_str().unwrap().to_string();
+                assert_eq!(
+                    doc["metrics"]["devices"].as_array().map(Vec::len),
+                    Some(stages.parse::<usize>().unwrap()),
+                    "{name} {device}: one device per stage"
+                );
+                if device == "cpu" {
+                    assert!(devices.starts_with("cpu"), "{devices}");
+                }
+                let out_name = doc["outputs"][0]["name"]
+                    .as_str()
+                    .unwrap()
+                    .replace(':', "_");
+                let bytes = std::fs::read(dir.join(format!("{out_name}.npy"))).unwrap();
+                outputs.push(npy::parse(&bytes).unwrap());
+            }
+            compare(
+                &format!("{name} batch {batch} M={micro} S={stages}: cpu vs gpu"),
+                &outputs[1],
+                &outputs[0],
+                1e-5,
+                1e-4,
+            )
+            .unwrap();
+        }
+    }
+}
+
+#[test]
 fn npy_inputs_and_outputs_round_trip() {
     let dir = tmp("npy");
     let x: Vec<f32> = (0..2 * 784)
@@ -249,10 +306,55 @@ fn bytemuck_cast(v: &[f32]) -> &[u8] {
 
 #[test]
 fn devices_and_ops_list_what_exists() {
-    let devices = run_json(&["devices"]);
-    let list = devices.as_array().unwrap();
+    // A fresh cache: `sluice devices` calibrates the adapter, prints the rates and keeps
+    // them; a second call reads the kept ones.
+    let cache = tmp("rates");
+    let devices_json = || {
+        let out = sluice()
+            .env("SLUICE_CACHE_DIR", &cache)
+            .args(["devices", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let devices = devices_json();
+    let list = devices["adapters"].as_array().unwrap();
     assert!(!list.is_empty(), "no adapters listed");
     assert!(list[0]["max_storage_binding"].as_u64().unwrap() > 0);
+    let rates = &devices["rates"]["rates"];
+    for key in [
+        "flops_per_s",
+        "bytes_per_s",
+        "transfer_bytes_per_s",
+        "pass_overhead_s",
+    ] {
+        let v = rates[key].as_f64().unwrap_or(-1.0);
+        assert!(v > 0.0 && v.is_finite(), "rate {key} = {v}: {devices}");
+    }
+    assert!(
+        cache.join("rates.json").is_file(),
+        "the calibration was not kept"
+    );
+    assert_eq!(
+        devices_json()["rates"],
+        devices["rates"],
+        "kept rates are reused"
+    );
+    let text = sluice()
+        .env("SLUICE_CACHE_DIR", &cache)
+        .arg("devices")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("GFLOP/s") && text.contains("stage transfer"),
+        "{text}"
+    );
     let ops = run_json(&["ops"]);
     let names: Vec<&str> = ops
         .as_array()

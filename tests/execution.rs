@@ -3,11 +3,11 @@
 //! live tensors share a buffer; traces are well formed.
 
 use serde_json::{json, Value};
+use sluice_engine::exec::dataset::random_inputs;
+use sluice_engine::exec::{Concurrency, RunConfig, RunContext, Session};
+use sluice_engine::gpu::GpuExecutable;
 use sluice_engine::graph::Graph;
-use sluice_engine::runtime::plan::{Plan, PlanOptions, ValueKind};
-use sluice_engine::runtime::session::Session;
-use sluice_engine::runtime::RunConfig;
-use sluice_engine::runtime::{random_inputs, AsyncSession, GpuExecutable};
+use sluice_engine::plan::{Plan, PlanOptions, ValueKind};
 use sluice_engine::telemetry::trace::chrome_trace;
 use sluice_engine::weights::init_weights;
 use sluice_engine::{Tensor, TensorData};
@@ -16,9 +16,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use sluice_tests::{bind_all as bind, load_asset as load};
 
-/// Walks a plan's passes and checks that every buffer a pass reads still holds the value
-/// it expects (no other value was written there since), and that no pass binds one buffer
-/// twice except an in-place overwrite of a dead input.
+/// Walks a plan's steps and checks that every buffer a step reads still holds the value
+/// it expects (no other value was written there since), and that outputs survive until
+/// readback. An in-place step reads its input from the buffer it overwrites.
 fn check_buffers(plan: &Plan) -> Result<(), String> {
     let mut owner: HashMap<usize, usize> = HashMap::new();
     for v in &plan.values {
@@ -27,21 +27,19 @@ fn check_buffers(plan: &Plan) -> Result<(), String> {
         }
     }
     for (t, step) in plan.steps.iter().enumerate() {
-        for (slot, &v) in step.kernel.slots.iter().zip(&step.bindings) {
+        for &v in step.inputs.iter().chain(&step.params) {
             let val = &plan.values[v];
-            if !matches!(slot, sluice_engine::ops::Slot::Output(_))
-                && owner.get(&val.buffer) != Some(&val.storage)
-            {
+            if owner.get(&val.buffer) != Some(&val.storage) {
                 return Err(format!(
-                    "pass {t} ({}) reads '{}' from buffer {} which holds another tensor",
-                    step.kernel.label, val.name, val.buffer
+                    "step {t} ({}) reads '{}' from buffer {} which holds another tensor",
+                    step.label(),
+                    val.name,
+                    val.buffer
                 ));
             }
         }
-        for (slot, &v) in step.kernel.slots.iter().zip(&step.bindings) {
-            if matches!(slot, sluice_engine::ops::Slot::Output(_)) {
-                owner.insert(plan.values[v].buffer, plan.values[v].storage);
-            }
+        for &v in &step.outputs {
+            owner.insert(plan.values[v].buffer, plan.values[v].storage);
         }
     }
     for (name, v) in &plan.outputs {
@@ -111,8 +109,9 @@ fn random_graphs_plan_safely_and_fusion_keeps_results() {
             )
             .unwrap();
             check_buffers(&plan).unwrap_or_else(|e| panic!("seed {seed} fuse {fuse}: {e}"));
-            let exe = pollster::block_on(GpuExecutable::new(gpu(), plan, &weights)).unwrap();
-            let got = pollster::block_on(exe.run(&inputs)).unwrap();
+            let mut exe =
+                pollster::block_on(GpuExecutable::compile(gpu(), plan, &weights, 1)).unwrap();
+            let got = pollster::block_on(exe.run_once(&inputs)).unwrap();
             for ((name, a), (_, b)) in got.iter().zip(&cpu) {
                 compare(&format!("seed {seed} fuse {fuse} {name}"), a, b, 1e-4, 1e-4).unwrap();
             }
@@ -150,7 +149,7 @@ fn fusion_and_memory_planning_shrink_the_examples() {
         p.steps.len(),
         2,
         "W3 should be one fused pass and the sum: {:?}",
-        p.steps.iter().map(|s| &s.kernel.label).collect::<Vec<_>>()
+        p.steps.iter().map(|s| s.label()).collect::<Vec<_>>()
     );
 }
 
@@ -174,8 +173,8 @@ fn batches_microbatches_and_prefetch_keep_outputs_in_order() {
             profile: false,
             ..Default::default()
         };
-        let mut s = Session::new(&g, &weights, &cfg).unwrap();
-        let r = s.run(&data, "t", &|_, _| {}).unwrap();
+        let mut s = sluice_engine::gpu::session(&g, &weights, &cfg).unwrap();
+        let r = s.run_blocking(&data, &RunContext::new("t")).unwrap();
         compare(
             &format!("batch {batch} micro {micro} prefetch {prefetch}"),
             &r.outputs[0].1,
@@ -203,8 +202,8 @@ fn w5_outputs(
         profile: false,
         ..Default::default()
     };
-    let mut s = Session::new(&g, &weights, &cfg).unwrap();
-    let r = s.run(data, "w5", &|_, _| {}).unwrap();
+    let mut s = sluice_engine::gpu::session(&g, &weights, &cfg).unwrap();
+    let r = s.run_blocking(data, &RunContext::new("w5")).unwrap();
     let trace = chrome_trace(&r.events, &s.device_names());
     (r.outputs, trace)
 }
@@ -221,10 +220,35 @@ fn two_stage_pipelines_equal_the_single_device_run() {
     }
 }
 
+/// A session on the GPU run on one thread, every wait awaited (what browsers run).
+fn one_thread(
+    g: &Graph,
+    weights: &sluice_engine::weights::Weights,
+    cfg: &RunConfig,
+    data: &HashMap<String, Tensor>,
+) -> sluice_engine::exec::RunReport {
+    pollster::block_on(async {
+        let devices = sluice_engine::gpu::GpuDevice::open_many(cfg.stages)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| Box::new(d) as Box<dyn sluice_engine::exec::Device>)
+            .collect();
+        let mut session = Session::compile(g, weights, cfg, devices, &|_| {})
+            .await
+            .unwrap();
+        let ctx = RunContext {
+            concurrency: Concurrency::OneThread,
+            ..RunContext::new("async")
+        };
+        session.run(data, &ctx).await.unwrap()
+    })
+}
+
 #[test]
 fn the_one_thread_async_session_equals_the_threaded_one() {
-    // What browsers run (every GPU wait awaited, GPipe steps stage by stage) gives the
-    // native session's outputs and one compute block per stage and micro-batch.
+    // What browsers run (every loop on one thread, each GPU wait awaited) gives the
+    // threaded session's outputs and one compute block per stage and micro-batch.
     let g = load("assets/bench/w5_pipeline.json");
     let data = dataset(&g, 32, 9);
     let weights = init_weights(&g, 1);
@@ -235,10 +259,11 @@ fn the_one_thread_async_session_equals_the_threaded_one() {
             stages,
             ..Default::default()
         };
-        let mut native = Session::new(&g, &weights, &cfg).unwrap();
-        let want = native.run(&data, "native", &|_, _| {}).unwrap();
-        let session = pollster::block_on(AsyncSession::new(&g, &weights, &cfg, &|_| {})).unwrap();
-        let got = pollster::block_on(session.run(&data, "async", None)).unwrap();
+        let mut native = sluice_engine::gpu::session(&g, &weights, &cfg).unwrap();
+        let want = native
+            .run_blocking(&data, &RunContext::new("native"))
+            .unwrap();
+        let got = one_thread(&g, &weights, &cfg, &data);
         assert_eq!(got.outputs, want.outputs, "S={stages}, M={micro}");
         assert_eq!(got.micro_batches, 2 * micro);
         let blocks: std::collections::BTreeSet<(usize, usize)> = got
@@ -249,15 +274,51 @@ fn the_one_thread_async_session_equals_the_threaded_one() {
             .collect();
         assert_eq!(blocks.len(), stages * 2 * micro, "S={stages}, M={micro}");
     }
-    // A dataset that does not fill whole micro-batches is refused, not cut.
-    let cfg = RunConfig {
-        batch: 16,
-        microbatches: 4,
-        ..Default::default()
-    };
-    let session = pollster::block_on(AsyncSession::new(&g, &weights, &cfg, &|_| {})).unwrap();
-    let err = pollster::block_on(session.run(&dataset(&g, 30, 1), "async", None)).unwrap_err();
-    assert!(err.to_string().contains("do not split"), "{err}");
+}
+
+#[test]
+fn a_leftover_partial_micro_batch_runs_the_same_everywhere() {
+    // 30 samples in micro-batches of 4: seven whole ones and a last one of 2 samples,
+    // padded to 4 and trimmed again. The threaded GPU session, the one-thread session and
+    // the CPU device through the same driver all give the CPU reference's answer.
+    let g = load("assets/bench/w5_pipeline.json");
+    let weights = init_weights(&g, 1);
+    let data = dataset(&g, 30, 3);
+    let want = run_cpu(&bind(&g, 30), &weights, &data);
+    for stages in [1, 2] {
+        let cfg = RunConfig {
+            batch: 16,
+            microbatches: 4,
+            stages,
+            ..Default::default()
+        };
+        let threaded = sluice_engine::gpu::session(&g, &weights, &cfg)
+            .unwrap()
+            .run_blocking(&data, &RunContext::new("threaded"))
+            .unwrap();
+        let single = one_thread(&g, &weights, &cfg, &data);
+        let cpu = sluice_engine::cpu::session(&g, &weights, &cfg)
+            .unwrap()
+            .run_blocking(&data, &RunContext::new("cpu"))
+            .unwrap();
+        for (what, r) in [
+            ("threaded", &threaded),
+            ("one thread", &single),
+            ("cpu device", &cpu),
+        ] {
+            assert_eq!(r.micro_batches, 8, "{what}, S={stages}");
+            assert_eq!(r.outputs[0].1.shape, want[0].1.shape, "{what}, S={stages}");
+            compare(
+                &format!("{what}, S={stages}"),
+                &r.outputs[0].1,
+                &want[0].1,
+                1e-5,
+                1e-4,
+            )
+            .unwrap();
+        }
+        assert_eq!(threaded.outputs, single.outputs, "S={stages}");
+    }
 }
 
 #[test]
@@ -377,7 +438,9 @@ fn cli_plan_bench_and_trace() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let b = doc["metrics"]["bubble_fraction"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&b));
-    assert!((doc["metrics"]["ideal_bubble"].as_f64().unwrap() - 0.2).abs() < 1e-9);
+    // Two batches of four micro-batches stream as eight: the ideal bubble is (S−1)/(M+S−1)
+    // over all eight.
+    assert!((doc["metrics"]["ideal_bubble"].as_f64().unwrap() - 1.0 / 9.0).abs() < 1e-9);
     assert_eq!(doc["metrics"]["devices"].as_array().unwrap().len(), 2);
     let t: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
     check_trace(&t, 2, 8);
@@ -448,12 +511,14 @@ fn events_are_observed_live_as_the_run_goes() {
             stages,
             ..Default::default()
         };
-        let mut s = Session::new(&g, &weights, &cfg).unwrap();
+        let mut s = sluice_engine::gpu::session(&g, &weights, &cfg).unwrap();
         let seen = std::sync::Mutex::new(Vec::new());
         let observe = |e: &sluice_engine::telemetry::Event| seen.lock().unwrap().push(e.clone());
-        let r = s
-            .run_observed(&data, "live", &|_, _| {}, Some(&observe), None)
-            .unwrap();
+        let ctx = RunContext {
+            observer: Some(&observe),
+            ..RunContext::new("live")
+        };
+        let r = s.run_blocking(&data, &ctx).unwrap();
         let seen = seen.into_inner().unwrap();
         assert_eq!(
             seen.len(),

@@ -62,7 +62,7 @@ fn example_graphs_match_the_cpu_reference() {
         let g = sluice_engine::load_graph(&text).unwrap_or_else(|p| panic!("{name}: {p}"));
         let bound = g.bind(&[("N".to_string(), 3)].into()).unwrap();
         let weights = sluice_engine::weights::init_weights(&bound, 5);
-        let inputs = sluice_engine::runtime::random_inputs(&bound, 9).unwrap();
+        let inputs = sluice_engine::exec::dataset::random_inputs(&bound, 9).unwrap();
         let gpu = run_gpu(&bound, &weights, &inputs);
         let cpu = run_cpu(&bound, &weights, &inputs);
         for ((n, a), (_, b)) in gpu.iter().zip(&cpu) {

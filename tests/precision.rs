@@ -3,12 +3,11 @@
 //! overflow reported.
 
 use serde_json::json;
+use sluice_engine::exec::{RunConfig, RunContext};
+use sluice_engine::gpu::GpuExecutable;
 use sluice_engine::graph::Graph;
+use sluice_engine::plan::{HalfStorage, Plan, PlanOptions, Precision};
 use sluice_engine::precision::compare as precision_compare;
-use sluice_engine::runtime::plan::{HalfStorage, Plan, PlanOptions, Precision};
-use sluice_engine::runtime::session::Session;
-use sluice_engine::runtime::GpuExecutable;
-use sluice_engine::runtime::RunConfig;
 use sluice_engine::weights::init_weights;
 use sluice_tests::op_cases::op_cases;
 use sluice_tests::{case_inputs, compare, gpu, graph, random_weights, root, run_cpu};
@@ -64,8 +63,8 @@ fn every_operator_matches_its_f32_reference_in_16_bit_storage() {
             )
             .unwrap();
             let got = pollster::block_on(async {
-                let exe = GpuExecutable::new(gpu(), plan, &weights).await?;
-                exe.run(&inputs).await
+                let mut exe = GpuExecutable::compile(gpu(), plan, &weights, 1).await?;
+                exe.run_once(&inputs).await
             });
             let got = match got {
                 Ok(g) => g,
@@ -118,8 +117,10 @@ fn run(
         half,
         ..Default::default()
     };
-    let mut s = Session::new(g, &weights, &cfg).unwrap();
-    s.run(data, "precision", &|_, _| {}).unwrap().outputs
+    let mut s = sluice_engine::gpu::session(g, &weights, &cfg).unwrap();
+    s.run_blocking(data, &RunContext::new("precision"))
+        .unwrap()
+        .outputs
 }
 
 #[test]
@@ -133,7 +134,7 @@ fn examples_under_mixed_precision_stay_close_to_f32_on_1000_inputs() {
         let bound = g
             .bind(&g.symbols().into_iter().map(|s| (s, n)).collect())
             .unwrap();
-        let data = sluice_engine::runtime::random_inputs(&bound, 2024).unwrap();
+        let data = sluice_engine::exec::dataset::random_inputs(&bound, 2024).unwrap();
         let reference = run(&g, &data, batch, Precision::F32, None);
         for half in [HalfStorage::Packed, HalfStorage::Native] {
             if half == HalfStorage::Native && !gpu().adapter.shader_f16 {
@@ -220,7 +221,7 @@ fn f16_overflow_is_reported_not_hidden() {
         ],
         "outputs": ["z"]
     }));
-    let inputs = sluice_engine::runtime::random_inputs(&g, 1).unwrap();
+    let inputs = sluice_engine::exec::dataset::random_inputs(&g, 1).unwrap();
     let plan = Plan::with_options(
         &g,
         PlanOptions {
@@ -231,9 +232,9 @@ fn f16_overflow_is_reported_not_hidden() {
     )
     .unwrap();
     let out = pollster::block_on(async {
-        GpuExecutable::new(gpu(), plan, &Default::default())
+        GpuExecutable::compile(gpu(), plan, &Default::default(), 1)
             .await?
-            .run(&inputs)
+            .run_once(&inputs)
             .await
     })
     .unwrap();

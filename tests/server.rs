@@ -744,6 +744,103 @@ fn two_workers_run_a_two_stage_pipeline_with_the_single_device_outputs() {
         a, b,
         "the 2-stage run on two workers differs from the single-device run"
     );
+    // A dataset with a leftover partial micro-batch (30 samples in micro-batches of 4)
+    // runs on the workers as it does on one device and on the CPU: the last micro-batch is
+    // padded and trimmed, through the same driver.
+    use base64::Engine;
+    let g = sluice_engine::load_graph(
+        &std::fs::read_to_string(sluice_tests::root().join("assets/graphs/mlp.json")).unwrap(),
+    )
+    .unwrap();
+    let data = sluice_engine::exec::dataset::seeded(&g, 30, 4).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD
+        .encode(sluice_engine::npy::to_bytes(&data["x"]).unwrap());
+    let remote = s
+        .json(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": "mlp", "batch": 16, "microbatches": 4, "stages": 2, "inputs": { "x": b64 } })),
+        )
+        .1;
+    let remote = s.wait_run(remote["id"].as_str().unwrap());
+    assert_eq!(remote["status"], "succeeded", "{remote}");
+    assert!(
+        remote["metrics"]["devices"]
+            .to_string()
+            .contains("worker w"),
+        "{remote}"
+    );
+    let got = sluice_engine::npy::parse(
+        &s.req(
+            "GET",
+            &format!("/api/runs/{}/outputs/probs", remote["id"].as_str().unwrap()),
+            None,
+        )
+        .1,
+    )
+    .unwrap();
+    let bound = sluice_engine::exec::dataset::bind(&g, 30).unwrap();
+    let want = sluice_tests::run_cpu(&bound, &sluice_engine::weights::init_weights(&g, 42), &data);
+    assert_eq!(got.shape, vec![30, 10]);
+    sluice_tests::compare("30 samples on two workers", &got, &want[0].1, 1e-5, 1e-4).unwrap();
+}
+
+#[test]
+fn a_repeated_run_reuses_its_compiled_plans() {
+    let ws = workspace("cache");
+    let s = start(&ws, None, &[]);
+    let body = json!({ "graph": "transformer_block", "batch": 8, "microbatches": 2, "stages": 2, "precision": "mixed" });
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let id = s.json("POST", "/api/runs", Some(body.clone())).1["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let r = s.wait_run(&id);
+        assert_eq!(r["status"], "succeeded", "{r}");
+        runs.push(r);
+    }
+    let compile = |r: &Value| r["metrics"]["compile"].clone();
+    let (first, second) = (compile(&runs[0]), compile(&runs[1]));
+    println!(
+        "first run: {} pipelines created, first result after {:.1} ms; repeated run: {} pipelines created (cached {}), first result after {:.1} ms",
+        first["stats"]["pipelines_created"],
+        first["first_result_ms"].as_f64().unwrap_or(0.0),
+        second["stats"]["pipelines_created"],
+        second["cached"],
+        second["first_result_ms"].as_f64().unwrap_or(0.0),
+    );
+    assert_eq!(first["cached"], false, "{first}");
+    assert!(
+        first["stats"]["pipelines_created"].as_u64().unwrap() > 0,
+        "{first}"
+    );
+    assert_eq!(second["cached"], true, "{second}");
+    assert_eq!(second["stats"]["pipelines_created"], 0, "{second}");
+    assert!(
+        second["first_result_ms"].as_f64().unwrap() > 0.0,
+        "{second}"
+    );
+    // Same request, same answer.
+    let output = |r: &Value| {
+        s.req(
+            "GET",
+            &format!("/api/runs/{}/outputs/ln2", r["id"].as_str().unwrap()),
+            None,
+        )
+        .1
+    };
+    assert_eq!(output(&runs[0]), output(&runs[1]));
+    // Another configuration compiles anew.
+    let other = s
+        .json(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": "transformer_block", "batch": 8 })),
+        )
+        .1;
+    let other = s.wait_run(other["id"].as_str().unwrap());
+    assert_eq!(compile(&other)["cached"], false, "{other}");
 }
 
 #[test]
@@ -858,10 +955,40 @@ fn uploaded_npy_inputs_are_used() {
     let weights = sluice_engine::weights::init_weights(&bound, 42);
     let want = sluice_tests::run_cpu(&bound, &weights, &[("x".to_string(), x)].into());
     sluice_tests::compare("uploaded input", &got, &want[0].1, 1e-6, 1e-4).unwrap();
+    // The upload is the dataset: two samples in batches of three run as one padded
+    // micro-batch and give the same two rows.
+    let id = s
+        .json(
+            "POST",
+            "/api/runs",
+            Some(json!({ "graph": "mlp", "batch": 3, "inputs": { "x": b64 } })),
+        )
+        .1["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(s.wait_run(&id)["status"], "succeeded");
+    let padded = sluice_engine::npy::parse(
+        &s.req("GET", &format!("/api/runs/{id}/outputs/probs"), None)
+            .1,
+    )
+    .unwrap();
+    sluice_tests::compare(
+        "two samples in a batch of three",
+        &padded,
+        &want[0].1,
+        1e-6,
+        1e-4,
+    )
+    .unwrap();
+    // An upload that does not fit the graph fails with the reason.
+    let narrow = sluice_engine::Tensor::f32(vec![2, 783], vec![0.5; 2 * 783]);
+    let b64_narrow = base64::engine::general_purpose::STANDARD
+        .encode(sluice_engine::npy::to_bytes(&narrow).unwrap());
     let bad = s.json(
         "POST",
         "/api/runs",
-        Some(json!({ "graph": "mlp", "batch": 3, "inputs": { "x": b64 } })),
+        Some(json!({ "graph": "mlp", "batch": 2, "inputs": { "x": b64_narrow } })),
     );
     let id = bad.1["id"].as_str().unwrap().to_string();
     let run = s.wait_run(&id);
@@ -870,7 +997,7 @@ fn uploaded_npy_inputs_are_used() {
         run["error"]
             .as_str()
             .unwrap()
-            .contains("has shape [2, 784]"),
+            .contains("has shape [2, 783]"),
         "{run}"
     );
     let (code, v) = s.json(

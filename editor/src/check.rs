@@ -4,8 +4,11 @@
 //! node ([`stage_of_nodes`]), so the editor shows exactly what the CLI and server would say.
 
 use crate::model;
+use sluice_engine::exec::dataset;
+use sluice_engine::exec::session::partition_for;
 use sluice_engine::graph::{Analysis, Batch, GraphDoc};
-use sluice_engine::runtime::{dataset, stages};
+use sluice_engine::plan::cost::Rates;
+use sluice_engine::plan::PlanOptions;
 use std::collections::BTreeMap;
 
 /// Checks the document and infers every type it can.
@@ -73,11 +76,13 @@ pub struct StageSettings {
 }
 
 /// The stage of every operator node as a run with these settings would place it: the
-/// graph's pins, the rest by the engine's partitioner on its cost model. `Err` says why
-/// no split exists (the graph has problems, a pin is out of range, too few nodes).
+/// graph's pins, the rest by the engine's partitioner on its cost model at `rates` (the
+/// server's calibrated rates when it reported them). `Err` says why no split exists (the
+/// graph has problems, a pin is out of range, too few nodes).
 pub fn stage_of_nodes(
     doc: &GraphDoc,
     settings: StageSettings,
+    rates: &Rates,
 ) -> Result<BTreeMap<String, usize>, String> {
     if settings.stages <= 1 {
         return Ok(doc.nodes.iter().map(|n| (n.id.clone(), 0)).collect());
@@ -92,9 +97,9 @@ pub fn stage_of_nodes(
     }
     let bound =
         dataset::bind(&graph, settings.batch / settings.microbatches).map_err(|e| e.to_string())?;
-    let part = stages::choose(&bound, settings.stages, &stages::model_costs(&bound))
+    let part = partition_for(&bound, settings.stages, rates, &PlanOptions::default())
         .map_err(|e| e.to_string())?;
-    let summary = stages::summary(&bound, &part);
+    let summary = sluice_engine::plan::stages::summary(&bound, &part);
     let mut out = BTreeMap::new();
     for (s, nodes) in summary.nodes.iter().enumerate() {
         for id in nodes {
@@ -171,19 +176,21 @@ mod tests {
             microbatches: 4,
             stages: 2,
         };
-        let stages = stage_of_nodes(&doc, settings).unwrap();
+        let stages = stage_of_nodes(&doc, settings, &Rates::ASSUMED).unwrap();
         assert_eq!(stages.len(), doc.nodes.len());
         assert_eq!(stages[&doc.nodes[0].id], 0);
         assert_eq!(stages[&doc.nodes.last().unwrap().id], 1);
         // Pinning fc2 to stage 0 moves the cut after it.
         let mut pinned = doc.clone();
         model::set_stage(&mut pinned, "fc2", Some(0));
-        let s = stage_of_nodes(&pinned, settings).unwrap();
+        let s = stage_of_nodes(&pinned, settings, &Rates::ASSUMED).unwrap();
         assert_eq!((s["fc1"], s["fc2"], s["probs"]), (0, 0, 1));
         let three = StageSettings {
             microbatches: 3,
             ..settings
         };
-        assert!(stage_of_nodes(&doc, three).unwrap_err().contains("split"));
+        assert!(stage_of_nodes(&doc, three, &Rates::ASSUMED)
+            .unwrap_err()
+            .contains("split"));
     }
 }

@@ -7,8 +7,9 @@ use crate::history::History;
 use crate::model::{self, Clip};
 use crate::schema::OpInfo;
 use leptos::prelude::*;
+use sluice_engine::gpu::AdapterSummary;
 use sluice_engine::graph::{Analysis, GraphDoc};
-use sluice_engine::runtime::gpu::AdapterSummary;
+use sluice_engine::plan::cost::Rates;
 use sluice_engine::telemetry::Event;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -302,6 +303,9 @@ pub struct EditorState {
     pub drag: RwSignal<Option<Drag>>,
     /// This page's WebGPU adapter, or why there is none (None: not probed yet).
     pub browser_gpu: RwSignal<Option<Result<AdapterSummary, String>>>,
+    /// The calibrated rates of the server's devices (None: not reported; assumed rates
+    /// place the stages then).
+    pub server_rates: RwSignal<Option<Rates>>,
 }
 
 impl EditorState {
@@ -318,9 +322,11 @@ impl EditorState {
             })
         });
         let analysis = Memo::new(move |_| structure.with(check::analyse));
+        let server_rates = RwSignal::new(None::<Rates>);
         let stages = Memo::new(move |_| {
             let s = settings.with(RunSettings::stage_settings);
-            structure.with(|d| check::stage_of_nodes(d, s))
+            let rates = server_rates.get().unwrap_or(Rates::ASSUMED);
+            structure.with(|d| check::stage_of_nodes(d, s, &rates))
         });
         EditorState {
             doc,
@@ -342,6 +348,7 @@ impl EditorState {
             panel: RwSignal::new(Panel::Properties),
             drag: RwSignal::new(None),
             browser_gpu: RwSignal::new(None),
+            server_rates,
         }
     }
 

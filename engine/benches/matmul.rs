@@ -5,8 +5,10 @@
 //! `cargo bench -p sluice-engine --bench matmul` (add `-- --quick` for one size).
 
 use serde_json::json;
+use sluice_engine::exec::dataset::random_inputs;
+use sluice_engine::gpu::{GpuContext, GpuExecutable};
 use sluice_engine::graph::{doc, Graph};
-use sluice_engine::runtime::{random_inputs, GpuContext, GpuExecutable, Plan};
+use sluice_engine::plan::Plan;
 use sluice_engine::weights::Weights;
 use std::time::Instant;
 
@@ -44,10 +46,11 @@ fn main() {
         let graph = matmul_graph(n);
         let inputs = random_inputs(&graph, 1).expect("inputs");
         let flops = 2.0 * (n as f64).powi(3);
-        let exe = pollster::block_on(GpuExecutable::new(
+        let exe = pollster::block_on(GpuExecutable::compile(
             &ctx,
             Plan::new(&graph).expect("plan"),
             &Weights::new(),
+            1,
         ))
         .expect("compile");
         exe.upload_inputs(&inputs).expect("upload");

@@ -8,18 +8,24 @@
 
 pub mod cpu;
 pub mod dtype;
+pub mod error;
+pub mod exec;
+pub mod gpu;
 pub mod graph;
+pub mod limits;
 pub mod npy;
 pub mod ops;
+pub mod plan;
 pub mod precision;
 pub mod rng;
-pub mod runtime;
 pub mod shape;
+pub mod storage;
 pub mod telemetry;
 pub mod tensor;
 pub mod weights;
 
 pub use dtype::DType;
+pub use error::RunError;
 pub use graph::{load_graph, Graph, Problem, Problems};
 pub use shape::{Dim, Shape};
 pub use tensor::{Tensor, TensorData};

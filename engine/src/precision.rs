@@ -77,6 +77,32 @@ pub fn compare(reference: &[(String, Tensor)], got: &[(String, Tensor)]) -> Vec<
         .collect()
 }
 
+/// The precision report of a reduced-precision run: the same dataset through an f32
+/// session compiled on `devices` (the same configuration otherwise), compared output by
+/// output with the run's `outputs`.
+pub async fn against_f32(
+    graph: &crate::graph::Graph,
+    weights: &crate::weights::Weights,
+    config: &crate::exec::RunConfig,
+    devices: Vec<Box<dyn crate::exec::Device>>,
+    data: &crate::exec::Values,
+    outputs: &[(String, Tensor)],
+) -> Result<Vec<OutputError>, crate::error::RunError> {
+    let f32_config = crate::exec::RunConfig {
+        precision: crate::plan::Precision::F32,
+        half: None,
+        ..config.clone()
+    };
+    let mut session =
+        crate::exec::Session::compile(graph, weights, &f32_config, devices, &|_| {}).await?;
+    let ctx = crate::exec::RunContext {
+        concurrency: crate::exec::Concurrency::OneThread,
+        ..crate::exec::RunContext::new("f32 reference")
+    };
+    let reference = session.run(data, &ctx).await?;
+    Ok(compare(&reference.outputs, outputs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

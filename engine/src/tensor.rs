@@ -2,11 +2,11 @@
 //! inputs and outputs see them.
 
 use crate::dtype::DType;
-use crate::ops::Storage;
 use crate::shape::numel;
+use crate::storage::Storage;
 
 /// The elements of a tensor, in row-major order.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum TensorData {
     /// Floats.
     F32(Vec<f32>),
@@ -17,7 +17,7 @@ pub enum TensorData {
 }
 
 /// A host tensor.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Tensor {
     /// The concrete shape.
     pub shape: Vec<usize>,

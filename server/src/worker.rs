@@ -1,15 +1,17 @@
-//! `sluice worker`: joins a server over WebSocket, offers this machine's adapter, compiles
-//! the stages it is given and computes their micro-batches, and reconnects with backoff
-//! when the connection drops.
+//! `sluice worker`: joins a server over WebSocket, offers this machine's adapter (and its
+//! calibrated rates), compiles the stage plans it is given and computes their
+//! micro-batches through the engine's execution seam, and reconnects with backoff when
+//! the connection drops.
 
-use crate::protocol::{self, TensorHeader, ToServer, ToWorker, PROTOCOL};
 use anyhow::{bail, Context, Result};
 use futures_util::{SinkExt, StreamExt};
-use sluice_engine::graph::{doc, Graph};
-use sluice_engine::runtime::exec::{ExecOptions, GpuExecutable, TraceContext};
-use sluice_engine::runtime::plan::{HalfStorage, Plan, PlanOptions, Precision};
-use sluice_engine::runtime::GpuContext;
+use sluice_api::protocol::{self, TensorHeader, ToServer, ToWorker, PROTOCOL};
+use sluice_engine::exec::device::{Executable, TraceContext};
+use sluice_engine::gpu::{GpuContext, GpuExecutable};
+use sluice_engine::plan::cost::Rates;
+use sluice_engine::plan::Plan;
 use sluice_engine::telemetry::now_ns;
+use sluice_engine::weights::Weights;
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -44,7 +46,14 @@ type Socket =
 /// Runs the worker until the server refuses it or the process is stopped.
 pub fn worker(args: &WorkerArgs) -> Result<ExitCode> {
     let ctx = pollster::block_on(GpuContext::new()).context("the worker needs a GPU adapter")?;
-    let adapters = pollster::block_on(sluice_engine::runtime::gpu::list_adapters());
+    let adapters = pollster::block_on(sluice_engine::gpu::context::list_adapters());
+    let rates = match crate::rates::rates_for(&ctx, false) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("sluice worker: calibration failed ({e:#}); the server will assume rates");
+            None
+        }
+    };
     let name = args
         .name
         .clone()
@@ -56,7 +65,7 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode> {
     rt.block_on(async {
         let mut backoff = Duration::from_millis(500);
         loop {
-            match connect_once(args, &name, &ctx, &adapters).await {
+            match connect_once(args, &name, &ctx, &adapters, rates).await {
                 Ok(End::Refused(e)) => bail!("the server refused this worker: {e}"),
                 Ok(End::Closed) => {
                     eprintln!("sluice worker: the connection closed; reconnecting");
@@ -84,7 +93,8 @@ async fn connect_once(
     args: &WorkerArgs,
     name: &str,
     ctx: &GpuContext,
-    adapters: &[sluice_engine::runtime::AdapterSummary],
+    adapters: &[sluice_engine::gpu::AdapterSummary],
+    rates: Option<Rates>,
 ) -> Result<End> {
     let base = args.connect.trim_end_matches('/');
     let url = if base.ends_with("/api/workers") {
@@ -109,10 +119,11 @@ async fn connect_once(
             protocol: PROTOCOL,
             name: name.to_string(),
             adapters: adapters.to_vec(),
+            rates,
         },
     )
     .await?;
-    let mut jobs: HashMap<String, GpuExecutable> = HashMap::new();
+    let mut jobs: HashMap<String, (GpuExecutable, usize)> = HashMap::new();
     while let Some(msg) = socket.next().await {
         let text = match msg? {
             Message::Text(t) => t.to_string(),
@@ -132,13 +143,31 @@ async fn connect_once(
             ToWorker::Refused { error } => return Ok(End::Refused(error)),
             ToWorker::Load {
                 job,
-                graph,
-                precision,
+                plan,
+                weights,
                 stage,
             } => {
-                let answer = match load(ctx, &graph, &precision, stage) {
+                let mut tensors = Weights::new();
+                let mut bad = None;
+                for h in &weights {
+                    let frame = match socket.next().await {
+                        Some(Ok(Message::Binary(b))) => b,
+                        _ => bail!("the server did not send the weight '{}'", h.name),
+                    };
+                    match protocol::decode(h, &frame) {
+                        Ok(t) => {
+                            tensors.insert(h.name.clone(), t);
+                        }
+                        Err(e) => bad = Some(e),
+                    }
+                }
+                let loaded = match bad {
+                    Some(e) => Err(anyhow::anyhow!(e)),
+                    None => load(ctx, plan, &tensors),
+                };
+                let answer = match loaded {
                     Ok(exe) => {
-                        jobs.insert(job.clone(), exe);
+                        jobs.insert(job.clone(), (exe, stage));
                         ToServer::Loaded { job }
                     }
                     Err(e) => ToServer::Error {
@@ -167,10 +196,10 @@ async fn connect_once(
                         Err(e) => bad = Some(e),
                     }
                 }
-                let result = match (bad, jobs.get(&job)) {
+                let result = match (bad, jobs.get_mut(&job)) {
                     (Some(e), _) => Err(e),
                     (None, None) => Err(format!("job '{job}' is not loaded here")),
-                    (None, Some(exe)) => compute(exe, &job, micro_batch, &tensors),
+                    (None, Some((exe, stage))) => compute(exe, *stage, &job, micro_batch, &tensors),
                 };
                 match result {
                     Ok((outputs, events)) => {
@@ -210,37 +239,11 @@ async fn connect_once(
     Ok(End::Closed)
 }
 
-fn load(
-    ctx: &GpuContext,
-    graph: &serde_json::Value,
-    precision: &str,
-    stage: usize,
-) -> Result<GpuExecutable> {
-    let d = doc::decode_value(graph).map_err(|p| anyhow::anyhow!("bad stage graph: {p:?}"))?;
-    let g = Graph::build(d).map_err(|p| anyhow::anyhow!("bad stage graph: {p}"))?;
-    let precision =
-        Precision::parse(precision).with_context(|| format!("unknown precision '{precision}'"))?;
-    let half = if ctx.adapter.shader_f16 && precision == Precision::F16 {
-        HalfStorage::Native
-    } else {
-        HalfStorage::Packed
-    };
-    let weights = sluice_engine::weights::init_weights(&g, g.doc.params.seed.unwrap_or(0));
-    let plan = Plan::with_options(
-        &g,
-        PlanOptions {
-            fuse: true,
-            precision,
-            half,
-        },
-    )?;
-    let opts = ExecOptions {
-        prefetch: 1,
-        device: stage,
-        stage,
-    };
-    Ok(pollster::block_on(GpuExecutable::with_options(
-        ctx, plan, &weights, opts,
+/// Compiles a stage's plan with its weights on this worker's device.
+fn load(ctx: &GpuContext, plan: serde_json::Value, weights: &Weights) -> Result<GpuExecutable> {
+    let plan: Plan = serde_json::from_value(plan).context("the stage plan is not readable")?;
+    Ok(pollster::block_on(GpuExecutable::compile(
+        ctx, plan, weights, 1,
     ))?)
 }
 
@@ -249,18 +252,25 @@ type Computed = (
     Vec<sluice_engine::telemetry::Event>,
 );
 
+/// Computes one micro-batch; event times are relative to the request's arrival.
 fn compute(
-    exe: &GpuExecutable,
+    exe: &mut GpuExecutable,
+    stage: usize,
     job: &str,
     m: usize,
     inputs: &HashMap<String, sluice_engine::Tensor>,
 ) -> Result<Computed, String> {
     let trace = TraceContext {
-        first_micro_batch: m,
+        device: stage,
+        stage,
         ..TraceContext::new(job, now_ns())
     };
-    let mut r =
-        pollster::block_on(exe.run_stream(std::slice::from_ref(inputs), &trace, &mut |_| {}))
-            .map_err(|e| e.to_string())?;
-    Ok((r.outputs.pop().unwrap_or_default(), r.events))
+    let mut events = Vec::new();
+    exe.submit(m, inputs, &trace, &mut events)
+        .map_err(|e| e.to_string())?;
+    let (_, outs) =
+        pollster::block_on(exe.complete(&trace, &mut events)).map_err(|e| e.to_string())?;
+    let mut outs: Vec<(String, sluice_engine::Tensor)> = outs.into_iter().collect();
+    outs.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((outs, events))
 }

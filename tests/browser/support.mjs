@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { chromium } from 'playwright-core';
 
-/** Debian's Chromium with the flags ../shared/BROWSER.md measured (WebGPU included). */
+/** Debian's Chromium with the flags docs/browser.md records (WebGPU included). */
 export async function launchChromium() {
   return chromium.launch({
     executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',

@@ -5,7 +5,8 @@
 
 use crate::op_cases::op_cases;
 use crate::{graph, root};
-use sluice_engine::runtime::plan::{HalfStorage, Plan, PlanOptions, Precision};
+use sluice_engine::gpu::program::lower_plan;
+use sluice_engine::plan::{HalfStorage, Plan, PlanOptions, Precision};
 use std::collections::BTreeMap;
 
 /// One generated kernel.
@@ -71,12 +72,13 @@ pub fn generated_kernels() -> Vec<GeneratedKernel> {
     for g in &graphs {
         for o in OPTIONS {
             let plan = Plan::with_options(g, o).unwrap_or_else(|e| panic!("plan failed: {e}"));
-            for step in plan.steps {
-                let source = step.kernel.source.clone();
+            let program = lower_plan(&plan).unwrap_or_else(|e| panic!("lowering failed: {e}"));
+            for pass in program.passes {
+                let source = pass.kernel.source.clone();
                 sources.entry(source.clone()).or_insert(GeneratedKernel {
                     label: format!(
                         "{} ({}, {:?} {:?})",
-                        step.node, step.kernel.label, o.precision, o.half
+                        plan.steps[pass.step].node, pass.kernel.label, o.precision, o.half
                     ),
                     needs_f16: source.contains("enable f16;"),
                     source,

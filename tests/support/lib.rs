@@ -2,10 +2,11 @@
 //! and the CPU reference, comparison with tolerances, and the `sluice` binary.
 
 use serde_json::{json, Value};
+use sluice_engine::gpu::context::INSTALL_HINT;
+use sluice_engine::gpu::{GpuContext, GpuExecutable};
 use sluice_engine::graph::{doc, Graph};
+use sluice_engine::plan::Plan;
 use sluice_engine::rng::Rng;
-use sluice_engine::runtime::gpu::INSTALL_HINT;
-use sluice_engine::runtime::{GpuContext, GpuExecutable, Plan};
 use sluice_engine::weights::{param_specs, Weights};
 use sluice_engine::{cpu, Tensor};
 use std::collections::HashMap;
@@ -122,10 +123,10 @@ pub fn run_gpu(
 ) -> Vec<(String, Tensor)> {
     pollster::block_on(async {
         let plan = Plan::new(graph).unwrap_or_else(|e| panic!("plan failed: {e}"));
-        let exe = GpuExecutable::new(gpu(), plan, weights)
+        let mut exe = GpuExecutable::compile(gpu(), plan, weights, 1)
             .await
             .unwrap_or_else(|e| panic!("compile failed: {e}"));
-        exe.run(inputs)
+        exe.run_once(inputs)
             .await
             .unwrap_or_else(|e| panic!("GPU run failed: {e}"))
     })
@@ -172,7 +173,8 @@ pub fn compare(
     Ok(())
 }
 
-/// The `sluice` binary built alongside the tests.
+/// The `sluice` binary built alongside the tests. Device calibrations are kept in the
+/// target folder (`sluice-test-cache`), not the user's cache, and shared by the tests.
 pub fn sluice() -> std::process::Command {
     let exe = std::env::current_exe().expect("test executable path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
@@ -182,7 +184,9 @@ pub fn sluice() -> std::process::Command {
         "{} is missing: build it with `cargo build -p sluice-server` (cargo test --workspace does)",
         bin.display()
     );
-    std::process::Command::new(bin)
+    let mut cmd = std::process::Command::new(bin);
+    cmd.env("SLUICE_CACHE_DIR", dir.join("sluice-test-cache"));
+    cmd
 }
 
 pub mod kernels;
@@ -190,7 +194,7 @@ pub mod op_cases;
 
 /// Seeded inputs for an operator case.
 pub fn case_inputs(graph: &Graph, case: &op_cases::OpCase, seed: u64) -> HashMap<String, Tensor> {
-    let mut inputs = sluice_engine::runtime::random_inputs(graph, seed).expect("bound graph");
+    let mut inputs = sluice_engine::exec::dataset::random_inputs(graph, seed).expect("bound graph");
     if case.positive {
         for t in inputs.values_mut() {
             if let sluice_engine::TensorData::F32(v) = &mut t.data {

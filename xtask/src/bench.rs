@@ -1,4 +1,4 @@
-//! `cargo xtask bench`: the DESIGN.md workloads, measured side by side in one run, written
+//! `cargo xtask bench`: the design note's workloads (`docs/design.md`), measured side by side in one run, written
 //! as one JSON report with the machine and driver named. Nothing here asserts speed; the
 //! report says what was measured.
 
@@ -116,6 +116,24 @@ pub fn bench(root: &Path) -> Result<()> {
         )?;
         w5.push(r);
     }
+    // W5 streaming: a dataset of 8 batches (S = 2, M = 4) in one run. Micro-batches
+    // stream across batch boundaries, so the pipeline fills and drains once per dataset:
+    // the ideal bubble is (S−1)/(8M+S−1), not GPipe's per-batch (S−1)/(M+S−1).
+    let w5_stream = sluice_json(
+        s,
+        &[
+            "bench",
+            &g("w5_pipeline"),
+            "--batch",
+            "2048",
+            "--microbatches",
+            "4",
+            "--stages",
+            "2",
+            "--reps",
+            "8",
+        ],
+    )?;
     // Memory: the transformer block at batch 64.
     let tb = sluice_json(
         s,
@@ -215,6 +233,13 @@ pub fn bench(root: &Path) -> Result<()> {
             "outputs_equal_single_stage": r["outputs"] == single["outputs"],
         })).collect::<Vec<_>>(),
         "w5_single_stage_samples_per_s": f(&single, &["metrics", "throughput"]),
+        "w5_stream_8_batches_s2_m4": {
+            "micro_batches": w5_stream["metrics"]["samples"].as_f64().map(|n| n / 512.0),
+            "bubble_measured": f(&w5_stream, &["metrics", "bubble_fraction"]),
+            "bubble_ideal_streamed": f(&w5_stream, &["metrics", "ideal_bubble"]),
+            "bubble_ideal_per_batch": 1.0 / 5.0,
+            "samples_per_s": f(&w5_stream, &["metrics", "throughput"]),
+        },
         "transformer_b64_planned_over_naive": f(&tb, &["memory", "planned_bytes"]) / f(&tb, &["memory", "naive_bytes"]),
         "transformer_b64_unfused_planned_over_naive": f(&tb_nf, &["memory", "planned_bytes"]) / f(&tb_nf, &["memory", "naive_bytes"]),
         "transformer_b64_mixed_planned_over_f32": f(&tb_mixed, &["memory", "planned_bytes"]) / f(&tb, &["memory", "planned_bytes"]),
@@ -239,7 +264,7 @@ pub fn bench(root: &Path) -> Result<()> {
         "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "adapters": devices },
         "summary": summary,
         "runs": { "w1": w1, "w2_prefetch2": w2, "w2_prefetch1": w2_k1, "w2_batch1": w2_b1, "w2_batch64": w2_b64,
-                  "w3_fused": w3, "w3_unfused": w3_nf, "w5_single": single, "w5_two_stage": w5,
+                  "w3_fused": w3, "w3_unfused": w3_nf, "w5_single": single, "w5_two_stage": w5, "w5_stream": w5_stream,
                   "transformer_b64": tb, "transformer_b64_unfused": tb_nf, "transformer_b64_mixed": tb_mixed,
                   "mixed": mixed.iter().map(|(st, a, b)| json!({ "f16_storage": st, "w1": a, "w2": b })).collect::<Vec<_>>() },
     });

@@ -7,7 +7,7 @@
 //! - `editor`: build the editor bundle into `target/editor`.
 //! - `demo`: make sure a GPU adapter exists, build `sluice` and the editor bundle and start
 //!   `sluice serve` on a workspace holding the example graphs; it prints the URL.
-//! - `bench`: build `sluice` in release mode, run the DESIGN.md workloads
+//! - `bench`: build `sluice` in release mode, run the workloads of docs/design.md
 //!   (`assets/bench/`) and write one JSON report (`target/bench-report.json`).
 
 mod bench;

@@ -30,18 +30,20 @@ pub fn load_ops(state: EditorState) {
 /// Refreshes the list of graphs in the workspace.
 pub fn refresh_graphs(state: EditorState) {
     leptos::task::spawn_local(async move {
-        match api::get_json("/api/graphs").await {
-            Ok(v) => state.graphs.set(
-                v["graphs"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|g| g.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            ),
+        match api::get::<sluice_api::GraphList>("/api/graphs").await {
+            Ok(list) => state.graphs.set(list.graphs),
             Err(e) => state.error(e),
+        }
+    });
+}
+
+/// Asks the server for its devices and keeps the calibrated rates of the devices its runs
+/// use, so auto-partition places stages as the server would.
+pub fn load_server_rates(state: EditorState) {
+    leptos::task::spawn_local(async move {
+        if let Ok(report) = api::get::<sluice_api::DevicesReport>("/api/devices").await {
+            let rates = report.workers.iter().find_map(|w| w.rates);
+            state.server_rates.set(rates);
         }
     });
 }

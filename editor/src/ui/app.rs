@@ -127,6 +127,7 @@ pub fn App() -> impl IntoView {
     let state = EditorState::new(model::empty("untitled"));
     restore(state);
     actions::load_ops(state);
+    actions::load_server_rates(state);
     actions::refresh_graphs(state);
     browser_run::probe(state);
 

@@ -7,7 +7,7 @@
 use crate::charts::{gantt, stage_colour, utilisation_series};
 use crate::state::{EditorState, RunView};
 use leptos::prelude::*;
-use sluice_engine::runtime::schedule::ideal_bubble;
+use sluice_engine::telemetry::metrics::gpipe_bubble;
 use sluice_engine::telemetry::{metrics, EventKind};
 
 const WIDTH: f64 = 420.0;
@@ -120,7 +120,7 @@ fn figures(run: &RunView) -> impl IntoView {
         .collect();
     let samples = done.len() * s.batch / s.microbatches.max(1);
     let m = metrics::compute(&run.events, s.stages, s.microbatches, samples);
-    let ideal = ideal_bubble(s.stages, s.microbatches);
+    let ideal = gpipe_bubble(s.stages, s.microbatches);
     let utilisation: Vec<String> = m
         .devices
         .iter()

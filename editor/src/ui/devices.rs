@@ -5,8 +5,8 @@
 use crate::state::EditorState;
 use crate::web::api;
 use leptos::prelude::*;
-use serde_json::Value;
-use sluice_engine::runtime::gpu::AdapterSummary;
+use sluice_api::{DevicesReport, WorkerInfo};
+use sluice_engine::gpu::AdapterSummary;
 
 fn features(a: &AdapterSummary) -> String {
     let mut f = Vec::new();
@@ -48,12 +48,15 @@ fn adapter_rows(adapters: Vec<AdapterSummary>) -> impl IntoView {
 /// The view.
 #[component]
 pub fn Devices(state: EditorState) -> impl IntoView {
-    let workers = RwSignal::new(None::<Result<Vec<Value>, String>>);
+    let workers = RwSignal::new(None::<Result<Vec<WorkerInfo>, String>>);
     let load = move || {
         leptos::task::spawn_local(async move {
-            let result = api::get_json("/api/devices")
+            let result = api::get::<DevicesReport>("/api/devices")
                 .await
-                .map(|v| v["workers"].as_array().cloned().unwrap_or_default());
+                .map(|r| r.workers);
+            if let Ok(list) = &result {
+                state.server_rates.set(list.iter().find_map(|w| w.rates));
+            }
             workers.set(Some(result));
         })
     };
@@ -71,22 +74,26 @@ pub fn Devices(state: EditorState) -> impl IntoView {
         Some(Ok(list)) => list
             .into_iter()
             .map(|w| {
-                let adapters: Vec<AdapterSummary> =
-                    serde_json::from_value(w["adapters"].clone()).unwrap_or_default();
-                let util: Vec<String> = w["utilisation"]
-                    .as_array()
-                    .map(|u| {
-                        u.iter()
-                            .filter_map(Value::as_f64)
-                            .map(|x| format!("{:.1}%", x * 100.0))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let util: Vec<String> = w
+                    .utilisation
+                    .iter()
+                    .map(|x| format!("{:.1}%", x * 100.0))
+                    .collect();
+                let rates = w.rates.map(|r| {
+                    format!(
+                        "measured: {:.1} GFLOP/s compute, {:.1} GB/s memory, {:.2} GB/s stage transfers, {:.0} µs per pass",
+                        r.flops_per_s / 1e9,
+                        r.bytes_per_s / 1e9,
+                        r.transfer_bytes_per_s / 1e9,
+                        r.pass_overhead_s * 1e6
+                    )
+                });
                 view! {
-                    <div class="worker" data-worker=w["id"].as_str().unwrap_or("").to_string()>
-                        <h4>{format!("{} ({})", w["id"].as_str().unwrap_or("?"), w["kind"].as_str().unwrap_or("worker"))}</h4>
+                    <div class="worker" data-worker=w.id.clone()>
+                        <h4>{format!("{} ({})", w.id, w.kind)}</h4>
                         <div class="doc">{format!("utilisation (last or current run): {}", if util.is_empty() { "—".into() } else { util.join(", ") })}</div>
-                        {adapter_rows(adapters)}
+                        {rates.map(|r| view! { <div class="doc">{r}</div> })}
+                        {adapter_rows(w.adapters)}
                     </div>
                 }
             })

@@ -57,10 +57,15 @@ impl Reply {
         (200..300).contains(&self.status)
     }
 
+    /// The server's error body, when it sent one.
+    pub fn error_body(&self) -> Option<sluice_api::ErrorBody> {
+        serde_json::from_slice(&self.body).ok()
+    }
+
     /// The server's error sentence, or the status.
     pub fn error(&self) -> String {
-        match self.json().get("error").and_then(Value::as_str) {
-            Some(e) => e.to_string(),
+        match self.error_body() {
+            Some(e) => e.error,
             None => format!("the server answered {}", self.status),
         }
     }
@@ -98,6 +103,16 @@ pub async fn request(method: &str, path: &str, body: Option<&str>) -> Result<Rep
         status: resp.status(),
         body: js_sys::Uint8Array::new(&buf).to_vec(),
     })
+}
+
+/// GETs a typed answer, failing with the server's message on a non-2xx status or a body
+/// of another shape.
+pub async fn get<T: serde::de::DeserializeOwned>(path: &str) -> Result<T, String> {
+    let r = request("GET", path, None).await?;
+    if !r.ok() {
+        return Err(format!("GET {path}: {}", r.error()));
+    }
+    serde_json::from_slice(&r.body).map_err(|e| format!("GET {path}: unexpected answer ({e})"))
 }
 
 /// GETs JSON, failing with the server's message on a non-2xx status.

@@ -1,13 +1,15 @@
 //! Runs in this page on WebGPU: the engine compiled to wasm plans the same graph, opens
-//! one device per stage on the browser's adapter and runs it on the page's event loop
-//! (`AsyncSession`), with the same seeded weights and inputs as a server run, so the
-//! outputs agree with the server's.
+//! one device per stage on the browser's adapter and runs it through the same session and
+//! driver as the server, every stage on the page's event loop, with the same seeded
+//! weights and inputs as a server run, so the outputs agree with the server's.
 
 use crate::model;
 use crate::state::{EditorState, OutputView, RunStatus, RunView, Target, UpdateRun};
 use leptos::prelude::*;
-use sluice_engine::runtime::plan::Precision;
-use sluice_engine::runtime::{dataset, AsyncSession, RunConfig};
+use sluice_engine::exec::device::Device;
+use sluice_engine::exec::{dataset, Concurrency, RunConfig, RunContext, Session};
+use sluice_engine::gpu::GpuDevice;
+use sluice_engine::plan::Precision;
 use sluice_engine::telemetry::Event;
 use wasm_bindgen::JsCast;
 
@@ -19,7 +21,7 @@ pub fn probe(state: EditorState) {
             .map(|w| js_sys::Reflect::has(&w.navigator(), &"gpu".into()).unwrap_or(false))
             .unwrap_or(false);
         let result = if has_gpu {
-            match sluice_engine::runtime::gpu::best_adapter().await {
+            match sluice_engine::gpu::context::best_adapter().await {
                 Ok(mut a) => {
                     if a.name.is_empty() {
                         a.name = adapter_description().await;
@@ -121,7 +123,14 @@ async fn run(
         let what = what.to_string();
         update(&|r| r.status = RunStatus::Active(what.clone()))
     };
-    let session = AsyncSession::new(&graph, &weights, &config, &progress)
+    progress("opening devices");
+    let devices: Vec<Box<dyn Device>> = GpuDevice::open_many(config.stages)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|d| Box::new(d) as Box<dyn Device>)
+        .collect();
+    let mut session = Session::compile(&graph, &weights, &config, devices, &progress)
         .await
         .map_err(|e| e.to_string())?;
     update(&|r| {
@@ -136,10 +145,12 @@ async fn run(
         r.status = RunStatus::Active("running".into());
     });
     let observe = |e: &Event| update(&|r| r.events.push(e.clone()));
-    let report = session
-        .run(&data, "browser", Some(&observe))
-        .await
-        .map_err(|e| e.to_string())?;
+    let ctx = RunContext {
+        observer: Some(&observe),
+        concurrency: Concurrency::OneThread,
+        ..RunContext::new("browser")
+    };
+    let report = session.run(&data, &ctx).await.map_err(|e| e.to_string())?;
     let mut outputs = Vec::new();
     for (name, t) in &report.outputs {
         let npy = sluice_engine::npy::to_bytes(t).map_err(|e| e.to_string())?;

@@ -7,71 +7,51 @@ use crate::state::{EditorState, OutputView, RunStatus, RunView, Target, UpdateRu
 use futures_channel::mpsc;
 use futures_util::StreamExt;
 use leptos::prelude::*;
-use serde_json::{json, Value};
-use sluice_engine::telemetry::Event;
+use sluice_api::{
+    GraphRef, LiveMessage, OutputSummary, RunAccepted, RunRecord, RunRequest,
+    RunStatus as ApiStatus,
+};
+use sluice_engine::plan::Precision;
 use wasm_bindgen::prelude::*;
 
 /// Output summaries as the server stores them.
-pub fn outputs_of(summary: &Value) -> Vec<OutputView> {
-    summary
-        .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .map(|o| OutputView {
-                    name: o["name"].as_str().unwrap_or_default().to_string(),
-                    file: o["file"].as_str().unwrap_or_default().to_string(),
-                    shape: o["shape"]
-                        .as_array()
-                        .map(|s| {
-                            s.iter()
-                                .filter_map(Value::as_u64)
-                                .map(|d| d as usize)
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    dtype: o["dtype"].as_str().unwrap_or_default().to_string(),
-                    first: o["first"]
-                        .as_array()
-                        .map(|s| s.iter().filter_map(Value::as_f64).collect())
-                        .unwrap_or_default(),
-                    checksum: o["checksum"].as_f64().unwrap_or(f64::NAN),
-                    non_finite: o["non_finite"].as_u64().unwrap_or(0) as usize,
-                    npy: None,
-                })
-                .collect()
+pub fn outputs_of(outputs: &[OutputSummary]) -> Vec<OutputView> {
+    outputs
+        .iter()
+        .map(|o| OutputView {
+            name: o.name.clone(),
+            file: o.file.clone(),
+            shape: o.shape.clone(),
+            dtype: o.dtype.to_string(),
+            first: o.first.iter().map(|&v| f64::from(v)).collect(),
+            checksum: o.checksum,
+            non_finite: o.non_finite,
+            npy: None,
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// Applies a stored run record (the summary) to the run view.
-fn apply_summary(view: &mut RunView, row: &Value) {
-    view.status = match row["status"].as_str() {
-        Some("succeeded") => RunStatus::Succeeded,
-        Some("cancelled") => RunStatus::Cancelled,
-        Some("failed") => RunStatus::Failed(
-            row["error"]
-                .as_str()
-                .unwrap_or("the run failed")
-                .to_string(),
-        ),
-        Some(other) => RunStatus::Active(other.to_string()),
-        None => RunStatus::Failed("the server lost the run".into()),
+fn apply_summary(view: &mut RunView, row: Option<&RunRecord>) {
+    let Some(row) = row else {
+        view.status = RunStatus::Failed("the server lost the run".into());
+        return;
     };
-    view.outputs = outputs_of(&row["outputs"]);
-    let m = &row["metrics"];
-    if let Some(devices) = m["devices"].as_array() {
-        view.devices = devices
-            .iter()
-            .filter_map(|d| d.as_str().map(String::from))
-            .collect();
-    }
-    view.timing = m["timing"].as_str().map(String::from);
-    if let (Some(p), Some(a)) = (
-        m["memory"]["planned_bytes"].as_u64(),
-        m["memory"]["allocated_bytes"].as_u64(),
-    ) {
-        view.memory = Some((p, a));
+    view.status = match row.status {
+        ApiStatus::Succeeded => RunStatus::Succeeded,
+        ApiStatus::Cancelled => RunStatus::Cancelled,
+        ApiStatus::Failed => {
+            RunStatus::Failed(row.error.clone().unwrap_or_else(|| "the run failed".into()))
+        }
+        active => RunStatus::Active(active.as_str().to_string()),
+    };
+    view.outputs = row.outputs.as_deref().map(outputs_of).unwrap_or_default();
+    if let Some(m) = &row.metrics {
+        view.devices = m.devices.clone();
+        view.timing = serde_json::to_value(m.timing)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from));
+        view.memory = m.memory.map(|mem| (mem.planned_bytes, mem.allocated_bytes));
     }
 }
 
@@ -83,34 +63,46 @@ pub fn start(state: EditorState) {
     let updater = state.begin_run(Target::Server, "submitting");
     let update = move |f: &dyn Fn(&mut RunView)| updater.update(f);
     let graph = if saved_clean {
-        Value::String(doc.name.clone())
+        GraphRef::Stored(doc.name.clone())
     } else {
-        model::to_json(&doc)
+        GraphRef::Inline(model::to_json(&doc))
     };
-    let body = json!({
-        "graph": graph,
-        "batch": settings.batch,
-        "microbatches": settings.microbatches,
-        "stages": settings.stages,
-        "prefetch": settings.prefetch,
-        "precision": settings.precision,
-        "seed": settings.seed,
-    });
+    let Some(precision) = Precision::parse(&settings.precision) else {
+        return update(&|r| {
+            r.status = RunStatus::Failed(format!("unknown precision '{}'", settings.precision))
+        });
+    };
+    let request = RunRequest {
+        batch: settings.batch,
+        microbatches: settings.microbatches,
+        stages: settings.stages,
+        prefetch: settings.prefetch,
+        precision,
+        seed: settings.seed,
+        ..RunRequest::new(graph)
+    };
+    let body = serde_json::to_string(&request).unwrap_or_default();
     leptos::task::spawn_local(async move {
-        let reply = match api::request("POST", "/api/runs", Some(&body.to_string())).await {
+        let reply = match api::request("POST", "/api/runs", Some(&body)).await {
             Ok(r) => r,
             Err(e) => return update(&|r| r.status = RunStatus::Failed(e.clone())),
         };
         if !reply.ok() {
             let mut message = reply.error();
-            if let Some(problems) = reply.json()["problems"].as_array() {
+            if let Some(problems) = reply.error_body().and_then(|b| b.problems) {
                 for p in problems {
-                    message.push_str(&format!("; {}", p["message"].as_str().unwrap_or("")));
+                    message.push_str(&format!("; {}", p.message));
                 }
             }
             return update(&|r| r.status = RunStatus::Failed(message.clone()));
         }
-        let id = reply.json()["id"].as_str().unwrap_or_default().to_string();
+        let id = match serde_json::from_slice::<RunAccepted>(&reply.body) {
+            Ok(a) => a.id,
+            Err(e) => {
+                let message = format!("the server's answer to the run is unreadable: {e}");
+                return update(&|r| r.status = RunStatus::Failed(message.clone()));
+            }
+        };
         update(&|r| {
             r.run_id = Some(id.clone());
             r.status = RunStatus::Active("queued".into());
@@ -141,24 +133,19 @@ async fn follow(id: &str, update: &UpdateRun) -> Result<(), String> {
     ws.set_onerror(Some(on_close.as_ref().unchecked_ref()));
     let mut finished = false;
     while let Some(Some(text)) = rx.next().await {
-        let msg: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        match msg["type"].as_str() {
-            Some("event") => {
-                if let Ok(e) = serde_json::from_value::<Event>(msg["event"].clone()) {
-                    update(&|r| {
-                        if matches!(r.status, RunStatus::Active(_)) {
-                            r.status = RunStatus::Active("running".into());
-                        }
-                        r.events.push(e.clone())
-                    });
+        match serde_json::from_str::<LiveMessage>(&text) {
+            Ok(LiveMessage::Event { event }) => update(&|r| {
+                if matches!(r.status, RunStatus::Active(_)) {
+                    r.status = RunStatus::Active("running".into());
                 }
-            }
-            Some("summary") => {
-                update(&|r| apply_summary(r, &msg["run"]));
+                r.events.push(event.clone())
+            }),
+            Ok(LiveMessage::Summary { run }) => {
+                update(&|r| apply_summary(r, run.as_deref()));
                 finished = true;
                 break;
             }
-            _ => {}
+            Ok(LiveMessage::Metrics { .. }) | Err(_) => {}
         }
     }
     ws.set_onmessage(None);
@@ -167,8 +154,8 @@ async fn follow(id: &str, update: &UpdateRun) -> Result<(), String> {
     let _ = ws.close();
     drop((on_message, on_close));
     if !finished {
-        let row = api::get_json(&format!("/api/runs/{id}")).await?;
-        update(&|r| apply_summary(r, &row));
+        let row: RunRecord = api::get(&format!("/api/runs/{id}")).await?;
+        update(&|r| apply_summary(r, Some(&row)));
     }
     Ok(())
 }

@@ -1,21 +1,27 @@
 //! The CPU reference: one plain implementation per operator family, mirroring `ops/`.
 //! Written for clarity, not speed. It is the oracle the GPU kernels are tested against
-//! and the backend where no adapter exists (`--device cpu`).
+//! ([`run`] interprets a bound graph directly) and, behind the execution seam
+//! ([`CpuDevice`]), the device where no adapter exists (`--device cpu`).
 
 mod conv;
+mod device;
 mod elementwise;
 mod matmul;
 mod movement;
 mod norm;
 mod reduce;
 
+use crate::error::RunError;
 use crate::graph::{Graph, NodeKind};
 use crate::ops::Op;
-use crate::runtime::RunError;
 use crate::shape;
 use crate::tensor::Tensor;
 use crate::weights::Weights;
 use std::collections::HashMap;
+
+#[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+pub use device::session;
+pub use device::{CpuDevice, CpuExecutable};
 
 /// Applies one operator to host tensors; `out_shapes` are the inferred output shapes.
 pub fn eval(
@@ -41,7 +47,7 @@ pub fn run(
     weights: &Weights,
     inputs: &HashMap<String, Tensor>,
 ) -> Result<Vec<(String, Tensor)>, RunError> {
-    crate::runtime::check_inputs(graph, inputs)?;
+    crate::exec::dataset::check_inputs(graph, inputs)?;
     let mut values: HashMap<(petgraph::stable_graph::NodeIndex, usize), Tensor> = HashMap::new();
     for (name, ix) in &graph.inputs {
         if let Some(t) = inputs.get(name) {

@@ -5,6 +5,9 @@ use super::{Arity, OpSchema, TensorType};
 use crate::shape::known;
 use crate::tensor::Tensor;
 
+/// Family tag.
+pub const FAMILY: &str = "constant";
+
 const ATTRS: &[AttrSpec] = &[
     required("value", AttrKind::Floats, "The elements, row-major."),
     optional(
@@ -18,7 +21,7 @@ const ATTRS: &[AttrSpec] = &[
 /// Schemas of the family.
 pub const SCHEMAS: &[OpSchema] = &[OpSchema {
     name: "constant",
-    family: "constant",
+    family: FAMILY,
     doc: "A constant f32 tensor given in the graph file.",
     inputs: Arity::Fixed(&[]),
     outputs: &["y"],
@@ -30,7 +33,7 @@ pub const SCHEMAS: &[OpSchema] = &[OpSchema {
 pub const MAX_ELEMENTS: usize = 1 << 20;
 
 /// A parsed constant.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ConstantOp {
     /// The tensor.
     pub value: Tensor,

@@ -3,16 +3,11 @@
 //! Kernels: `shaders/conv.wgsl`; `global_avg_pool` uses the reduce kernel.
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
-use super::kernel::{
-    dispatch_1d, fill, per_element_main, variant, word, Bindings, Kernel, LowerCtx, Lowering, Slot,
-    Storage, WG,
-};
-use super::{need_f32, Arity, Init, OpSchema, ParamSpec, TensorType};
+use super::{need_f32, Anchor, Arity, Capabilities, Init, OpSchema, ParamSpec, TensorType};
 use crate::shape::{show, Dim};
 
 /// Family tag.
 pub const FAMILY: &str = "conv";
-const SHADER: &str = include_str!("../../../shaders/conv.wgsl");
 
 const CONV_ATTRS: &[AttrSpec] = &[
     required("out_channels", AttrKind::Int, "Output channels."),
@@ -120,7 +115,7 @@ pub const SCHEMAS: &[OpSchema] = &[
 ];
 
 /// Window geometry shared by convolution and pooling.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Window {
     /// [kh, kw]
     pub kernel: [usize; 2],
@@ -135,7 +130,7 @@ pub struct Window {
 }
 
 /// A parsed conv/pool operator.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ConvOp {
     /// conv2d
     Conv2d {
@@ -197,9 +192,9 @@ fn window(r: &mut AttrReader, ceil: bool) -> Window {
     }
 }
 
-/// Parses attributes.
-pub fn parse(name: &str, r: &mut AttrReader) -> ConvOp {
-    match name {
+/// Parses attributes; `None` for a name outside the family.
+pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvOp> {
+    Some(match name {
         "conv2d" => {
             let w = window(r, false);
             let oc = r.int("out_channels");
@@ -228,8 +223,9 @@ pub fn parse(name: &str, r: &mut AttrReader) -> ConvOp {
             window: window(r, true),
             count_include_pad: r.bool("count_include_pad"),
         },
-        _ => ConvOp::GlobalAvgPool,
-    }
+        "global_avg_pool" => ConvOp::GlobalAvgPool,
+        _ => return None,
+    })
 }
 
 impl Window {
@@ -254,25 +250,19 @@ impl Window {
         }
         Ok(out)
     }
-
-    fn info(&self) -> Result<Vec<u32>, String> {
-        [
-            self.kernel[0],
-            self.kernel[1],
-            self.strides[0],
-            self.strides[1],
-            self.pads[0],
-            self.pads[1],
-            self.dilations[0],
-            self.dilations[1],
-        ]
-        .iter()
-        .map(|&v| word(v))
-        .collect()
-    }
 }
 
 impl ConvOp {
+    /// A convolution takes scalar epilogues; pooling takes none.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            anchor: matches!(self, ConvOp::Conv2d { .. }).then_some(Anchor {
+                row_operands: false,
+            }),
+            ..Capabilities::default()
+        }
+    }
+
     /// Name in graph files.
     pub fn name(&self) -> &'static str {
         match self {
@@ -283,7 +273,8 @@ impl ConvOp {
         }
     }
 
-    fn window(&self) -> Option<&Window> {
+    /// The window of a convolution or windowed pooling.
+    pub fn window(&self) -> Option<&Window> {
         match self {
             ConvOp::Conv2d { window, .. }
             | ConvOp::MaxPool(window)
@@ -415,109 +406,6 @@ impl ConvOp {
                 (out * w.kernel[0] * w.kernel[1]) as u64
             }
         }
-    }
-
-    /// GPU kernel; a convolution applies the epilogue to each result.
-    pub fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
-        let (input, output) = (&ctx.inputs[0], &ctx.outputs[0]);
-        let x = &input.shape;
-        let o = &output.shape;
-        let n_out = output.numel();
-        if let ConvOp::GlobalAvgPool = self {
-            let k = super::reduce::reduce_kernel(
-                "global_avg_pool",
-                input,
-                output,
-                &[2, 3],
-                true,
-                ctx.f16_compute,
-            )?;
-            return Ok(Lowering::Kernels(vec![k]));
-        }
-        let mut b = Bindings::new();
-        b.add("dst", Slot::Output(0), output.storage, true);
-        b.add("src", Slot::Input(0), input.storage, false);
-        let (label, value, info) = match self {
-            ConvOp::Conv2d {
-                window,
-                groups,
-                bias,
-                ..
-            } => {
-                let mut info: Vec<u32> = [x[0], x[1], x[2], x[3], o[1], o[2], o[3]]
-                    .iter()
-                    .map(|&v| word(v))
-                    .collect::<Result<_, _>>()?;
-                info.extend(window.info()?);
-                info.push(word(*groups)?);
-                let param = |k: usize| ctx.params.get(k).map_or(Storage::F32, |c| c.storage);
-                b.add("weight", Slot::Param(0), param(0), false);
-                let out = if *bias {
-                    b.add("bias", Slot::Param(1), param(1), false);
-                    "ep(f32(acc) + ld_bias(oc), oc)"
-                } else {
-                    "ep(f32(acc), oc)"
-                };
-                let acc = if ctx.f16_compute { "f16" } else { "f32" };
-                let value = fill(
-                    variant(SHADER, "conv2d"),
-                    &[("ACC", acc.into()), ("OUT", out.into())],
-                );
-                let first_extra = b.slots().len() as u32 + 1;
-                let ep = format!(
-                    "{}\n{}",
-                    super::elementwise::helpers(),
-                    ctx.epilogue.wgsl(first_extra)
-                );
-                (
-                    format!("conv2d{}", ctx.epilogue.label()),
-                    format!("{ep}\n{value}"),
-                    info,
-                )
-            }
-            ConvOp::MaxPool(window) | ConvOp::AvgPool { window, .. } => {
-                let include = matches!(
-                    self,
-                    ConvOp::AvgPool {
-                        count_include_pad: true,
-                        ..
-                    }
-                );
-                let mut info: Vec<u32> = [x[0] * x[1], x[2], x[3], o[2], o[3]]
-                    .iter()
-                    .map(|&v| word(v))
-                    .collect::<Result<_, _>>()?;
-                info.extend(window.info()?);
-                info.push(u32::from(include));
-                info.push(word(window.pads[2])?);
-                info.push(word(window.pads[3])?);
-                let out = if let ConvOp::MaxPool(_) = self {
-                    "best"
-                } else {
-                    "sum / count"
-                };
-                (
-                    self.name().to_string(),
-                    fill(variant(SHADER, "pool"), &[("OUT", out.into())]),
-                    info,
-                )
-            }
-            ConvOp::GlobalAvgPool => {
-                return Err("internal: global_avg_pool lowers through reduce".into())
-            }
-        };
-        let mut slots = b.slots();
-        if let ConvOp::Conv2d { .. } = self {
-            slots.extend(ctx.epilogue.extra_slots.iter().copied());
-        }
-        let (main, threads) = per_element_main(output.storage, n_out);
-        Ok(Lowering::Kernels(vec![Kernel {
-            label,
-            source: format!("{}\n{value}\n{main}", b.wgsl()),
-            slots,
-            info,
-            workgroups: dispatch_1d(threads, WG)?,
-        }]))
     }
 }
 

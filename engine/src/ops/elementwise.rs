@@ -3,17 +3,12 @@
 //! expressions are what fusion composes.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
-use super::kernel::{
-    dispatch_1d, f32_literal, fill, per_element_main, variant, word, Bindings, Concrete, Kernel,
-    LowerCtx, Lowering, Slot, Storage, WG,
-};
-use super::{broadcast_batch, need_f32, Arity, OpSchema, TensorType};
+use super::{broadcast_batch, need_f32, Arity, Capabilities, OpSchema, TensorType};
 use crate::dtype::DType;
-use crate::shape::{broadcast, broadcast_strides, show};
+use crate::shape::{broadcast, show};
 
 /// Family tag.
 pub const FAMILY: &str = "elementwise";
-const SHADER: &str = include_str!("../../../shaders/elementwise.wgsl");
 
 const GELU_ATTRS: &[AttrSpec] = &[optional(
     "approximate",
@@ -96,7 +91,7 @@ pub const SCHEMAS: &[OpSchema] = &[
 ];
 
 /// A parsed elementwise operator.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum ElementwiseOp {
     /// One input.
     Unary(Unary),
@@ -107,7 +102,7 @@ pub enum ElementwiseOp {
 }
 
 /// Unary operators.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Unary {
     /// max(x, 0)
     Relu,
@@ -138,7 +133,7 @@ pub enum Unary {
 }
 
 /// Binary operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Binary {
     /// a + b
     Add,
@@ -156,10 +151,10 @@ pub enum Binary {
     Min,
 }
 
-/// Parses attributes.
-pub fn parse(name: &str, r: &mut AttrReader) -> ElementwiseOp {
+/// Parses attributes; `None` for a name outside the family.
+pub fn parse(name: &str, r: &mut AttrReader) -> Option<ElementwiseOp> {
     use ElementwiseOp::{Binary as B, Unary as U};
-    match name {
+    Some(match name {
         "add" => B(Binary::Add),
         "sub" => B(Binary::Sub),
         "mul" => B(Binary::Mul),
@@ -181,8 +176,9 @@ pub fn parse(name: &str, r: &mut AttrReader) -> ElementwiseOp {
             min: r.opt_float("min"),
             max: r.opt_float("max"),
         }),
-        _ => ElementwiseOp::Where,
-    }
+        "where" => ElementwiseOp::Where,
+        _ => return None,
+    })
 }
 
 impl Unary {
@@ -200,33 +196,6 @@ impl Unary {
             Unary::Clip { .. } => "clip",
         }
     }
-
-    /// The WGSL expression applied to `x` (an f32 expression).
-    pub fn wgsl(self, x: &str) -> String {
-        match self {
-            Unary::Relu => format!("max({x}, 0.0)"),
-            Unary::Sigmoid => format!("sl_sigmoid({x})"),
-            Unary::Tanh => format!("sl_tanh({x})"),
-            Unary::Gelu { tanh: false } => format!("(0.5 * ({x}) * (1.0 + sl_erf(({x}) * 0.70710678118654752)))"),
-            Unary::Gelu { tanh: true } => format!(
-                "(0.5 * ({x}) * (1.0 + sl_tanh(0.79788456080286536 * (({x}) + 0.044715 * ({x}) * ({x}) * ({x})))))"
-            ),
-            Unary::Exp => format!("exp({x})"),
-            Unary::Log => format!("log({x})"),
-            Unary::Sqrt => format!("sqrt({x})"),
-            Unary::Erf => format!("sl_erf({x})"),
-            Unary::Clip { min, max } => {
-                let mut e = x.to_string();
-                if let Some(lo) = min {
-                    e = format!("max({e}, {})", f32_literal(lo));
-                }
-                if let Some(hi) = max {
-                    e = format!("min({e}, {})", f32_literal(hi));
-                }
-                e
-            }
-        }
-    }
 }
 
 impl Binary {
@@ -242,22 +211,19 @@ impl Binary {
             Binary::Min => "min",
         }
     }
-
-    /// The WGSL expression combining `a` and `b`.
-    pub fn wgsl(self, a: &str, b: &str) -> String {
-        match self {
-            Binary::Add => format!("({a} + {b})"),
-            Binary::Sub => format!("({a} - {b})"),
-            Binary::Mul => format!("({a} * {b})"),
-            Binary::Div => format!("({a} / {b})"),
-            Binary::Pow => format!("sl_pow({a}, {b})"),
-            Binary::Max => format!("max({a}, {b})"),
-            Binary::Min => format!("min({a}, {b})"),
-        }
-    }
 }
 
 impl ElementwiseOp {
+    /// Every elementwise operator is pointwise; unary and binary ones can also run in a
+    /// matmul or convolution epilogue.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            pointwise: true,
+            epilogue_member: !matches!(self, ElementwiseOp::Where),
+            ..Capabilities::default()
+        }
+    }
+
     /// Name in graph files.
     pub fn name(&self) -> &'static str {
         match self {
@@ -304,116 +270,6 @@ impl ElementwiseOp {
         let rank = outputs[0].shape.len();
         Ok(vec![broadcast_batch(self.name(), inputs, batch, rank)?])
     }
-
-    /// The expression over inputs `args` (each an f32 expression; for `where`, args[0] is bool).
-    pub fn wgsl(&self, args: &[String]) -> String {
-        match self {
-            ElementwiseOp::Unary(u) => u.wgsl(&args[0]),
-            ElementwiseOp::Binary(b) => b.wgsl(&args[0], &args[1]),
-            ElementwiseOp::Where => format!("select({}, {}, {})", args[2], args[1], args[0]),
-        }
-    }
-
-    /// GPU kernel.
-    pub fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
-        let (inputs, outputs) = (ctx.inputs, ctx.outputs);
-        let args: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
-        let kernel = elementwise_kernel(
-            self.name(),
-            "",
-            &self.wgsl(&args),
-            inputs,
-            &outputs[0].shape,
-            outputs[0].storage,
-            None,
-        )?;
-        Ok(Lowering::Kernels(vec![kernel]))
-    }
-}
-
-/// The WGSL helper functions elementwise expressions use (`sl_erf`, `sl_tanh`, ...).
-pub fn helpers() -> &'static str {
-    variant(SHADER, "helpers")
-}
-
-/// One elementwise kernel: `stmts` then `expr` over inputs `x0..`, into an output of `out`
-/// shape stored as `out_storage`. Inputs of dtype bool are read as `x{i}: bool`. With
-/// `in_place = Some(k)`, input k (same shape and storage as the output) is read from the
-/// output buffer and gets no binding of its own: the kernel overwrites it.
-pub fn elementwise_kernel(
-    label: &str,
-    stmts: &str,
-    expr: &str,
-    inputs: &[Concrete],
-    out: &[usize],
-    out_storage: Storage,
-    in_place: Option<usize>,
-) -> Result<Kernel, String> {
-    let n: usize = out.iter().product();
-    let contiguous = inputs.iter().all(|t| t.shape == out);
-    if let Some(k) = in_place {
-        if inputs
-            .get(k)
-            .is_none_or(|t| t.shape != out || t.dtype != DType::F32 || t.storage != out_storage)
-        {
-            return Err(format!(
-                "in-place input {k} must be f32 of the output's shape and storage"
-            ));
-        }
-    }
-    let mut info = vec![word(n)?];
-    if !contiguous {
-        info.push(word(out.len())?);
-        for &d in out {
-            info.push(word(d)?);
-        }
-        for t in inputs {
-            for s in broadcast_strides(&t.shape, out) {
-                info.push(word(s)?);
-            }
-        }
-    }
-    let mut b = Bindings::new();
-    b.add("dst", Slot::Output(0), out_storage, true);
-    let mut loads = String::new();
-    for (i, t) in inputs.iter().enumerate() {
-        if in_place == Some(i) {
-            loads.push_str(&format!("    let x{i} = ld_dst(i);\n"));
-            continue;
-        }
-        let index = if contiguous {
-            "i".to_string()
-        } else {
-            format!("sl_offset(i, {i}u)")
-        };
-        b.add(&format!("src{i}"), Slot::Input(i), t.storage, false);
-        let read = match t.dtype {
-            DType::Bool => format!("ld_src{i}({index}) != 0.0"),
-            _ => format!("ld_src{i}({index})"),
-        };
-        loads.push_str(&format!("    let x{i} = {read};\n"));
-    }
-    let value = fill(
-        variant(SHADER, "value"),
-        &[
-            ("LOADS", loads),
-            ("BODY", stmts.to_string()),
-            ("EXPR", expr.to_string()),
-        ],
-    );
-    let (main, threads) = per_element_main(out_storage, n);
-    let source = format!("{}\n{}\n{value}\n{main}", b.wgsl(), helpers());
-    Ok(Kernel {
-        label: if in_place.is_some() {
-            format!("{label} (in place)")
-        } else {
-            label.to_string()
-        },
-        source,
-        slots: b.slots(),
-        info,
-        workgroups: dispatch_1d(threads, WG)?,
-    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The operator set. One operator is one definition: schema (attributes with defaults and
-//! docs), shape and dtype inference, weights it declares, cost, GPU lowering (in the family
-//! file here) and CPU reference (in the mirrored file of `crate::cpu`).
+//! docs), shape and dtype inference, weights it declares, cost, what the planner may do
+//! with it (its [`Capabilities`]) and how it treats the batch axis, all in its family file
+//! here; its CPU reference is in the mirrored file of `crate::cpu` and its WGSL kernels in
+//! the mirrored file of `crate::gpu::lower`.
 //!
 //! Operators are grouped in families that share one kernel generator and one WGSL file in
 //! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant.
@@ -9,7 +11,6 @@ pub mod attrs;
 pub mod constant;
 pub mod conv;
 pub mod elementwise;
-pub mod kernel;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
@@ -21,8 +22,6 @@ use attrs::{AttrReader, AttrSpec};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::fmt;
-
-pub use kernel::{Epilogue, Kernel, LowerCtx, Lowering, Slot, Storage};
 
 /// The shape and dtype of a value flowing along an edge.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -72,7 +71,7 @@ pub struct ParamSpec {
 }
 
 /// Predicted cost of one operator application.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Cost {
     /// Floating-point operations.
     pub flops: u64,
@@ -111,8 +110,9 @@ pub struct OpSchema {
     pub params: &'static [&'static str],
 }
 
-/// A parsed operator with its attributes.
-#[derive(Debug, Clone, PartialEq)]
+/// A parsed operator with its attributes (plain data: plans carry it to any device).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Op {
     /// `matmul`, `linear`.
     MatMul(matmul::MatMulOp),
@@ -160,13 +160,20 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
     };
     let mut r = AttrReader::new(attrs, schema.attrs);
     let op = match schema.family {
-        matmul::FAMILY => Op::MatMul(matmul::parse(name, &mut r)),
-        elementwise::FAMILY => Op::Elementwise(elementwise::parse(name, &mut r)),
-        reduce::FAMILY => Op::Reduce(reduce::parse(name, &mut r)),
-        norm::FAMILY => Op::Norm(norm::parse(name, &mut r)),
-        movement::FAMILY => Op::Movement(movement::parse(name, &mut r)),
-        conv::FAMILY => Op::Conv(conv::parse(name, &mut r)),
-        _ => Op::Constant(constant::parse(&mut r)),
+        matmul::FAMILY => matmul::parse(name, &mut r).map(Op::MatMul),
+        elementwise::FAMILY => elementwise::parse(name, &mut r).map(Op::Elementwise),
+        reduce::FAMILY => reduce::parse(name, &mut r).map(Op::Reduce),
+        norm::FAMILY => norm::parse(name, &mut r).map(Op::Norm),
+        movement::FAMILY => movement::parse(name, &mut r).map(Op::Movement),
+        conv::FAMILY => conv::parse(name, &mut r).map(Op::Conv),
+        constant::FAMILY => Some(Op::Constant(constant::parse(&mut r))),
+        _ => None,
+    };
+    let Some(op) = op else {
+        return Err(vec![(
+            "op".into(),
+            format!("internal: operator '{name}' has a schema but no parser"),
+        )]);
     };
     if r.problems.is_empty() {
         Ok(op)
@@ -300,49 +307,110 @@ impl Op {
         }
     }
 
-    /// Predicted cost on concrete shapes.
-    pub fn cost(&self, inputs: &[Vec<usize>], outputs: &[Vec<usize>]) -> Cost {
-        let read: usize = inputs.iter().map(|s| s.iter().product::<usize>()).sum();
-        let written: usize = outputs.iter().map(|s| s.iter().product::<usize>()).sum();
+    /// Predicted cost on concrete operands (bytes counted with each operand's real
+    /// element size).
+    pub fn cost(&self, inputs: &[CostOperand], outputs: &[CostOperand]) -> Cost {
+        let shapes = |ops: &[CostOperand]| -> Vec<Vec<usize>> {
+            ops.iter().map(|o| o.shape.to_vec()).collect()
+        };
+        let elements = |ops: &[CostOperand]| -> u64 {
+            ops.iter()
+                .map(|o| o.shape.iter().product::<usize>() as u64)
+                .sum()
+        };
+        let bytes = |ops: &[CostOperand]| -> u64 {
+            ops.iter()
+                .map(|o| o.element_bytes * o.shape.iter().product::<usize>() as u64)
+                .sum()
+        };
+        let (read, written) = (elements(inputs), elements(outputs));
         let flops = match self {
-            Op::MatMul(o) => o.flops(inputs, outputs),
-            Op::Conv(o) => o.flops(inputs, outputs),
-            Op::Norm(_) => 8 * read as u64,
+            Op::MatMul(o) => o.flops(&shapes(inputs), &shapes(outputs)),
+            Op::Conv(o) => o.flops(&shapes(inputs), &shapes(outputs)),
+            Op::Norm(_) => 8 * read,
             Op::Movement(_) | Op::Constant(_) => 0,
-            _ => read.max(written) as u64,
+            _ => read.max(written),
         };
         Cost {
             flops,
-            bytes_read: 4 * read as u64,
-            bytes_written: 4 * written as u64,
+            bytes_read: bytes(inputs),
+            bytes_written: bytes(outputs),
         }
     }
 
-    /// Lowers the operator to GPU kernels for concrete values.
-    pub fn lower(&self, ctx: &kernel::LowerCtx) -> Result<Lowering, String> {
-        let lowering = match self {
-            Op::MatMul(o) => o.lower(ctx),
-            Op::Elementwise(o) => o.lower(ctx),
-            Op::Reduce(o) => o.lower(ctx),
-            Op::Norm(o) => o.lower(ctx),
-            Op::Movement(o) => o.lower(ctx),
-            Op::Conv(o) => o.lower(ctx),
-            Op::Constant(_) => Ok(Lowering::Constant),
-        }?;
-        let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {
-            ks.into_iter()
-                .map(|mut k| {
-                    k.source = kernel::with_f16_enable(k.source);
-                    k
-                })
-                .collect()
-        };
-        Ok(match lowering {
-            Lowering::Kernels(ks) => Lowering::Kernels(fix(ks)),
-            Lowering::KernelsWithScratch(ks, s) => Lowering::KernelsWithScratch(fix(ks), s),
-            other => other,
-        })
+    /// What the planner may do with this operator.
+    pub fn capabilities(&self) -> Capabilities {
+        match self {
+            Op::Elementwise(o) => o.capabilities(),
+            Op::MatMul(_) => Capabilities {
+                anchor: Some(Anchor { row_operands: true }),
+                ..Capabilities::default()
+            },
+            Op::Conv(o) => o.capabilities(),
+            Op::Movement(o) => o.capabilities(),
+            Op::Reduce(_) | Op::Norm(_) | Op::Constant(_) => Capabilities::default(),
+        }
     }
+
+    /// The input holding indices into another input, when the operator has one (checked
+    /// on the host before upload).
+    pub fn index_input(&self) -> Option<IndexInput> {
+        match self {
+            Op::Movement(o) => o.index_input(),
+            _ => None,
+        }
+    }
+
+    /// The value of a constant operator.
+    pub fn constant_value(&self) -> Option<&crate::tensor::Tensor> {
+        match self {
+            Op::Constant(c) => Some(&c.value),
+            _ => None,
+        }
+    }
+}
+
+/// A concrete operand as costing sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct CostOperand<'a> {
+    /// Concrete shape.
+    pub shape: &'a [usize],
+    /// Bytes per element in its storage.
+    pub element_bytes: u64,
+}
+
+/// What the planner may do with an operator, declared by the operator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Capabilities {
+    /// Output element i depends only on element i of each (broadcast) input and nothing
+    /// else: the operator can be fused with other pointwise operators into one pass, and
+    /// its output may overwrite an input of the same shape that dies there.
+    pub pointwise: bool,
+    /// Pointwise with one tensor operand besides scalars or row vectors: it can be applied
+    /// to an anchor's result inside the anchor's kernel.
+    pub epilogue_member: bool,
+    /// Pointwise work on its result can be fused into its kernel's store.
+    pub anchor: Option<Anchor>,
+    /// The output is the input reinterpreted: no work and no buffer of its own.
+    pub view: bool,
+}
+
+/// How an epilogue anchor reads the extra operands of its fused chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Anchor {
+    /// Besides scalars, 1-D operands the length of the result's last axis (a bias row).
+    pub row_operands: bool,
+}
+
+/// An input holding indices into another input along an axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct IndexInput {
+    /// The input holding the indices.
+    pub indices: usize,
+    /// The input they index.
+    pub data: usize,
+    /// The indexed axis of `data` (negative counts from the end).
+    pub axis: i64,
 }
 
 /// Checks that an input is a float tensor.

@@ -3,16 +3,11 @@
 //! workgroup tree per output for long ones).
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
-use super::kernel::{
-    dispatch_1d, fill, per_element_main, variant, word, Bindings, Concrete, Kernel, LowerCtx,
-    Lowering, Slot, Storage, MAX_GROUPS, WG,
-};
 use super::{need_f32, Arity, OpSchema, TensorType};
 use crate::shape::{self, Dim};
 
 /// Family tag.
 pub const FAMILY: &str = "reduce";
-const SHADER: &str = include_str!("../../../shaders/reduce.wgsl");
 
 const ATTRS: &[AttrSpec] = &[
     optional(
@@ -52,7 +47,7 @@ pub const SCHEMAS: &[OpSchema] = &[
 ];
 
 /// A parsed reduction.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReduceOp {
     /// Mean instead of sum.
     pub mean: bool,
@@ -62,13 +57,18 @@ pub struct ReduceOp {
     pub keepdims: bool,
 }
 
-/// Parses attributes.
-pub fn parse(name: &str, r: &mut AttrReader) -> ReduceOp {
-    ReduceOp {
-        mean: name == "reduce_mean",
+/// Parses attributes; `None` for a name outside the family.
+pub fn parse(name: &str, r: &mut AttrReader) -> Option<ReduceOp> {
+    let mean = match name {
+        "reduce_sum" => false,
+        "reduce_mean" => true,
+        _ => return None,
+    };
+    Some(ReduceOp {
+        mean,
         axes: r.opt_ints("axes"),
         keepdims: r.bool("keepdims"),
-    }
+    })
 }
 
 /// Resolves reduction axes to a sorted set of distinct non-negative axes.
@@ -137,106 +137,6 @@ impl ReduceOp {
         };
         Ok(vec![Some(b - dropped)])
     }
-
-    /// GPU kernel.
-    pub fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
-        let axes = resolve_axes(&self.axes, ctx.inputs[0].shape.len())?;
-        Ok(Lowering::Kernels(vec![reduce_kernel(
-            self.name(),
-            &ctx.inputs[0],
-            &ctx.outputs[0],
-            &axes,
-            self.mean,
-            ctx.f16_compute,
-        )?]))
-    }
-}
-
-/// A kernel summing `input` over `axes` (sorted) into `output`, scaled to a mean when
-/// `mean`, accumulating in f16 when `f16_compute`.
-pub fn reduce_kernel(
-    label: &str,
-    input: &Concrete,
-    output: &Concrete,
-    axes: &[usize],
-    mean: bool,
-    f16_compute: bool,
-) -> Result<Kernel, String> {
-    let x = &input.shape;
-    let strides = shape::strides(x);
-    let kept: Vec<usize> = (0..x.len()).filter(|i| !axes.contains(i)).collect();
-    let n_out: usize = kept.iter().map(|&i| x[i]).product();
-    let count: usize = axes.iter().map(|&i| x[i]).product();
-    // The reduced elements are contiguous when the axes are the trailing ones.
-    let contiguous = axes
-        .iter()
-        .enumerate()
-        .all(|(k, &a)| a == x.len() - axes.len() + k);
-    let scale = if mean && count > 0 {
-        1.0 / count as f32
-    } else {
-        1.0
-    };
-    let mut info = vec![
-        word(n_out)?,
-        word(count)?,
-        word(kept.len())?,
-        word(axes.len())?,
-        u32::from(contiguous),
-        scale.to_bits(),
-    ];
-    for &i in &kept {
-        info.push(word(x[i])?);
-    }
-    for &i in &kept {
-        info.push(word(strides[i])?);
-    }
-    for &i in axes {
-        info.push(word(x[i])?);
-    }
-    for &i in axes {
-        info.push(word(strides[i])?);
-    }
-    let mut b = Bindings::new();
-    b.add("dst", Slot::Output(0), output.storage, true);
-    b.add("src", Slot::Input(0), input.storage, false);
-    let acc = if f16_compute { "f16" } else { "f32" };
-    let group = count >= WG as usize && n_out <= (MAX_GROUPS as usize) * (MAX_GROUPS as usize);
-    let common = variant(SHADER, "common");
-    let (name, body, workgroups) = if group {
-        let packed = output.storage == Storage::Packed;
-        let per = if packed { 2 } else { 1 };
-        let store = if packed {
-            "        dst[g] = pack2x16float(results);".to_string()
-        } else {
-            "        st_dst(g, results.x);".to_string()
-        };
-        let body = fill(
-            variant(SHADER, "group"),
-            &[
-                ("WG", WG.to_string()),
-                ("ACC", acc.into()),
-                ("PER_GROUP", per.to_string()),
-                ("STORE", store),
-            ],
-        );
-        ("group", body, dispatch_1d(n_out.div_ceil(per), 1)?)
-    } else {
-        let value = fill(variant(SHADER, "thread"), &[("ACC", acc.into())]);
-        let (main, threads) = per_element_main(output.storage, n_out);
-        (
-            "thread",
-            format!("{value}\n{main}"),
-            dispatch_1d(threads, WG)?,
-        )
-    };
-    Ok(Kernel {
-        label: format!("{label} {name}"),
-        source: format!("{}\n{common}\n{body}", b.wgsl()),
-        slots: b.slots(),
-        info,
-        workgroups,
-    })
 }
 
 #[cfg(test)]

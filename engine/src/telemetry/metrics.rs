@@ -14,7 +14,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Per device (stage) figures.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct DeviceMetrics {
     /// Device index.
     pub device: usize,
@@ -29,7 +29,7 @@ pub struct DeviceMetrics {
 }
 
 /// Time spent in one node over the run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct NodeTime {
     /// Node id or fused group.
     pub node: String,
@@ -40,7 +40,7 @@ pub struct NodeTime {
 }
 
 /// Everything derived from one run's events.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Metrics {
     /// First event start to last event end.
     pub wall_ns: u64,
@@ -62,6 +62,14 @@ pub struct Metrics {
     pub overlap: f64,
     /// The most expensive nodes, most expensive first.
     pub top_nodes: Vec<NodeTime>,
+}
+
+/// GPipe's ideal bubble fraction (S−1)/(M+S−1) with S stages and M micro-batches.
+pub fn gpipe_bubble(stages: usize, micro_batches: usize) -> f64 {
+    if stages == 0 || micro_batches == 0 {
+        return 0.0;
+    }
+    (stages - 1) as f64 / (micro_batches + stages - 1) as f64
 }
 
 /// Total length of the union of intervals.
@@ -200,10 +208,7 @@ pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: u
         let idle: u64 = devices.iter().map(|d| wall.saturating_sub(d.busy_ns)).sum();
         (
             Some(idle as f64 / (stages as f64 * wall as f64)),
-            Some(crate::runtime::schedule::ideal_bubble(
-                stages,
-                micro_batches,
-            )),
+            Some(gpipe_bubble(stages, micro_batches)),
         )
     } else {
         (None, None)
@@ -223,6 +228,39 @@ pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: u
             overlap_hidden as f64 / upload_total as f64
         },
         top_nodes,
+    }
+}
+
+/// Utilisation per device while a run goes, one event at a time: compute time seen so far
+/// over the run's elapsed time (the latest event end), the definition [`compute`] applies
+/// to the finished run (passes on one device do not overlap, so their sum is the busy
+/// time).
+#[derive(Debug, Clone, Default)]
+pub struct LiveUtilisation {
+    busy: Vec<u64>,
+    wall: u64,
+}
+
+impl LiveUtilisation {
+    /// Takes one event into account.
+    pub fn record(&mut self, e: &Event) {
+        if e.kind != EventKind::Compute {
+            return;
+        }
+        if self.busy.len() <= e.device {
+            self.busy.resize(e.device + 1, 0);
+        }
+        self.busy[e.device] += e.duration_ns();
+        self.wall = self.wall.max(e.end_ns);
+    }
+
+    /// Busy share of each device so far.
+    pub fn utilisation(&self) -> Vec<f64> {
+        let wall = self.wall.max(1) as f64;
+        self.busy
+            .iter()
+            .map(|&b| (b as f64 / wall).min(1.0))
+            .collect()
     }
 }
 

@@ -1,4 +1,4 @@
-//! Telemetry: the event stream of a run, metrics derived from it with DESIGN.md's fixed
+//! Telemetry: the event stream of a run, metrics derived from it with the fixed
 //! definitions ([`metrics`]), and export to Chrome Trace Event JSON ([`trace`]).
 
 pub mod metrics;

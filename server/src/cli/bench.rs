@@ -5,7 +5,7 @@
 use super::{load, report, run::Progress, BenchArgs};
 use anyhow::{bail, Result};
 use serde_json::json;
-use sluice_engine::runtime::session::Session;
+use sluice_engine::exec::{RunContext, Session};
 use std::process::ExitCode;
 
 /// Runs the command.
@@ -18,20 +18,31 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
         bail!("--batch and --reps must be at least 1");
     }
     let weights = load::weights(&args.graph, &graph)?;
-    let mut session = Session::new(&graph, &weights, &e.config())?;
+    let config = e.config();
+    let devices = super::open_devices(e.device, config.stages)?;
+    let mut session = Session::compile_blocking(&graph, &weights, &config, devices)?;
     let warm = super::run::inputs(&graph, &[], args.seed, e.batch)?;
-    session.run(&warm, "warm-up", &|_, _| {})?;
+    session.run_blocking(&warm, &RunContext::new("warm-up"))?;
     let data = super::run::inputs(&graph, &[], args.seed + 1, e.batch * args.reps)?;
     let progress = Progress::new("benchmark");
-    let report = session.run(&data, "bench", &|d, t| progress.update(d, t))?;
+    let update = |d: usize, t: usize| progress.update(d, t);
+    let ctx = RunContext {
+        progress: Some(&update),
+        ..RunContext::new("bench")
+    };
+    let report = session.run_blocking(&data, &ctx)?;
     progress.finish();
     // Reduced precision is reported next to f32 on the same inputs.
     let baseline = if e.precision != super::PrecisionArg::F32 {
-        let mut cfg = e.config();
-        cfg.precision = sluice_engine::runtime::plan::Precision::F32;
-        let mut s32 = Session::new(&graph, &weights, &cfg)?;
-        s32.run(&warm, "warm-up f32", &|_, _| {})?;
-        let r32 = s32.run(&data, "bench f32", &|_, _| {})?;
+        let cfg = sluice_engine::exec::RunConfig {
+            precision: sluice_engine::plan::Precision::F32,
+            half: None,
+            ..config.clone()
+        };
+        let devices = super::open_devices(e.device, cfg.stages)?;
+        let mut s32 = Session::compile_blocking(&graph, &weights, &cfg, devices)?;
+        s32.run_blocking(&warm, &RunContext::new("warm-up f32"))?;
+        let r32 = s32.run_blocking(&data, &RunContext::new("bench f32"))?;
         let errors = sluice_engine::precision::compare(&r32.outputs, &report.outputs);
         Some((s32, r32, errors))
     } else {
@@ -40,7 +51,7 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
     if let Some(path) = &args.trace {
         report::write_trace(path, &report, &session)?;
     }
-    let plan_steps: usize = session.plans().iter().map(|p| p.steps.len()).sum();
+    let plan_steps = session.compile_stats().passes;
     let flops: u64 =
         session.plans().iter().map(|p| p.total_flops()).sum::<u64>() * report.micro_batches as u64;
     let busy: u64 = report.metrics.devices.iter().map(|d| d.busy_ns).sum();
@@ -52,7 +63,7 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
     if args.json {
         let doc = json!({
             "graph": graph.doc.name,
-            "config": e.config(),
+            "config": config,
             "reps": args.reps,
             "devices": session.device_names(),
             "timing": report.timing,

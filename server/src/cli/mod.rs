@@ -9,6 +9,8 @@ mod report;
 mod run;
 mod validate;
 
+use sluice_engine::exec::device::Device as ExecDevice;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -60,11 +62,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List GPU adapters with their features and limits.
+    /// List GPU adapters with their features and limits, and the measured rates the
+    /// stage partitioner uses (calibrated once per adapter and kept).
     Devices {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Measure the rates again instead of using the kept calibration.
+        #[arg(long)]
+        recalibrate: bool,
     },
     /// List operators and their attributes.
     Ops {
@@ -103,6 +109,10 @@ pub struct ExecArgs {
     /// (every adapter), or auto (native where available).
     #[arg(long, value_enum, default_value_t = HalfArg::Auto)]
     pub f16_storage: HalfArg,
+    /// Where to run: the GPU (one device per stage) or the CPU reference (one CPU device
+    /// per stage, through the same batching and pipelines).
+    #[arg(long, value_enum, default_value_t = Device::Gpu)]
+    pub device: Device,
 }
 
 /// `--precision`.
@@ -118,8 +128,8 @@ pub enum PrecisionArg {
 
 impl PrecisionArg {
     /// The engine's precision.
-    pub fn engine(self) -> sluice_engine::runtime::plan::Precision {
-        use sluice_engine::runtime::plan::Precision;
+    pub fn engine(self) -> sluice_engine::plan::Precision {
+        use sluice_engine::plan::Precision;
         match self {
             PrecisionArg::F32 => Precision::F32,
             PrecisionArg::F16 => Precision::F16,
@@ -141,8 +151,8 @@ pub enum HalfArg {
 
 impl HalfArg {
     /// The engine's choice (None = auto).
-    pub fn engine(self) -> Option<sluice_engine::runtime::plan::HalfStorage> {
-        use sluice_engine::runtime::plan::HalfStorage;
+    pub fn engine(self) -> Option<sluice_engine::plan::HalfStorage> {
+        use sluice_engine::plan::HalfStorage;
         match self {
             HalfArg::Auto => None,
             HalfArg::Native => Some(HalfStorage::Native),
@@ -153,8 +163,8 @@ impl HalfArg {
 
 impl ExecArgs {
     /// The engine's run configuration.
-    pub fn config(&self) -> sluice_engine::runtime::RunConfig {
-        sluice_engine::runtime::RunConfig {
+    pub fn config(&self) -> sluice_engine::exec::RunConfig {
+        sluice_engine::exec::RunConfig {
             batch: self.batch,
             microbatches: self.microbatches,
             stages: self.stages,
@@ -188,9 +198,6 @@ pub struct RunArgs {
     /// Seed for random inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Where to run.
-    #[arg(long, value_enum, default_value_t = Device::Gpu)]
-    pub device: Device,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -244,9 +251,42 @@ pub struct PlanArgs {
     /// 16-bit storage for `f16`/`mixed` (auto plans packed, which every adapter runs).
     #[arg(long, value_enum, default_value_t = HalfArg::Auto)]
     pub f16_storage: HalfArg,
-    /// Print the plan as JSON (kernel sources included).
+    /// Also show the WGSL passes the GPU backend lowers each step to (with `--json`:
+    /// their sources).
+    #[arg(long)]
+    pub kernels: bool,
+    /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The devices a run uses, one per stage: GPU devices (with the adapter's calibrated
+/// rates when the run is pipelined) or CPU reference devices.
+pub fn open_devices(device: Device, stages: usize) -> Result<Vec<Box<dyn ExecDevice>>> {
+    Ok(match device {
+        Device::Cpu => (0..stages)
+            .map(|_| Box::new(sluice_engine::cpu::CpuDevice::new()) as Box<dyn ExecDevice>)
+            .collect(),
+        Device::Gpu => {
+            let mut devices = pollster::block_on(sluice_engine::gpu::GpuDevice::open_many(stages))?;
+            if stages > 1 {
+                for d in &mut devices {
+                    d.rates = Some(crate::rates::rates_for(&d.ctx, false)?);
+                }
+            }
+            devices
+                .into_iter()
+                .map(|d| Box::new(d) as Box<dyn ExecDevice>)
+                .collect()
+        }
+    })
+}
+
+impl Cli {
+    /// Whether the command is a long-running service (`serve`, `worker`).
+    pub fn is_service(&self) -> bool {
+        matches!(self.command, Command::Serve(_) | Command::Worker(_))
+    }
 }
 
 /// Runs a parsed command line.
@@ -258,7 +298,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench::bench(&args),
         Command::Plan(args) => plan::plan(&args),
         Command::Validate { graph, json } => validate::validate(&graph, json),
-        Command::Devices { json } => devices::devices(json),
+        Command::Devices { json, recalibrate } => devices::devices(json, recalibrate),
         Command::Ops { json } => ops::ops(json),
     }
 }

@@ -1,8 +1,7 @@
 //! Printing what runs measured: metrics tables, and Chrome trace files.
 
 use anyhow::{Context, Result};
-use sluice_engine::runtime::session::Session;
-use sluice_engine::runtime::RunReport;
+use sluice_engine::exec::{RunReport, Session};
 use sluice_engine::telemetry::trace::chrome_trace;
 use std::path::Path;
 
@@ -48,9 +47,10 @@ pub fn print_metrics(report: &RunReport, session: &Session) {
     }
     if let (Some(b), Some(i)) = (m.bubble_fraction, m.ideal_bubble) {
         println!(
-            "  bubble:       {:.1}% measured, {:.1}% GPipe ideal (S-1)/(M+S-1)",
+            "  bubble:       {:.1}% measured, {:.1}% ideal (S-1)/(M+S-1) over the run's {} micro-batches",
             100.0 * b,
-            100.0 * i
+            100.0 * i,
+            report.micro_batches
         );
     }
     println!(

@@ -1,17 +1,16 @@
-//! `sluice run`: load weights and inputs (a dataset of any number of samples on axis 0),
-//! run batch by batch on the GPU (micro-batched, prefetched, optionally pipelined) or the
-//! CPU, print a summary per output and write .npy files and a trace.
+//! `sluice run`: load weights and inputs (a dataset of any number of samples along the
+//! batch axis), run it on the GPU or the CPU device (micro-batched, prefetched, optionally
+//! pipelined, through the engine's one execution core), print a summary per output and
+//! write .npy files and a trace.
 
-use super::{load, report, Device, RunArgs};
+use super::{load, report, RunArgs};
 use crate::npy;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
+use sluice_engine::exec::{dataset, RunContext, Session, Values};
 use sluice_engine::graph::Graph;
-use sluice_engine::runtime::session::Session;
-use sluice_engine::runtime::{self};
-use sluice_engine::shape::Dim;
-use sluice_engine::{cpu, Tensor};
+use sluice_engine::Tensor;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,33 +65,8 @@ impl Progress {
     }
 }
 
-/// Number of samples the inputs hold (axis 0 of batched inputs), checked for agreement.
-fn samples(graph: &Graph, inputs: &HashMap<String, Tensor>) -> Result<Option<usize>> {
-    let mut n = None;
-    for (name, t) in inputs {
-        let batched = graph
-            .doc
-            .inputs
-            .get(name)
-            .is_some_and(|d| matches!(d.shape.first(), Some(Dim::Sym(_))));
-        if batched {
-            let rows = *t.shape.first().context("a batched input needs axis 0")?;
-            if let Some(m) = n.filter(|&m| m != rows) {
-                bail!("input '{name}' has {rows} samples but another input has {m}");
-            }
-            n = Some(rows);
-        }
-    }
-    Ok(n)
-}
-
 /// Reads `--input` files and fills the rest with seeded random data of `default_n` samples.
-pub fn inputs(
-    graph: &Graph,
-    specs: &[String],
-    seed: u64,
-    default_n: usize,
-) -> Result<HashMap<String, Tensor>> {
+pub fn inputs(graph: &Graph, specs: &[String], seed: u64, default_n: usize) -> Result<Values> {
     let mut given = HashMap::new();
     for spec in specs {
         let Some((name, file)) = spec.split_once('=') else {
@@ -108,18 +82,7 @@ pub fn inputs(
         let t = npy::read(&PathBuf::from(file)).with_context(|| format!("--input {name}"))?;
         given.insert(name.to_string(), t);
     }
-    let n = samples(graph, &given)?.unwrap_or(default_n);
-    if n == 0 {
-        bail!("the inputs hold no samples");
-    }
-    let bindings: HashMap<String, usize> = graph.symbols().into_iter().map(|s| (s, n)).collect();
-    let bound = graph
-        .bind(&bindings)
-        .map_err(|p| anyhow::anyhow!("with {n} samples: {p}"))?;
-    let mut all = runtime::random_inputs(&bound, seed)?;
-    all.extend(given);
-    runtime::check_inputs(&bound, &all)?;
-    Ok(all)
+    Ok(dataset::complete(graph, given, seed, default_n)?)
 }
 
 /// Runs the command.
@@ -133,51 +96,41 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     }
     let data = inputs(&graph, &args.inputs, args.seed, e.batch)?;
     let weights = load::weights(&args.graph, &graph)?;
+    let config = e.config();
     let progress = Progress::new("running");
     let started = Instant::now();
-    let mut precision_report = None;
-    let mut half_path = sluice_engine::runtime::plan::PlanOptions::default();
-    let (outputs, device_name, session_report) = match args.device {
-        Device::Cpu => {
-            let n = samples(&graph, &data)?.unwrap_or(e.batch);
-            let bindings: HashMap<String, usize> =
-                graph.symbols().into_iter().map(|s| (s, n)).collect();
-            let bound = graph.bind(&bindings).map_err(|p| anyhow::anyhow!("{p}"))?;
-            (
-                cpu::run(&bound, &weights, &data)?,
-                "cpu (reference)".to_string(),
-                None,
-            )
-        }
-        Device::Gpu => {
-            let mut session = Session::new(&graph, &weights, &e.config())?;
-            let report = session.run(&data, "run", &|d, t| progress.update(d, t))?;
-            progress.finish();
-            if e.precision != super::PrecisionArg::F32 {
-                let mut f32_cfg = e.config();
-                f32_cfg.precision = sluice_engine::runtime::plan::Precision::F32;
-                let reference = Session::new(&graph, &weights, &f32_cfg)?.run(
-                    &data,
-                    "f32 reference",
-                    &|_, _| {},
-                )?;
-                precision_report = Some(sluice_engine::precision::compare(
-                    &reference.outputs,
-                    &report.outputs,
-                ));
-            }
-            half_path = session.plan_options();
-            let name = session.device_names().join(", ");
-            if let Some(path) = &args.trace {
-                report::write_trace(path, &report, &session)?;
-            }
-            (report.outputs.clone(), name, Some((report, session)))
-        }
+    let devices = super::open_devices(e.device, config.stages)?;
+    let mut session = Session::compile_blocking(&graph, &weights, &config, devices)?;
+    let update = |d: usize, t: usize| progress.update(d, t);
+    let ctx = RunContext {
+        progress: Some(&update),
+        ..RunContext::new("run")
     };
+    let report = session.run_blocking(&data, &ctx)?;
+    progress.finish();
+    let precision_report = if e.precision != super::PrecisionArg::F32 {
+        let devices = super::open_devices(e.device, config.stages)?;
+        Some(pollster::block_on(sluice_engine::precision::against_f32(
+            &graph,
+            &weights,
+            &config,
+            devices,
+            &data,
+            &report.outputs,
+        ))?)
+    } else {
+        None
+    };
+    let half_path = session.plan_options();
+    let device_name = session.device_names().join(", ");
+    if let Some(path) = &args.trace {
+        report::write_trace(path, &report, &session)?;
+    }
+    let outputs = &report.outputs;
     let elapsed = started.elapsed().as_secs_f64();
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        for (name, t) in &outputs {
+        for (name, t) in outputs {
             let file = dir.join(format!("{}.npy", name.replace([':', '/', '\\'], "_")));
             match args.output_dtype {
                 super::OutputDtype::F32 => npy::write(&file, t)?,
@@ -191,14 +144,12 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
             .iter()
             .map(|(n, t)| json!({ "name": n, "shape": t.shape, "dtype": t.dtype(), "first": head(t, 8), "checksum": t.checksum() }))
             .collect();
-        let metrics = session_report
-            .as_ref()
-            .map(|(r, _)| serde_json::to_value(&r.metrics).unwrap_or_default());
         println!(
             "{}",
             json!({ "graph": graph.doc.name, "batch": e.batch, "device": device_name, "seconds": elapsed,
                     "precision": e.precision.engine(), "f16_storage": (e.precision != super::PrecisionArg::F32).then_some(half_path.half),
-                    "outputs": outs, "metrics": metrics, "written_to": args.output,
+                    "outputs": outs, "metrics": report.metrics, "micro_batches": report.micro_batches,
+                    "stages": session.stage_summary(), "written_to": args.output,
                     "precision_report": precision_report })
         );
         return Ok(ExitCode::SUCCESS);
@@ -207,7 +158,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         "graph '{}', batch {}, on {device_name}",
         graph.doc.name, e.batch
     );
-    for (n, t) in &outputs {
+    for (n, t) in outputs {
         let first: Vec<String> = head(t, 6).iter().map(|v| format!("{v:.6}")).collect();
         println!(
             "  {n}: {} {:?}  first [{}]  checksum {:.6}",
@@ -230,9 +181,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         );
         print_precision(errors);
     }
-    if let Some((r, s)) = &session_report {
-        report::print_metrics(r, s);
-    }
+    report::print_metrics(&report, &session);
     match &args.output {
         Some(dir) => println!(
             "  wrote {} .npy file(s) to {}",

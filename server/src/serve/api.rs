@@ -1,9 +1,9 @@
-//! The HTTP and WebSocket API: one `AppState`, small handlers, every error a JSON body
-//! `{"error": "..."}` with the right status, the token checked in one middleware.
+//! The HTTP and WebSocket API: small handlers over one [`AppState`], request and response
+//! bodies typed by the `sluice-api` crate, every error a JSON [`ErrorBody`] with the right
+//! status, the token checked in one middleware.
 
-use super::db::Db;
-use super::runs::{check_limits, parse_request, Enqueued, GraphSource, Runs};
-use super::workspace::{valid_name, Workspace};
+use super::runs::{check_runnable, decode_inputs, Enqueued};
+use super::state::AppState;
 use super::{metrics, openapi, page};
 use axum::body::{Body, Bytes};
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -14,40 +14,20 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use sluice_engine::runtime::gpu::AdapterSummary;
-use std::sync::Arc;
+use sluice_api::{
+    valid_name, DevicesReport, ErrorBody, GraphList, GraphRef, GraphSaved, LiveMessage,
+    MemoryFigures, RunAccepted, RunList, RunRequest, RunStatus, WorkerInfo,
+};
+use sluice_engine::Problem;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::set_header::SetResponseHeaderLayer;
-
-/// Shared server state.
-pub struct Shared {
-    /// The workspace folder.
-    pub workspace: Workspace,
-    /// Run history.
-    pub db: Arc<Db>,
-    /// Queue and executors.
-    pub runs: Arc<Runs>,
-    /// Required bearer token, if any.
-    pub token: Option<String>,
-    /// Largest request body, in bytes.
-    pub body_limit: usize,
-    /// The local adapters (the in-process worker's).
-    pub adapters: Vec<AdapterSummary>,
-    /// Connected remote workers.
-    pub workers: Arc<super::workers::Workers>,
-    /// The editor bundle's folder (None: serve a plain page at `/`).
-    pub editor: Option<std::path::PathBuf>,
-}
-
-/// The state handlers receive.
-pub type AppState = Arc<Shared>;
 
 /// An error response: a status and a sentence, as JSON.
 #[derive(Debug)]
 pub struct AppError {
     status: StatusCode,
     message: String,
-    detail: Option<Value>,
+    problems: Option<Vec<Problem>>,
 }
 
 impl AppError {
@@ -56,7 +36,7 @@ impl AppError {
         AppError {
             status,
             message: message.into(),
-            detail: None,
+            problems: None,
         }
     }
 }
@@ -73,10 +53,11 @@ impl From<anyhow::Error> for AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
-        let mut body = json!({ "error": self.message, "status": self.status.as_u16() });
-        if let Some(d) = self.detail {
-            body["problems"] = d;
-        }
+        let body = ErrorBody {
+            error: self.message,
+            status: self.status.as_u16(),
+            problems: self.problems,
+        };
         (self.status, Json(body)).into_response()
     }
 }
@@ -221,8 +202,10 @@ async fn ops() -> Json<Value> {
     Json(json!({ "ops": sluice_engine::ops::schemas() }))
 }
 
-async fn list_graphs(State(state): State<AppState>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({ "graphs": state.workspace.list_graphs()? })))
+async fn list_graphs(State(state): State<AppState>) -> ApiResult<Json<GraphList>> {
+    Ok(Json(GraphList {
+        graphs: state.workspace.list_graphs()?,
+    }))
 }
 
 async fn get_graph(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
@@ -258,7 +241,11 @@ async fn put_graph(
     };
     Ok((
         status,
-        Json(json!({ "saved": name, "valid": problems.is_empty(), "problems": problems })),
+        Json(GraphSaved {
+            saved: name,
+            valid: problems.is_empty(),
+            problems,
+        }),
     )
         .into_response())
 }
@@ -305,26 +292,33 @@ async fn validate(State(state): State<AppState>, body: Body) -> ApiResult<Respon
 async fn create_run(State(state): State<AppState>, body: Body) -> ApiResult<Response> {
     let bytes = read_body(&state, body).await?;
     let value = parse_json(&bytes)?;
-    let req =
-        parse_request(&value).map_err(|m| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, m))?;
+    let req = RunRequest::parse(&value)
+        .map_err(|m| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, m))?;
+    decode_inputs(&req).map_err(|m| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, m))?;
     let (label, text) = match &req.graph {
-        GraphSource::Stored(name) => match state.workspace.read_graph(name)? {
+        GraphRef::Stored(name) => match state.workspace.read_graph(name)? {
             Some(t) => (name.clone(), t),
             None => return Err(not_found(format!("no graph named '{name}'"))),
         },
-        GraphSource::Inline(doc) => ("inline".to_string(), doc.to_string()),
+        GraphRef::Inline(doc) => ("inline".to_string(), doc.to_string()),
     };
     let graph = sluice_engine::load_graph(&text).map_err(|p| AppError {
         status: StatusCode::UNPROCESSABLE_ENTITY,
         message: format!("the graph has {} problem(s)", p.0.len()),
-        detail: serde_json::to_value(&p.0).ok(),
+        problems: Some(p.0),
     })?;
-    check_limits(&graph, req.config.batch)
+    check_runnable(&graph, req.batch)
         .map_err(|m| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, m))?;
+    // Configurations that would change the answer are refused now, not after queueing.
+    sluice_engine::exec::config::check_batching(&graph.batch_semantics(), &req.config(), None)
+        .map_err(|e| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
     match state.runs.enqueue(&state.db, &label, &value)? {
         Enqueued::Accepted(id) => Ok((
             StatusCode::ACCEPTED,
-            Json(json!({ "id": id, "status": "queued" })),
+            Json(RunAccepted {
+                id,
+                status: RunStatus::Queued,
+            }),
         )
             .into_response()),
         Enqueued::Full => Err(AppError::new(
@@ -334,8 +328,10 @@ async fn create_run(State(state): State<AppState>, body: Body) -> ApiResult<Resp
     }
 }
 
-async fn list_runs(State(state): State<AppState>) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({ "runs": state.db.list()? })))
+async fn list_runs(State(state): State<AppState>) -> ApiResult<Json<RunList>> {
+    Ok(Json(RunList {
+        runs: state.db.list()?,
+    }))
 }
 
 fn check_id(id: &str) -> ApiResult<()> {
@@ -346,10 +342,13 @@ fn check_id(id: &str) -> ApiResult<()> {
     }
 }
 
-async fn get_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+async fn get_run(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<sluice_api::RunRecord>> {
     check_id(&id)?;
     match state.db.get(&id)? {
-        Some(r) => Ok(Json(serde_json::to_value(r).map_err(anyhow::Error::from)?)),
+        Some(r) => Ok(Json(r)),
         None => Err(not_found(format!("no run with id '{id}'"))),
     }
 }
@@ -365,7 +364,7 @@ async fn get_output(
         .db
         .get(&id)?
         .ok_or_else(|| not_found(format!("no run with id '{id}'")))?;
-    if row.status != "succeeded" {
+    if row.status != RunStatus::Succeeded {
         return Err(AppError::new(
             StatusCode::CONFLICT,
             format!("run '{id}' is {}; it has no outputs", row.status),
@@ -398,11 +397,11 @@ async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> Ap
         .db
         .get(&id)?
         .ok_or_else(|| not_found(format!("no run with id '{id}'")))?;
-    match row.status.as_str() {
-        "queued" if state.db.cancel_queued(&id)? => {
-            Ok(Json(json!({ "id": id, "status": "cancelled" })).into_response())
+    match row.status {
+        RunStatus::Queued if state.db.cancel_queued(&id)? => {
+            Ok(Json(json!({ "id": id, "status": RunStatus::Cancelled })).into_response())
         }
-        "queued" | "running" => {
+        RunStatus::Queued | RunStatus::Running => {
             state.runs.cancel(&id);
             Ok((
                 StatusCode::ACCEPTED,
@@ -417,23 +416,27 @@ async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> Ap
     }
 }
 
-async fn devices(State(state): State<AppState>) -> ApiResult<Json<Value>> {
+async fn devices(State(state): State<AppState>) -> ApiResult<Json<DevicesReport>> {
     let last = state
         .runs
         .last
         .lock()
         .map(|l| l.clone())
         .unwrap_or_default();
-    let mut workers = vec![json!({
-        "id": "local",
-        "kind": "in-process",
-        "adapters": state.adapters,
-        "utilisation": last.utilisation,
-        "planned_bytes": last.planned_bytes,
-        "allocated_bytes": last.allocated_bytes,
-    })];
-    workers.extend(state.workers.list().iter().map(super::workers::describe));
-    Ok(Json(json!({ "workers": workers })))
+    let mut workers = vec![WorkerInfo {
+        id: "local".into(),
+        kind: "in-process".into(),
+        name: None,
+        adapters: state.adapters.clone(),
+        rates: state.runs.local_rates(),
+        utilisation: last.utilisation,
+        memory: Some(MemoryFigures {
+            planned_bytes: last.memory.planned_bytes,
+            allocated_bytes: last.memory.allocated_bytes,
+        }),
+    }];
+    workers.extend(state.workers.list().iter().map(|w| w.info()));
+    Ok(Json(DevicesReport { workers }))
 }
 
 async fn openapi_json() -> Json<Value> {
@@ -504,14 +507,14 @@ async fn forward_events(
     watch: Option<(Vec<String>, tokio::sync::broadcast::Receiver<String>)>,
 ) {
     let summary = || {
-        let row = state.db.get(&id).ok().flatten();
-        json!({ "type": "summary", "run": row }).to_string()
+        let run = state.db.get(&id).ok().flatten().map(Box::new);
+        serde_json::to_string(&LiveMessage::Summary { run }).unwrap_or_default()
     };
     let Some((backlog, mut rx)) = watch else {
         // A finished run: replay what it kept, so a late watcher still sees its charts.
         if let Ok(Some(kept)) = state.workspace.read_run_events(&id) {
-            for e in kept.events {
-                let text = json!({ "type": "event", "event": e }).to_string();
+            for event in kept.events {
+                let text = serde_json::to_string(&LiveMessage::Event { event }).unwrap_or_default();
                 if socket.send(Message::Text(text.into())).await.is_err() {
                     return;
                 }
@@ -530,7 +533,10 @@ async fn forward_events(
         tokio::select! {
             msg = rx.recv() => match msg {
                 Ok(text) => {
-                    let done = text.starts_with("{\"run\"") || text.contains("\"type\":\"summary\"");
+                    let done = matches!(
+                        serde_json::from_str::<LiveMessage>(&text),
+                        Ok(LiveMessage::Summary { .. })
+                    );
                     if socket.send(Message::Text(text.into())).await.is_err() {
                         return;
                     }

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::Serialize;
+use sluice_api::{OutputSummary, RunFigures, RunRecord, RunStatus};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -23,31 +23,6 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE runs (
     );
     CREATE INDEX runs_created ON runs(created_ms);"];
 
-/// A stored run.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunRow {
-    /// Run id.
-    pub id: String,
-    /// Graph name (or `inline`).
-    pub graph: String,
-    /// The request's parameters.
-    pub params: serde_json::Value,
-    /// queued, running, succeeded, failed or cancelled.
-    pub status: String,
-    /// Metrics of a finished run.
-    pub metrics: Option<serde_json::Value>,
-    /// Output summaries of a finished run.
-    pub outputs: Option<serde_json::Value>,
-    /// Why it failed.
-    pub error: Option<String>,
-    /// Milliseconds since the Unix epoch.
-    pub created_ms: i64,
-    /// When it started running.
-    pub started_ms: Option<i64>,
-    /// When it finished.
-    pub finished_ms: Option<i64>,
-}
-
 /// The database.
 pub struct Db {
     conn: Mutex<Connection>,
@@ -61,7 +36,8 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-fn json_col(s: Option<String>) -> Option<serde_json::Value> {
+/// A JSON column as a type (None when empty or written by an incompatible build).
+fn json_col<T: serde::de::DeserializeOwned>(s: Option<String>) -> Option<T> {
     s.and_then(|t| serde_json::from_str(&t).ok())
 }
 
@@ -79,9 +55,14 @@ impl Db {
             conn.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
         }
         conn.execute(
-            "UPDATE runs SET status = 'failed', error = 'the server stopped before the run finished', finished_ms = ?1
-             WHERE status IN ('queued', 'running')",
-            params![now_ms()],
+            "UPDATE runs SET status = ?2, error = 'the server stopped before the run finished', finished_ms = ?1
+             WHERE status IN (?3, ?4)",
+            params![
+                now_ms(),
+                RunStatus::Failed.as_str(),
+                RunStatus::Queued.as_str(),
+                RunStatus::Running.as_str()
+            ],
         )?;
         Ok(Db {
             conn: Mutex::new(conn),
@@ -100,8 +81,8 @@ impl Db {
     pub fn insert(&self, id: &str, graph: &str, params: &serde_json::Value) -> Result<()> {
         self.with(|c| {
             c.execute(
-                "INSERT INTO runs (id, graph, params, status, created_ms) VALUES (?1, ?2, ?3, 'queued', ?4)",
-                params![id, graph, params.to_string(), now_ms()],
+                "INSERT INTO runs (id, graph, params, status, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, graph, params.to_string(), RunStatus::Queued.as_str(), now_ms()],
             )
             .map(|_| ())
         })
@@ -119,8 +100,13 @@ impl Db {
     pub fn start(&self, id: &str) -> Result<bool> {
         self.with(|c| {
             c.execute(
-                "UPDATE runs SET status = 'running', started_ms = ?2 WHERE id = ?1 AND status = 'queued'",
-                params![id, now_ms()],
+                "UPDATE runs SET status = ?3, started_ms = ?2 WHERE id = ?1 AND status = ?4",
+                params![
+                    id,
+                    now_ms(),
+                    RunStatus::Running.as_str(),
+                    RunStatus::Queued.as_str()
+                ],
             )
             .map(|n| n == 1)
         })
@@ -130,15 +116,17 @@ impl Db {
     pub fn finish(
         &self,
         id: &str,
-        status: &str,
-        metrics: Option<&serde_json::Value>,
-        outputs: Option<&serde_json::Value>,
+        status: RunStatus,
+        figures: Option<&RunFigures>,
+        outputs: Option<&[OutputSummary]>,
         error: Option<&str>,
     ) -> Result<()> {
+        let figures = figures.map(serde_json::to_string).transpose()?;
+        let outputs = outputs.map(serde_json::to_string).transpose()?;
         self.with(|c| {
             c.execute(
                 "UPDATE runs SET status = ?2, metrics = ?3, outputs = ?4, error = ?5, finished_ms = ?6 WHERE id = ?1",
-                params![id, status, metrics.map(|m| m.to_string()), outputs.map(|o| o.to_string()), error, now_ms()],
+                params![id, status.as_str(), figures, outputs, error, now_ms()],
             )
             .map(|_| ())
         })
@@ -148,19 +136,26 @@ impl Db {
     pub fn cancel_queued(&self, id: &str) -> Result<bool> {
         self.with(|c| {
             c.execute(
-                "UPDATE runs SET status = 'cancelled', finished_ms = ?2, error = 'cancelled before it started' WHERE id = ?1 AND status = 'queued'",
-                params![id, now_ms()],
+                "UPDATE runs SET status = ?3, finished_ms = ?2, error = 'cancelled before it started' WHERE id = ?1 AND status = ?4",
+                params![
+                    id,
+                    now_ms(),
+                    RunStatus::Cancelled.as_str(),
+                    RunStatus::Queued.as_str()
+                ],
             )
             .map(|n| n == 1)
         })
     }
 
-    fn row(r: &rusqlite::Row) -> rusqlite::Result<RunRow> {
-        Ok(RunRow {
+    fn row(r: &rusqlite::Row) -> rusqlite::Result<RunRecord> {
+        let status: String = r.get(3)?;
+        Ok(RunRecord {
             id: r.get(0)?,
             graph: r.get(1)?,
             params: json_col(r.get(2)?).unwrap_or(serde_json::Value::Null),
-            status: r.get(3)?,
+            // A status this build does not know (a newer server's) reads as failed.
+            status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
             metrics: json_col(r.get(4)?),
             outputs: json_col(r.get(5)?),
             error: r.get(6)?,
@@ -171,7 +166,7 @@ impl Db {
     }
 
     /// One run.
-    pub fn get(&self, id: &str) -> Result<Option<RunRow>> {
+    pub fn get(&self, id: &str) -> Result<Option<RunRecord>> {
         self.with(|c| {
             c.query_row(
                 "SELECT id, graph, params, status, metrics, outputs, error, created_ms, started_ms, finished_ms FROM runs WHERE id = ?1",
@@ -183,7 +178,7 @@ impl Db {
     }
 
     /// Every run, newest first.
-    pub fn list(&self) -> Result<Vec<RunRow>> {
+    pub fn list(&self) -> Result<Vec<RunRecord>> {
         self.with(|c| {
             let mut stmt = c.prepare(
                 "SELECT id, graph, params, status, metrics, outputs, error, created_ms, started_ms, finished_ms FROM runs ORDER BY created_ms DESC, id",

@@ -1,7 +1,8 @@
 //! `/metrics` in the Prometheus text format: runs by status, a run-duration histogram,
 //! device utilisation and memory of the last run, workers connected.
 
-use super::api::AppState;
+use super::state::AppState;
+use sluice_api::RunStatus;
 use std::fmt::Write;
 
 /// Histogram bucket bounds, seconds.
@@ -15,7 +16,7 @@ pub fn render(state: &AppState) -> anyhow::Result<String> {
         out,
         "# HELP sluice_runs Runs by status.\n# TYPE sluice_runs gauge"
     )?;
-    for status in ["queued", "running", "succeeded", "failed", "cancelled"] {
+    for status in RunStatus::ALL {
         let n = runs.iter().filter(|r| r.status == status).count();
         writeln!(out, "sluice_runs{{status=\"{status}\"}} {n}")?;
     }
@@ -56,12 +57,12 @@ pub fn render(state: &AppState) -> anyhow::Result<String> {
     writeln!(
         out,
         "sluice_device_memory_bytes{{worker=\"local\",kind=\"planned\"}} {}",
-        last.planned_bytes
+        last.memory.planned_bytes
     )?;
     writeln!(
         out,
         "sluice_device_memory_bytes{{worker=\"local\",kind=\"allocated\"}} {}",
-        last.allocated_bytes
+        last.memory.allocated_bytes
     )?;
     writeln!(out, "# HELP sluice_workers_connected Workers serving runs.\n# TYPE sluice_workers_connected gauge")?;
     writeln!(out, "sluice_workers_connected{{kind=\"local\"}} 1")?;

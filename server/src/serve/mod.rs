@@ -9,6 +9,7 @@ mod metrics;
 mod openapi;
 mod page;
 mod runs;
+mod state;
 mod workers;
 mod workspace;
 
@@ -36,6 +37,9 @@ pub struct ServeArgs {
     /// Runs executing at once.
     #[arg(long, default_value_t = 1)]
     pub concurrency: usize,
+    /// Compiled sessions kept for repeated runs (0: compile every run).
+    #[arg(long, default_value_t = 8)]
+    pub plan_cache: usize,
     /// Largest request body, in bytes.
     #[arg(long, default_value_t = 16 << 20)]
     pub body_limit: usize,
@@ -89,7 +93,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
     };
     let workspace = workspace::Workspace::open(&args.workspace)?;
     let db = Arc::new(db::Db::open(&workspace.db_path())?);
-    let adapters = pollster::block_on(sluice_engine::runtime::gpu::list_adapters());
+    let adapters = pollster::block_on(sluice_engine::gpu::context::list_adapters());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -102,8 +106,11 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             workers.clone(),
             args.max_queued,
             args.concurrency,
+            args.plan_cache,
         );
-        let state = Arc::new(api::Shared {
+        let prepare = runs.clone();
+        tokio::task::spawn_blocking(move || prepare.prepare_local());
+        let state = Arc::new(state::Shared {
             workspace,
             db,
             runs,

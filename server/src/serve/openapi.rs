@@ -54,7 +54,7 @@ pub fn spec() -> Value {
             "/api/runs/{id}/cancel": { "post": path_param(op("Cancel a queued or running run", &[("200", "cancelled"), ("202", "cancelling"), ("404", err), ("409", err)]), &["id"]) },
             "/api/runs/{id}/events": { "get": path_param(op("WebSocket: the run's events and metrics live (a finished run's kept events replayed), then its summary", &[("101", "switching protocols"), ("404", err)]), &["id"]) },
             "/api/devices": { "get": op("Workers, adapters, utilisation", &[("200", "workers")]) },
-            "/api/workers": { "get": op("WebSocket where `sluice worker` processes join (protocol in server/src/protocol.rs)", &[("101", "switching protocols"), ("400", err), ("401", err)]) },
+            "/api/workers": { "get": op("WebSocket where `sluice worker` processes join (protocol in server/api/src/protocol.rs)", &[("101", "switching protocols"), ("400", err), ("401", err)]) },
             "/api/openapi.json": { "get": op("This document", &[("200", "OpenAPI 3.1")]) },
             "/metrics": { "get": op("Prometheus metrics", &[("200", "text exposition format")]) },
             "/": { "get": op("The editor (or, without its bundle, a page listing graphs and runs); paths outside /api serve the editor's files", &[("200", "HTML")]) },

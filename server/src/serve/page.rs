@@ -1,7 +1,7 @@
 //! The page served at `/` when the editor bundle is not built: the workspace's graphs and
 //! runs, and how to build the editor.
 
-use super::db::RunRow;
+use sluice_api::RunRecord;
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -11,7 +11,7 @@ fn escape(s: &str) -> String {
 }
 
 /// Renders the page.
-pub fn render(graphs: &[String], runs: &[RunRow]) -> String {
+pub fn render(graphs: &[String], runs: &[RunRecord]) -> String {
     let graph_items: String = graphs
         .iter()
         .map(|g| format!("<li><a href=\"/api/graphs/{0}\">{0}</a></li>", escape(g)))
@@ -24,7 +24,7 @@ pub fn render(graphs: &[String], runs: &[RunRow]) -> String {
                 "<tr><td><a href=\"/api/runs/{0}\">{0}</a></td><td>{1}</td><td>{2}</td><td>{3}</td></tr>",
                 escape(&r.id),
                 escape(&r.graph),
-                escape(&r.status),
+                r.status.as_str(),
                 escape(r.error.as_deref().unwrap_or(""))
             )
         })

@@ -1,209 +1,29 @@
-//! Runs: request parsing and limits, a bounded queue, executors that run graphs on the
-//! in-process worker (the local adapter), cancellation, and the live event stream each
-//! run broadcasts to WebSocket subscribers. Every outcome is stored in the database, a
-//! failure with its reason.
+//! Runs: a bounded queue, executors that run graphs through the engine's one execution
+//! core (on the server's own GPU devices, or with each stage on a remote worker),
+//! cancellation, the live message stream each run broadcasts to WebSocket watchers, and
+//! a cache of compiled sessions per (graph content, configuration, devices), so repeating
+//! a run compiles nothing. Every outcome is stored in the database, a failure with its
+//! reason.
 
-use super::db::{Db, RunRow};
-use super::workers::{run_remote, Workers};
-use super::workspace::{valid_name, Workspace};
-use serde_json::{json, Value};
-use sluice_engine::graph::Graph;
-use sluice_engine::runtime::plan::Precision;
-use sluice_engine::runtime::session::Session;
-use sluice_engine::runtime::RunError;
-use sluice_engine::runtime::{dataset, RunConfig};
-use sluice_engine::shape::Dim;
-use std::collections::HashMap;
+use super::db::Db;
+use super::workers::{RemoteDevice, WorkerHandle, Workers};
+use super::workspace::Workspace;
+use serde_json::Value;
+use sluice_api::{
+    CompileFigures, GraphRef, LiveMessage, MemoryFigures, OutputSummary, RunFigures, RunRecord,
+    RunRequest, RunStatus,
+};
+use sluice_engine::exec::device::Device;
+use sluice_engine::exec::{dataset, RunConfig, RunContext, Session};
+use sluice_engine::gpu::{GpuContext, GpuDevice};
+use sluice_engine::plan::cost::Rates;
+use sluice_engine::telemetry::metrics::LiveUtilisation;
+use sluice_engine::telemetry::{now_ns, Event};
+use sluice_engine::RunError;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, mpsc};
-
-/// Largest graph accepted for a run, in nodes.
-pub const MAX_NODES: usize = 10_000;
-/// Largest input tensor accepted for a run, in elements.
-pub const MAX_INPUT_ELEMENTS: usize = 1 << 26;
-/// Largest batch accepted.
-pub const MAX_BATCH: usize = 65_536;
-
-/// Where a run's graph comes from.
-#[derive(Debug, Clone)]
-pub enum GraphSource {
-    /// A graph stored in the workspace.
-    Stored(String),
-    /// A graph document in the request.
-    Inline(Value),
-}
-
-/// A checked run request.
-#[derive(Debug, Clone)]
-pub struct RunRequest {
-    /// The graph.
-    pub graph: GraphSource,
-    /// Uploaded inputs (from base64 `.npy`); the others are random from the seed.
-    pub inputs: HashMap<String, sluice_engine::Tensor>,
-    /// Worker ids pinned to the stages, in stage order (`"workers": ["w2", "w1"]`).
-    pub placement: Option<Vec<String>>,
-    /// Execution settings.
-    pub config: RunConfig,
-    /// Seed of the random inputs.
-    pub seed: u64,
-}
-
-fn field_usize(
-    obj: &serde_json::Map<String, Value>,
-    key: &str,
-    default: usize,
-    max: usize,
-) -> Result<usize, String> {
-    match obj.get(key) {
-        None => Ok(default),
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=max as u64).contains(&n) => Ok(n as usize),
-            _ => Err(format!(
-                "'{key}' must be an integer from 1 to {max}, not {v}"
-            )),
-        },
-    }
-}
-
-/// Parses and checks a run request body.
-pub fn parse_request(body: &Value) -> Result<RunRequest, String> {
-    let obj = body.as_object().ok_or("the body must be a JSON object")?;
-    const KNOWN: &[&str] = &[
-        "graph",
-        "batch",
-        "seed",
-        "inputs",
-        "workers",
-        "microbatches",
-        "stages",
-        "prefetch",
-        "precision",
-    ];
-    if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-        return Err(format!("unknown field '{k}' (known: {})", KNOWN.join(", ")));
-    }
-    let graph = match obj.get("graph") {
-        Some(Value::String(name)) if valid_name(name) => GraphSource::Stored(name.clone()),
-        Some(Value::String(name)) => {
-            return Err(format!(
-                "'{name}' is not a valid graph name (1-64 of A-Z a-z 0-9 _ -)"
-            ))
-        }
-        Some(doc @ Value::Object(_)) => GraphSource::Inline(doc.clone()),
-        Some(other) => {
-            return Err(format!(
-                "'graph' must be a graph name or a graph document, not {other}"
-            ))
-        }
-        None => return Err("'graph' is missing".into()),
-    };
-    let precision = match obj.get("precision") {
-        None => Precision::F32,
-        Some(Value::String(p)) => Precision::parse(p)
-            .ok_or_else(|| format!("'precision' must be f32, f16 or mixed, not '{p}'"))?,
-        Some(v) => return Err(format!("'precision' must be a string, not {v}")),
-    };
-    let seed = match obj.get("seed") {
-        None => 0,
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| format!("'seed' must be a non-negative integer, not {v}"))?,
-    };
-    let config = RunConfig {
-        batch: field_usize(obj, "batch", 1, MAX_BATCH)?,
-        microbatches: field_usize(obj, "microbatches", 1, 1024)?,
-        stages: field_usize(obj, "stages", 1, 16)?,
-        prefetch: field_usize(obj, "prefetch", 2, 16)?,
-        precision,
-        ..Default::default()
-    };
-    if !config.batch.is_multiple_of(config.microbatches) {
-        return Err(format!(
-            "batch {} does not split into {} micro-batches",
-            config.batch, config.microbatches
-        ));
-    }
-    let mut inputs = HashMap::new();
-    match obj.get("inputs") {
-        None => {}
-        Some(Value::Object(m)) => {
-            use base64::Engine;
-            for (name, v) in m {
-                let text = v.as_str().ok_or_else(|| {
-                    format!("input '{name}' must be a base64 string of a .npy file")
-                })?;
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(text)
-                    .map_err(|e| format!("input '{name}' is not valid base64: {e}"))?;
-                let t = sluice_engine::npy::parse(&bytes)
-                    .map_err(|e| format!("input '{name}': {e}"))?;
-                inputs.insert(name.clone(), t);
-            }
-        }
-        Some(v) => {
-            return Err(format!(
-                "'inputs' must map input names to base64 .npy files, not {v}"
-            ))
-        }
-    }
-    let placement = match obj.get("workers") {
-        None => None,
-        Some(Value::Array(ids)) => {
-            let ids: Option<Vec<String>> =
-                ids.iter().map(|v| v.as_str().map(str::to_string)).collect();
-            let ids = ids.ok_or("'workers' must be a list of worker ids")?;
-            if ids.len() != config.stages {
-                return Err(format!(
-                    "'workers' pins {} workers but the run has {} stages",
-                    ids.len(),
-                    config.stages
-                ));
-            }
-            Some(ids)
-        }
-        Some(v) => return Err(format!("'workers' must be a list of worker ids, not {v}")),
-    };
-    Ok(RunRequest {
-        graph,
-        inputs,
-        placement,
-        config,
-        seed,
-    })
-}
-
-/// Checks a graph against the server's size limits at a batch size, before planning.
-pub fn check_limits(graph: &Graph, batch: usize) -> Result<(), String> {
-    if let Some(file) = &graph.doc.params.file {
-        return Err(format!(
-            "the graph takes its weights from the file '{file}', which the server cannot read yet; \
-             use seeded weights (\"params\": {{\"seed\": ...}}) or `sluice run` on the command line"
-        ));
-    }
-    if graph.doc.nodes.len() > MAX_NODES {
-        return Err(format!(
-            "{} nodes exceed the server's limit of {MAX_NODES}",
-            graph.doc.nodes.len()
-        ));
-    }
-    for (name, decl) in &graph.doc.inputs {
-        let mut n: usize = 1;
-        for d in &decl.shape {
-            let v = match d {
-                Dim::Known(k) => *k,
-                Dim::Sym(_) => batch,
-            };
-            n = n.saturating_mul(v);
-        }
-        if n > MAX_INPUT_ELEMENTS {
-            return Err(format!(
-                "input '{name}' would hold {n} elements, over the limit of {MAX_INPUT_ELEMENTS}"
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// Most messages of one run kept for watchers who join late; later ones are only
 /// broadcast (the finished run's events file still has them all).
@@ -225,7 +45,10 @@ impl EventLog {
     }
 
     /// Sends a message to every watcher and keeps it for later ones.
-    pub fn send(&self, text: String) {
+    pub fn send(&self, message: &LiveMessage) {
+        let Ok(text) = serde_json::to_string(message) else {
+            return;
+        };
         let Ok(mut backlog) = self.backlog.lock() else {
             return;
         };
@@ -251,48 +74,89 @@ struct Live {
     events: Arc<EventLog>,
 }
 
-/// Figures of the last finished run, for `/metrics` and `/api/devices`.
+/// Figures of the last (or current) run on the local devices, for `/metrics` and
+/// `/api/devices`.
 #[derive(Debug, Clone, Default)]
 pub struct LastRun {
     /// Utilisation per device.
     pub utilisation: Vec<f64>,
-    /// Planned peak bytes.
-    pub planned_bytes: u64,
-    /// Allocated bytes.
-    pub allocated_bytes: u64,
+    /// Memory.
+    pub memory: MemoryFigures,
 }
 
-/// Utilisation per device while a run goes: busy time of its compute events over the run's
-/// elapsed time so far, published to [`LastRun`] as events arrive.
-#[derive(Default)]
-struct LiveUtilisation {
-    busy: Mutex<(Vec<u64>, u64)>,
+/// Compiled sessions kept for repeated runs: most recently used last.
+struct PlanCache {
+    capacity: usize,
+    entries: VecDeque<(String, Session)>,
 }
 
-impl LiveUtilisation {
-    fn record(&self, e: &sluice_engine::telemetry::Event, last: &Mutex<LastRun>) {
-        if e.kind != sluice_engine::telemetry::EventKind::Compute {
+impl PlanCache {
+    fn take(&mut self, key: &str) -> Option<Session> {
+        let i = self.entries.iter().position(|(k, _)| k == key)?;
+        self.entries.remove(i).map(|(_, s)| s)
+    }
+
+    fn put(&mut self, key: String, session: Session) {
+        if self.capacity == 0 {
             return;
         }
-        let Ok(mut b) = self.busy.lock() else { return };
-        if b.0.len() <= e.device {
-            b.0.resize(e.device + 1, 0);
+        self.entries.retain(|(k, _)| *k != key);
+        while self.entries.len() >= self.capacity {
+            self.entries.pop_front();
         }
-        b.0[e.device] += e.duration_ns();
-        b.1 = b.1.max(e.end_ns);
-        let wall = b.1.max(1) as f64;
-        if let Ok(mut l) = last.lock() {
-            l.utilisation = b.0.iter().map(|&x| (x as f64 / wall).min(1.0)).collect();
-        }
+        self.entries.push_back((key, session));
     }
 }
 
-/// The run queue and executors.
+/// The server's own GPU devices, opened once and shared by its runs (so pipelines made for
+/// one run serve the next), with the adapter's calibrated rates.
+#[derive(Default)]
+struct LocalDevices {
+    contexts: Vec<GpuContext>,
+    rates: Option<Rates>,
+}
+
+impl LocalDevices {
+    /// `count` devices, opened (and the adapter calibrated, or its kept calibration
+    /// read) on first need.
+    fn take(&mut self, count: usize) -> Result<Vec<Box<dyn Device>>, String> {
+        if self.contexts.len() < count {
+            let more =
+                pollster::block_on(GpuContext::new_many(count)).map_err(|e| e.to_string())?;
+            self.contexts
+                .extend(more.into_iter().skip(self.contexts.len()));
+        }
+        if self.rates.is_none() {
+            if let Some(ctx) = self.contexts.first() {
+                let rates = crate::rates::rates_for(ctx, false).map_err(|e| format!("{e:#}"))?;
+                self.rates = Some(rates);
+            }
+        }
+        Ok(self
+            .contexts
+            .iter()
+            .take(count)
+            .map(|ctx| {
+                Box::new(GpuDevice {
+                    ctx: ctx.clone(),
+                    rates: self.rates,
+                }) as Box<dyn Device>
+            })
+            .collect())
+    }
+}
+
+/// A run's devices, and what names them for the plan cache (None: not cacheable).
+type RunDevices = (Vec<Box<dyn Device>>, Option<String>);
+
+/// The run queue, executors, live runs and compiled sessions.
 pub struct Runs {
     tx: mpsc::Sender<String>,
     workers: Arc<Workers>,
     live: Mutex<HashMap<String, Live>>,
-    /// Figures of the last finished run.
+    cache: Mutex<PlanCache>,
+    local: Mutex<LocalDevices>,
+    /// Figures of the last run on the local devices.
     pub last: Mutex<LastRun>,
     counter: AtomicU64,
 }
@@ -306,19 +170,26 @@ pub enum Enqueued {
 }
 
 impl Runs {
-    /// Starts `concurrency` executors behind a queue of `capacity` runs.
+    /// Starts `concurrency` executors behind a queue of `capacity` runs, keeping up to
+    /// `cached` compiled sessions.
     pub fn start(
         db: Arc<Db>,
         ws: Workspace,
         workers: Arc<Workers>,
         capacity: usize,
         concurrency: usize,
+        cached: usize,
     ) -> Arc<Runs> {
         let (tx, rx) = mpsc::channel::<String>(capacity.max(1));
         let runs = Arc::new(Runs {
             tx,
             workers,
             live: Mutex::new(HashMap::new()),
+            cache: Mutex::new(PlanCache {
+                capacity: cached,
+                entries: VecDeque::new(),
+            }),
+            local: Mutex::new(LocalDevices::default()),
             last: Mutex::new(LastRun::default()),
             counter: AtomicU64::new(0),
         });
@@ -336,11 +207,28 @@ impl Runs {
         runs
     }
 
+    /// Opens the local device and calibrates it (or reads its kept calibration), so the
+    /// first run does not wait for it and `/api/devices` reports the rates.
+    pub fn prepare_local(&self) {
+        match self.local.lock() {
+            Ok(mut local) => {
+                if let Err(e) = local.take(1) {
+                    tracing::warn!("the local device is not ready: {e}");
+                }
+            }
+            Err(_) => tracing::warn!("the device lock is poisoned"),
+        }
+    }
+
+    /// The calibrated rates of the local devices, once known.
+    pub fn local_rates(&self) -> Option<Rates> {
+        self.local.lock().ok().and_then(|l| l.rates)
+    }
+
     fn new_id(&self) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        let mut rng = sluice_engine::rng::Rng::new(
-            sluice_engine::telemetry::now_ns() ^ (n << 32) ^ u64::from(std::process::id()),
-        );
+        let mut rng =
+            sluice_engine::rng::Rng::new(now_ns() ^ (n << 32) ^ u64::from(std::process::id()));
         format!("{:016x}", rng.next_u64())
     }
 
@@ -348,7 +236,6 @@ impl Runs {
     pub fn enqueue(&self, db: &Db, graph_label: &str, params: &Value) -> anyhow::Result<Enqueued> {
         let id = self.new_id();
         db.insert(&id, graph_label, params)?;
-        let events = Arc::new(EventLog::new());
         self.live
             .lock()
             .map_err(|_| anyhow::anyhow!("lock poisoned"))?
@@ -356,7 +243,7 @@ impl Runs {
                 id.clone(),
                 Live {
                     cancel: Arc::new(AtomicBool::new(false)),
-                    events,
+                    events: Arc::new(EventLog::new()),
                 },
             );
         match self.tx.try_send(id.clone()) {
@@ -394,11 +281,12 @@ impl Runs {
         }
     }
 
-    fn finish_live(&self, id: &str, summary: &Value) {
+    fn finish_live(&self, id: &str, summary: Option<RunRecord>) {
         if let Ok(mut l) = self.live.lock() {
             if let Some(live) = l.remove(id) {
-                live.events
-                    .send(json!({ "type": "summary", "run": summary }).to_string());
+                live.events.send(&LiveMessage::Summary {
+                    run: summary.map(Box::new),
+                });
             }
         }
     }
@@ -406,230 +294,253 @@ impl Runs {
     async fn execute(self: &Arc<Runs>, db: &Arc<Db>, ws: &Workspace, id: &str) {
         let started = matches!(db.start(id), Ok(true));
         if !started {
-            let summary = summary_of(db, id);
-            self.finish_live(id, &summary);
+            self.finish_live(id, db.get(id).ok().flatten());
             return;
         }
-        let (cancel, events) = match self
+        let Some((cancel, events)) = self
             .live
             .lock()
             .ok()
             .and_then(|l| l.get(id).map(|r| (r.cancel.clone(), r.events.clone())))
-        {
-            Some(x) => x,
-            None => return,
+        else {
+            return;
         };
         let row = db.get(id).ok().flatten();
-        let (db2, ws2, id2, runs) = (db.clone(), ws.clone(), id.to_string(), self.clone());
+        let (ws2, runs) = (ws.clone(), self.clone());
         let outcome = tokio::task::spawn_blocking(move || {
             let row = row.ok_or_else(|| "the run disappeared from the database".to_string())?;
-            run_blocking(&row, &ws2, &cancel, &events, &runs)
+            runs.run_blocking(&row, &ws2, &cancel, &events)
         })
         .await
         .unwrap_or_else(|e| Err(format!("the run's thread failed: {e}")));
         let result = match outcome {
-            Ok((metrics, outputs)) => {
-                db2.finish(&id2, "succeeded", Some(&metrics), Some(&outputs), None)
-            }
-            Err(e) if e == "cancelled" => db2.finish(
-                &id2,
-                "cancelled",
+            Ok((figures, outputs)) => db.finish(
+                id,
+                RunStatus::Succeeded,
+                Some(&figures),
+                Some(&outputs),
+                None,
+            ),
+            Err(e) if e == RunError::Cancelled.to_string() => db.finish(
+                id,
+                RunStatus::Cancelled,
                 None,
                 None,
                 Some("cancelled while running"),
             ),
-            Err(e) => db2.finish(&id2, "failed", None, None, Some(&e)),
+            Err(e) => db.finish(id, RunStatus::Failed, None, None, Some(&e)),
         };
         if let Err(e) = result {
-            tracing::error!("recording the end of run {id2} failed: {e:#}");
+            tracing::error!("recording the end of run {id} failed: {e:#}");
         }
-        let summary = summary_of(db, id);
-        self.finish_live(id, &summary);
+        self.finish_live(id, db.get(id).ok().flatten());
+    }
+
+    /// The devices of a run: one remote worker per stage when the run is pipelined and
+    /// enough workers are connected (or the run pins them), else the local devices. The
+    /// second value names the devices for the plan cache (None: not cacheable).
+    fn devices(&self, req: &RunRequest, run: &str) -> Result<RunDevices, String> {
+        let mut remote: Vec<WorkerHandle> = self.workers.list();
+        if let Some(ids) = &req.workers {
+            let mut pinned = Vec::new();
+            for id in ids {
+                match remote.iter().find(|w| &w.id == id) {
+                    Some(w) => pinned.push(w.clone()),
+                    None => {
+                        return Err(format!("worker '{id}' named in 'workers' is not connected"))
+                    }
+                }
+            }
+            remote = pinned;
+        }
+        if req.stages > 1 && remote.len() >= req.stages {
+            let devices = remote
+                .into_iter()
+                .take(req.stages)
+                .enumerate()
+                .map(|(s, w)| Box::new(RemoteDevice::new(w, run, s)) as Box<dyn Device>)
+                .collect();
+            return Ok((devices, None));
+        }
+        let devices = self
+            .local
+            .lock()
+            .map_err(|_| "the device lock is poisoned".to_string())?
+            .take(req.stages)?;
+        Ok((devices, Some(format!("local x{}", req.stages))))
+    }
+
+    /// Runs a stored request; returns its figures and output summaries.
+    fn run_blocking(
+        &self,
+        row: &RunRecord,
+        ws: &Workspace,
+        cancel: &AtomicBool,
+        events: &EventLog,
+    ) -> Result<(RunFigures, Vec<OutputSummary>), String> {
+        let began = now_ns();
+        let req = RunRequest::parse(&row.params)?;
+        let text = match &req.graph {
+            GraphRef::Stored(name) => ws
+                .read_graph(name)
+                .map_err(|e| format!("{e:#}"))?
+                .ok_or_else(|| format!("graph '{name}' no longer exists"))?,
+            GraphRef::Inline(doc) => doc.to_string(),
+        };
+        let graph = sluice_engine::load_graph(&text).map_err(|p| p.render())?;
+        check_runnable(&graph, req.batch)?;
+        let weights =
+            sluice_engine::weights::init_weights(&graph, graph.doc.params.seed.unwrap_or(0));
+        let uploaded = decode_inputs(&req)?;
+        let data =
+            dataset::complete(&graph, uploaded, req.seed, req.batch).map_err(|e| e.to_string())?;
+        let config: RunConfig = req.config();
+        let (devices, device_key) = self.devices(&req, &row.id)?;
+        let cache_key = device_key.map(|d| {
+            format!(
+                "{d}|{}|{}",
+                serde_json::to_string(&config).unwrap_or_default(),
+                text
+            )
+        });
+        let cached = cache_key
+            .as_ref()
+            .and_then(|k| self.cache.lock().ok()?.take(k));
+        let was_cached = cached.is_some();
+        let mut session = match cached {
+            Some(s) => s,
+            None => Session::compile_blocking(&graph, &weights, &config, devices)
+                .map_err(|e| e.to_string())?,
+        };
+        let local = cache_key.is_some();
+        let live = Mutex::new(LiveUtilisation::default());
+        let observe = |e: &Event| {
+            events.send(&LiveMessage::Event { event: e.clone() });
+            if local {
+                if let Ok(mut l) = live.lock() {
+                    l.record(e);
+                    if let Ok(mut last) = self.last.lock() {
+                        last.utilisation = l.utilisation();
+                    }
+                }
+            }
+        };
+        let ctx = RunContext {
+            observer: Some(&observe),
+            cancel: Some(cancel),
+            ..RunContext::new(&row.id)
+        };
+        let run_start = now_ns();
+        let result = session.run_blocking(&data, &ctx);
+        let compile = CompileFigures {
+            cached: was_cached,
+            stats: if was_cached {
+                Default::default()
+            } else {
+                session.compile_stats()
+            },
+            first_result_ms: result.as_ref().map_or(0.0, |r| {
+                (run_start.saturating_sub(began) + r.first_result_ns) as f64 / 1e6
+            }),
+        };
+        let memory = MemoryFigures {
+            planned_bytes: session.memory().planned_bytes,
+            allocated_bytes: session.allocated_bytes(),
+        };
+        let devices = session.device_names();
+        let timing = session.timing();
+        // A session that failed (a lost device, say) is not kept.
+        if let (Some(k), true) = (cache_key, result.is_ok()) {
+            if let Ok(mut c) = self.cache.lock() {
+                c.put(k, session);
+            }
+        }
+        let report = result.map_err(|e| e.to_string())?;
+        events.send(&LiveMessage::Metrics {
+            metrics: report.metrics.clone(),
+        });
+        let outputs = store_outputs(ws, &row.id, &report.outputs)?;
+        if let Err(e) = ws.write_run_events(&row.id, &report.events, &devices) {
+            tracing::warn!("run {}: its events were not kept: {e:#}", row.id);
+        }
+        if local {
+            if let Ok(mut last) = self.last.lock() {
+                *last = LastRun {
+                    utilisation: report
+                        .metrics
+                        .devices
+                        .iter()
+                        .map(|d| d.utilisation)
+                        .collect(),
+                    memory,
+                };
+            }
+        }
+        Ok((
+            RunFigures {
+                metrics: report.metrics,
+                timing,
+                devices,
+                memory: local.then_some(memory),
+                compile: Some(compile),
+            },
+            outputs,
+        ))
     }
 }
 
-/// The stored record of a run as JSON (null when it is gone).
-fn summary_of(db: &Db, id: &str) -> Value {
-    db.get(id)
-        .ok()
-        .flatten()
-        .map(|r| serde_json::to_value(r).unwrap_or_default())
-        .unwrap_or_default()
+/// What the server can run: a graph within the run limits whose weights it can make.
+pub fn check_runnable(graph: &sluice_engine::Graph, batch: usize) -> Result<(), String> {
+    if let Some(file) = &graph.doc.params.file {
+        return Err(format!(
+            "the graph takes its weights from the file '{file}', which the server cannot read yet; \
+             use seeded weights (\"params\": {{\"seed\": ...}}) or `sluice run` on the command line"
+        ));
+    }
+    sluice_engine::limits::check_run(graph, batch)
 }
 
-/// Writes a run's outputs as `runs/ID/NAME.npy` and returns their summaries.
+/// The request's uploaded inputs, decoded from base64 `.npy`.
+pub fn decode_inputs(req: &RunRequest) -> Result<sluice_engine::exec::Values, String> {
+    use base64::Engine;
+    let mut inputs = HashMap::new();
+    for (name, text) in &req.inputs {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| format!("input '{name}' is not valid base64: {e}"))?;
+        let t = sluice_engine::npy::parse(&bytes).map_err(|e| format!("input '{name}': {e}"))?;
+        inputs.insert(name.clone(), t);
+    }
+    Ok(inputs)
+}
+
+/// Writes a run's outputs as `runs/ID/FILE.npy` and returns their summaries.
 fn store_outputs(
     ws: &Workspace,
     id: &str,
     outputs: &[(String, sluice_engine::Tensor)],
-) -> Result<Value, String> {
+) -> Result<Vec<OutputSummary>, String> {
     let dir = ws.run_dir(id);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let mut summaries = Vec::new();
-    for (name, t) in outputs {
-        let file = name.replace(':', "_");
+    for (i, (name, t)) in outputs.iter().enumerate() {
+        // File names never come from user strings unchecked: `node:1` becomes `node_1`,
+        // anything else unsafe becomes `outputI`.
+        let file = match name.replace(':', "_") {
+            f if sluice_api::valid_name(&f) => f,
+            _ => format!("output{i}"),
+        };
         let bytes = sluice_engine::npy::to_bytes(t).map_err(|e| e.to_string())?;
         std::fs::write(dir.join(format!("{file}.npy")), bytes).map_err(|e| e.to_string())?;
-        summaries.push(json!({
-            "name": name, "file": file, "shape": t.shape, "dtype": t.dtype(),
-            "first": t.to_f32_vec().into_iter().take(8).collect::<Vec<_>>(),
-            "checksum": t.checksum(), "non_finite": t.non_finite(),
-        }));
+        summaries.push(OutputSummary {
+            name: name.clone(),
+            file,
+            shape: t.shape.clone(),
+            dtype: t.dtype(),
+            first: t.to_f32_vec().into_iter().take(8).collect(),
+            checksum: t.checksum(),
+            non_finite: t.non_finite(),
+        });
     }
-    Ok(Value::Array(summaries))
-}
-
-/// Keeps a finished run's events for late watchers and its trace; a failure to keep them
-/// is logged, not fatal (the outputs are what the run was for).
-fn store_events(
-    ws: &Workspace,
-    id: &str,
-    events: &[sluice_engine::telemetry::Event],
-    devices: &[String],
-) {
-    if let Err(e) = ws.write_run_events(id, events, devices) {
-        tracing::warn!("run {id}: its events were not kept: {e:#}");
-    }
-}
-
-/// Runs a stored request on the local adapter; returns (metrics, output summaries).
-fn run_blocking(
-    row: &RunRow,
-    ws: &Workspace,
-    cancel: &AtomicBool,
-    events: &EventLog,
-    runs: &Runs,
-) -> Result<(Value, Value), String> {
-    let req = parse_request(&row.params)?;
-    let text = match &req.graph {
-        GraphSource::Stored(name) => ws
-            .read_graph(name)
-            .map_err(|e| format!("{e:#}"))?
-            .ok_or_else(|| format!("graph '{name}' no longer exists"))?,
-        GraphSource::Inline(doc) => doc.to_string(),
-    };
-    let graph = sluice_engine::load_graph(&text).map_err(|p| p.render())?;
-    check_limits(&graph, req.config.batch)?;
-    let weights = sluice_engine::weights::init_weights(&graph, graph.doc.params.seed.unwrap_or(0));
-    let bindings: HashMap<String, usize> = graph
-        .symbols()
-        .into_iter()
-        .map(|s| (s, req.config.batch))
-        .collect();
-    let bound = graph.bind(&bindings).map_err(|p| p.render())?;
-    let mut data =
-        sluice_engine::runtime::random_inputs(&bound, req.seed).map_err(|e| e.to_string())?;
-    for (name, t) in &req.inputs {
-        data.insert(name.clone(), t.clone());
-    }
-    sluice_engine::runtime::check_inputs(&bound, &data).map_err(|e| e.to_string())?;
-    let mut remote = runs.workers.list();
-    if let Some(ids) = &req.placement {
-        let mut pinned = Vec::new();
-        for id in ids {
-            match remote.iter().find(|w| &w.id == id) {
-                Some(w) => pinned.push(w.clone()),
-                None => return Err(format!("worker '{id}' named in 'workers' is not connected")),
-            }
-        }
-        remote = pinned;
-    }
-    if req.config.stages > 1 && remote.len() >= req.config.stages {
-        return run_on_workers(row, &req, &graph, &data, &remote, ws, cancel, events, runs);
-    }
-    let mut session = Session::new(&graph, &weights, &req.config).map_err(|e| e.to_string())?;
-    let live = LiveUtilisation::default();
-    let observe = |e: &sluice_engine::telemetry::Event| {
-        events.send(json!({ "type": "event", "event": e }).to_string());
-        live.record(e, &runs.last);
-    };
-    let report =
-        match session.run_observed(&data, &row.id, &|_, _| {}, Some(&observe), Some(cancel)) {
-            Ok(r) => r,
-            Err(RunError::Cancelled) => return Err("cancelled".into()),
-            Err(e) => return Err(e.to_string()),
-        };
-    let metrics = serde_json::to_value(&report.metrics).map_err(|e| e.to_string())?;
-    events.send(json!({ "type": "metrics", "metrics": metrics }).to_string());
-    let outputs = store_outputs(ws, &row.id, &report.outputs)?;
-    let devices = session.device_names();
-    store_events(ws, &row.id, &report.events, &devices);
-    if let Ok(mut last) = runs.last.lock() {
-        *last = LastRun {
-            utilisation: report
-                .metrics
-                .devices
-                .iter()
-                .map(|d| d.utilisation)
-                .collect(),
-            planned_bytes: session.memory().planned_bytes,
-            allocated_bytes: session.allocated_bytes(),
-        };
-    }
-    let memory = json!({
-        "planned_bytes": session.memory().planned_bytes,
-        "allocated_bytes": session.allocated_bytes(),
-    });
-    Ok((
-        json!({ "metrics": metrics, "timing": report.timing, "devices": devices, "memory": memory }),
-        outputs,
-    ))
-}
-
-/// Places the stages of a run on remote workers, one stage each, and stores the outputs.
-#[allow(clippy::too_many_arguments)]
-fn run_on_workers(
-    row: &RunRow,
-    req: &RunRequest,
-    graph: &Graph,
-    data: &HashMap<String, sluice_engine::Tensor>,
-    workers: &[super::workers::WorkerHandle],
-    ws: &Workspace,
-    cancel: &AtomicBool,
-    events: &EventLog,
-    runs: &Runs,
-) -> Result<(Value, Value), String> {
-    let cfg = &req.config;
-    let micro = cfg.batch / cfg.microbatches;
-    let bindings: HashMap<String, usize> =
-        graph.symbols().into_iter().map(|s| (s, micro)).collect();
-    let bound = graph.bind(&bindings).map_err(|p| p.render())?;
-    let micro_batches: Vec<HashMap<String, sluice_engine::Tensor>> = (0..cfg.microbatches)
-        .map(|m| dataset::slice(graph, data, m * micro, (m + 1) * micro))
-        .collect();
-    let live = LiveUtilisation::default();
-    let observe = |e: &sluice_engine::telemetry::Event| {
-        events.send(json!({ "type": "event", "event": e }).to_string());
-        live.record(e, &runs.last);
-    };
-    let (values, evs) = run_remote(
-        workers,
-        &bound,
-        cfg.stages,
-        cfg.precision.name(),
-        &row.id,
-        micro_batches,
-        &observe,
-        cancel,
-    )?;
-    let per_mb = values
-        .iter()
-        .map(|v| dataset::graph_outputs(graph, v))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the workers' results: {e}"))?;
-    let outputs = dataset::concat_outputs(graph, &per_mb).map_err(|e| e.to_string())?;
-    let outputs = store_outputs(ws, &row.id, &outputs)?;
-    let metrics =
-        sluice_engine::telemetry::metrics::compute(&evs, cfg.stages, cfg.microbatches, cfg.batch);
-    let metrics = serde_json::to_value(&metrics).map_err(|e| e.to_string())?;
-    let names: Vec<String> = workers
-        .iter()
-        .take(cfg.stages)
-        .map(|w| format!("worker {} ({})", w.id, w.name))
-        .collect();
-    store_events(ws, &row.id, &evs, &names);
-    Ok((
-        json!({ "metrics": metrics, "timing": "host_completion", "devices": names }),
-        outputs,
-    ))
+    Ok(summaries)
 }

@@ -1,29 +1,38 @@
 //! Remote workers: the `WS /api/workers` endpoint, a registry of connected workers, one
-//! actor per connection that sends requests and waits for their answers, and the runner
-//! that places the stages of a run on workers (GPipe over their connections; activations
-//! travel through the server).
+//! actor per connection that sends requests and waits (with a timeout) for their answers,
+//! and a worker's stage as an execution device ([`RemoteDevice`]): the engine's one
+//! driver runs remote stages like local ones, the activations travelling through the
+//! server.
 
-use crate::protocol::{self, ToServer, ToWorker, PROTOCOL};
 use axum::extract::ws::{Message, WebSocket};
-use sluice_engine::graph::Graph;
-use sluice_engine::runtime::gpu::AdapterSummary;
-use sluice_engine::runtime::stages::{self, StageSpec};
-use sluice_engine::telemetry::{now_ns, Event, EventKind};
-use sluice_engine::Tensor;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use futures_util::future::LocalBoxFuture;
+use sluice_api::protocol::{self, ToServer, ToWorker, PROTOCOL};
+use sluice_api::WorkerInfo;
+use sluice_engine::exec::device::{CompileStats, Device, Executable, TraceContext, Values};
+use sluice_engine::gpu::AdapterSummary;
+use sluice_engine::plan::cost::Rates;
+use sluice_engine::plan::{HalfStorage, Plan};
+use sluice_engine::telemetry::{now_ns, Event, EventKind, TimingSource};
+use sluice_engine::weights::Weights;
+use sluice_engine::{RunError, Tensor};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 type Tensors = Vec<(String, Tensor)>;
 
+/// How long a worker may take to answer one request (compiling a stage or computing a
+/// micro-batch) before the server gives up on it and drops the connection.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// A request to a worker, with where to send the answer.
 enum Request {
     Load {
         job: String,
-        graph: serde_json::Value,
-        precision: String,
+        plan: serde_json::Value,
+        weights: Tensors,
         stage: usize,
         reply: oneshot::Sender<Result<(), String>>,
     },
@@ -47,7 +56,24 @@ pub struct WorkerHandle {
     pub name: String,
     /// Its adapters.
     pub adapters: Vec<AdapterSummary>,
+    /// Its measured rates, when it calibrated.
+    pub rates: Option<Rates>,
     tx: mpsc::Sender<Request>,
+}
+
+impl WorkerHandle {
+    /// What `/api/devices` shows about it.
+    pub fn info(&self) -> WorkerInfo {
+        WorkerInfo {
+            id: self.id.clone(),
+            kind: "remote".into(),
+            name: Some(self.name.clone()),
+            adapters: self.adapters.clone(),
+            rates: self.rates,
+            utilisation: Vec::new(),
+            memory: None,
+        }
+    }
 }
 
 /// Connected workers.
@@ -116,15 +142,115 @@ async fn next_binary(socket: &mut WebSocket) -> Result<Vec<u8>, String> {
     }
 }
 
+async fn send_tensors(socket: &mut WebSocket, frames: Vec<Vec<u8>>) -> Result<(), String> {
+    for f in frames {
+        socket
+            .send(Message::Binary(f.into()))
+            .await
+            .map_err(|e| format!("send failed: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Waits (at most [`REPLY_TIMEOUT`]) for an exchange with the worker and hands its answer
+/// (the worker's own error included) to the requester. `Err` (the connection failed, the
+/// worker said something unexpected or nothing in time) ends the connection.
+async fn answer<T>(
+    reply: oneshot::Sender<Result<T, String>>,
+    exchange: impl std::future::Future<Output = Result<Result<T, String>, String>>,
+) -> Result<(), String> {
+    let failure = match tokio::time::timeout(REPLY_TIMEOUT, exchange).await {
+        Ok(Ok(answer)) => {
+            let _ = reply.send(answer);
+            return Ok(());
+        }
+        Ok(Err(e)) => e,
+        Err(_) => format!("no answer within {} s", REPLY_TIMEOUT.as_secs()),
+    };
+    let _ = reply.send(Err(failure.clone()));
+    Err(failure)
+}
+
+/// One request's exchange with the worker; `Err` ends the connection.
+async fn exchange(socket: &mut WebSocket, req: Request) -> Result<(), String> {
+    match req {
+        Request::Load {
+            job,
+            plan,
+            weights,
+            stage,
+            reply,
+        } => {
+            let r = async {
+                let (headers, frames) = protocol::encode(&weights);
+                send_json(
+                    socket,
+                    &ToWorker::Load {
+                        job: job.clone(),
+                        plan,
+                        weights: headers,
+                        stage,
+                    },
+                )
+                .await?;
+                send_tensors(socket, frames).await?;
+                match next_json(socket).await? {
+                    ToServer::Loaded { .. } => Ok(Ok(())),
+                    ToServer::Error { error, .. } => Ok(Err(error)),
+                    other => Err(format!("unexpected answer {other:?}")),
+                }
+            };
+            answer(reply, r).await
+        }
+        Request::Compute {
+            job,
+            micro_batch,
+            inputs,
+            reply,
+        } => {
+            let r = async {
+                let (headers, frames) = protocol::encode(&inputs);
+                send_json(
+                    socket,
+                    &ToWorker::Compute {
+                        job,
+                        micro_batch,
+                        inputs: headers,
+                    },
+                )
+                .await?;
+                send_tensors(socket, frames).await?;
+                match next_json(socket).await? {
+                    ToServer::Result {
+                        outputs, events, ..
+                    } => {
+                        let mut tensors = Vec::new();
+                        for h in &outputs {
+                            let bytes = next_binary(socket).await?;
+                            tensors.push((h.name.clone(), protocol::decode(h, &bytes)?));
+                        }
+                        Ok(Ok((tensors, events)))
+                    }
+                    ToServer::Error { error, .. } => Ok(Err(error)),
+                    other => Err(format!("unexpected answer {other:?}")),
+                }
+            };
+            answer(reply, r).await
+        }
+        Request::Unload { job } => send_json(socket, &ToWorker::Unload { job }).await,
+    }
+}
+
 /// Serves one worker connection: handshake, then requests one at a time.
 pub async fn serve_worker(mut socket: WebSocket, workers: Arc<Workers>) {
     let hello = tokio::time::timeout(Duration::from_secs(10), next_json(&mut socket)).await;
-    let (name, adapters) = match hello {
+    let (name, adapters, rates) = match hello {
         Ok(Ok(ToServer::Hello {
             protocol,
             name,
             adapters,
-        })) if protocol == PROTOCOL => (name, adapters),
+            rates,
+        })) if protocol == PROTOCOL => (name, adapters, rates),
         Ok(Ok(ToServer::Hello { protocol, .. })) => {
             let error = format!("protocol version {protocol} is not supported; this server speaks version {PROTOCOL}");
             let _ = send_json(&mut socket, &ToWorker::Refused { error }).await;
@@ -132,9 +258,9 @@ pub async fn serve_worker(mut socket: WebSocket, workers: Arc<Workers>) {
             return;
         }
         Ok(Ok(_)) | Ok(Err(_)) | Err(_) => {
-            let error =
-                "expected a hello message {\"type\": \"hello\", \"protocol\": 1, ...} first"
-                    .to_string();
+            let error = format!(
+                "expected a hello message {{\"type\": \"hello\", \"protocol\": {PROTOCOL}, ...}} first"
+            );
             let _ = send_json(&mut socket, &ToWorker::Refused { error }).await;
             let _ = socket.send(Message::Close(None)).await;
             return;
@@ -152,10 +278,10 @@ pub async fn serve_worker(mut socket: WebSocket, workers: Arc<Workers>) {
         id: id.clone(),
         name: name.clone(),
         adapters,
+        rates,
         tx,
     });
     tracing::info!(worker = %id, %name, "worker connected");
-    let gone = |e: &str| format!("worker {id} ({name}): {e}");
     loop {
         let req = tokio::select! {
             r = rx.recv() => match r { Some(r) => r, None => break },
@@ -165,250 +291,256 @@ pub async fn serve_worker(mut socket: WebSocket, workers: Arc<Workers>) {
                 _ => break,
             },
         };
-        match req {
-            Request::Load {
-                job,
-                graph,
-                precision,
-                stage,
-                reply,
-            } => {
-                let r = async {
-                    send_json(
-                        &mut socket,
-                        &ToWorker::Load {
-                            job: job.clone(),
-                            graph,
-                            precision,
-                            stage,
-                        },
-                    )
-                    .await?;
-                    match next_json(&mut socket).await? {
-                        ToServer::Loaded { .. } => Ok(()),
-                        ToServer::Error { error, .. } => Err(error),
-                        other => Err(format!("unexpected answer {other:?}")),
-                    }
-                }
-                .await
-                .map_err(|e| gone(&e));
-                let failed = r.is_err();
-                let _ = reply.send(r);
-                if failed {
-                    break;
-                }
-            }
-            Request::Compute {
-                job,
-                micro_batch,
-                inputs,
-                reply,
-            } => {
-                let r = async {
-                    let (headers, frames) = protocol::encode(&inputs);
-                    send_json(
-                        &mut socket,
-                        &ToWorker::Compute {
-                            job,
-                            micro_batch,
-                            inputs: headers,
-                        },
-                    )
-                    .await?;
-                    for f in frames {
-                        socket
-                            .send(Message::Binary(f.into()))
-                            .await
-                            .map_err(|e| format!("send failed: {e}"))?;
-                    }
-                    match next_json(&mut socket).await? {
-                        ToServer::Result {
-                            outputs, events, ..
-                        } => {
-                            let mut tensors = Vec::new();
-                            for h in &outputs {
-                                let bytes = next_binary(&mut socket).await?;
-                                tensors.push((h.name.clone(), protocol::decode(h, &bytes)?));
-                            }
-                            Ok((tensors, events))
-                        }
-                        ToServer::Error { error, .. } => Err(error),
-                        other => Err(format!("unexpected answer {other:?}")),
-                    }
-                }
-                .await
-                .map_err(|e| gone(&e));
-                let failed = r
-                    .as_ref()
-                    .is_err_and(|e| e.contains("disconnected") || e.contains("failed"));
-                let _ = reply.send(r);
-                if failed {
-                    break;
-                }
-            }
-            Request::Unload { job } => {
-                let _ = send_json(&mut socket, &ToWorker::Unload { job }).await;
-            }
+        if let Err(e) = exchange(&mut socket, req).await {
+            tracing::warn!(worker = %id, %name, "dropping the worker: {e}");
+            break;
         }
     }
     workers.remove(&id);
     tracing::info!(worker = %id, "worker disconnected");
 }
 
-/// Runs `micro_batches` of a bound graph split over `stages` workers (GPipe), returning
-/// each micro-batch's values and the server-side events (host times).
-#[allow(clippy::type_complexity, clippy::too_many_arguments)]
-pub fn run_remote(
-    workers: &[WorkerHandle],
-    bound: &Graph,
-    stage_count: usize,
-    precision: &str,
-    run: &str,
-    micro_batches: Vec<HashMap<String, Tensor>>,
-    observe: &(dyn Fn(&Event) + Sync),
-    cancel: &AtomicBool,
-) -> Result<(Vec<HashMap<String, Tensor>>, Vec<Event>), String> {
-    let part = stages::choose(bound, stage_count, &stages::model_costs(bound))
-        .map_err(|e| e.to_string())?;
-    let specs: Vec<StageSpec> = stages::split(bound, &part).map_err(|e| e.to_string())?;
-    for (s, spec) in specs.iter().enumerate() {
-        let (reply, rx) = oneshot::channel();
-        let graph = serde_json::to_value(&spec.graph.doc).map_err(|e| e.to_string())?;
-        workers[s]
-            .tx
-            .blocking_send(Request::Load {
-                job: format!("{run}/{s}"),
-                graph,
-                precision: precision.into(),
-                stage: s,
-                reply,
-            })
-            .map_err(|_| format!("worker {} disconnected", workers[s].id))?;
-        rx.blocking_recv()
-            .map_err(|_| format!("worker {} disconnected", workers[s].id))??;
-    }
-    let start = now_ns();
-    let n = micro_batches.len();
-    let events = Mutex::new(Vec::new());
-    let result = std::thread::scope(|scope| -> Result<Vec<HashMap<String, Tensor>>, String> {
-        let mut senders = Vec::new();
-        let mut receivers = Vec::new();
-        for _ in 0..=specs.len() {
-            let (tx, rx) =
-                std::sync::mpsc::channel::<Result<(usize, HashMap<String, Tensor>), String>>();
-            senders.push(tx);
-            receivers.push(Some(rx));
-        }
-        for (s, spec) in specs.iter().enumerate() {
-            let rx = receivers[s].take().ok_or("internal: receiver")?;
-            let tx = senders[s + 1].clone();
-            let worker = workers[s].clone();
-            let events = &events;
-            scope.spawn(move || {
-                for _ in 0..n {
-                    let (m, mut values) = match rx.recv() {
-                        Ok(Ok(x)) => x,
-                        Ok(Err(e)) => {
-                            let _ = tx.send(Err(e));
-                            return;
-                        }
-                        Err(_) => return,
-                    };
-                    if cancel.load(Ordering::Relaxed) {
-                        let _ = tx.send(Err("cancelled".into()));
-                        return;
-                    }
-                    let inputs: Tensors = spec
-                        .inputs
-                        .iter()
-                        .filter_map(|(name, key)| {
-                            values.get(key).map(|t| (name.clone(), t.clone()))
-                        })
-                        .collect();
-                    let t0 = now_ns();
-                    let (reply, rrx) = oneshot::channel();
-                    let sent = worker.tx.blocking_send(Request::Compute {
-                        job: format!("{run}/{s}"),
-                        micro_batch: m,
-                        inputs,
-                        reply,
-                    });
-                    let answer = match sent {
-                        Ok(()) => rrx
-                            .blocking_recv()
-                            .unwrap_or_else(|_| Err(format!("worker {} disconnected", worker.id))),
-                        Err(_) => Err(format!("worker {} disconnected", worker.id)),
-                    };
-                    let t1 = now_ns();
-                    match answer {
-                        Ok((outs, worker_events)) => {
-                            let mut e = Event {
-                                run: run.to_string(),
-                                device: s,
-                                stage: s,
-                                micro_batch: m,
-                                node: format!("stage {s} on worker {}", worker.id),
-                                kind: EventKind::Compute,
-                                start_ns: t0.saturating_sub(start),
-                                end_ns: t1.saturating_sub(start),
-                            };
-                            observe(&e);
-                            if let Ok(mut ev) = events.lock() {
-                                ev.push(e.clone());
-                                // The worker's own per-pass events, placed in this round trip.
-                                for w in worker_events {
-                                    e = Event {
-                                        run: run.to_string(),
-                                        device: s,
-                                        stage: s,
-                                        micro_batch: m,
-                                        start_ns: w.start_ns + t0.saturating_sub(start),
-                                        end_ns: w.end_ns + t0.saturating_sub(start),
-                                        ..w
-                                    };
-                                    observe(&e);
-                                }
-                            }
-                            values.extend(outs);
-                            if tx.send(Ok((m, values))).is_err() {
-                                return;
-                            }
-                        }
-                        Err(err) => {
-                            let _ = tx.send(Err(err));
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-        for (m, mb) in micro_batches.into_iter().enumerate() {
-            if senders[0].send(Ok((m, mb))).is_err() {
-                break;
-            }
-        }
-        drop(senders);
-        let out = receivers[specs.len()].take().ok_or("internal: collector")?;
-        let mut values = Vec::new();
-        for _ in 0..n {
-            match out.recv() {
-                Ok(Ok((_, v))) => values.push(v),
-                Ok(Err(e)) => return Err(e),
-                Err(_) => return Err("a stage stopped".into()),
-            }
-        }
-        Ok(values)
-    });
-    for (s, w) in workers.iter().enumerate().take(specs.len()) {
-        let _ = w.tx.blocking_send(Request::Unload {
-            job: format!("{run}/{s}"),
-        });
-    }
-    let values = result?;
-    Ok((values, events.into_inner().unwrap_or_default()))
+/// A worker's stage as an execution device: compiling sends the stage's plan and weights,
+/// each micro-batch is one request.
+pub struct RemoteDevice {
+    worker: WorkerHandle,
+    job: String,
+    stage: usize,
 }
 
-/// What `/api/devices` shows about a worker.
-pub fn describe(w: &WorkerHandle) -> serde_json::Value {
-    serde_json::json!({ "id": w.id, "kind": "remote", "name": w.name, "adapters": w.adapters })
+impl RemoteDevice {
+    /// The device of stage `stage` of run `run` on `worker`.
+    pub fn new(worker: WorkerHandle, run: &str, stage: usize) -> RemoteDevice {
+        RemoteDevice {
+            job: format!("{run}/{stage}"),
+            worker,
+            stage,
+        }
+    }
+
+    fn gone(&self, e: &str) -> RunError {
+        RunError::Device(format!(
+            "worker {} ({}): {e}",
+            self.worker.id, self.worker.name
+        ))
+    }
+}
+
+impl Device for RemoteDevice {
+    fn name(&self) -> String {
+        format!("worker {} ({})", self.worker.id, self.worker.name)
+    }
+
+    fn compile<'a>(
+        &'a self,
+        plan: Plan,
+        weights: &'a Weights,
+        _prefetch: usize,
+    ) -> LocalBoxFuture<'a, Result<Box<dyn Executable>, RunError>> {
+        Box::pin(async move {
+            let started = now_ns();
+            let stage_weights: Tensors = plan
+                .params
+                .iter()
+                .map(|(key, _)| {
+                    weights
+                        .get(key)
+                        .cloned()
+                        .map(|t| (key.clone(), t))
+                        .ok_or_else(|| RunError::MissingWeight(key.clone()))
+                })
+                .collect::<Result<_, _>>()?;
+            let wire = serde_json::to_value(&plan)
+                .map_err(|e| RunError::Internal(format!("the stage plan: {e}")))?;
+            let (reply, rx) = oneshot::channel();
+            self.worker
+                .tx
+                .send(Request::Load {
+                    job: self.job.clone(),
+                    plan: wire,
+                    weights: stage_weights,
+                    stage: self.stage,
+                    reply,
+                })
+                .await
+                .map_err(|_| self.gone("the worker disconnected"))?;
+            rx.await
+                .map_err(|_| self.gone("the worker disconnected"))?
+                .map_err(|e| self.gone(&e))?;
+            Ok(Box::new(RemoteExecutable {
+                worker: self.worker.clone(),
+                job: self.job.clone(),
+                name: self.name(),
+                plan,
+                pending: VecDeque::new(),
+                stats: CompileStats {
+                    pipelines_created: 0,
+                    passes: 0,
+                    millis: now_ns().saturating_sub(started) as f64 / 1e6,
+                },
+            }) as Box<dyn Executable>)
+        })
+    }
+
+    fn native_f16(&self) -> bool {
+        self.worker.adapters.first().is_some_and(|a| a.shader_f16)
+    }
+
+    fn faster_half(&self) -> LocalBoxFuture<'_, Result<HalfStorage, RunError>> {
+        Box::pin(async { Ok(HalfStorage::Packed) })
+    }
+
+    fn rates(&self) -> Rates {
+        self.worker.rates.unwrap_or(Rates::ASSUMED)
+    }
+}
+
+/// A stage loaded on a worker.
+pub struct RemoteExecutable {
+    worker: WorkerHandle,
+    job: String,
+    name: String,
+    plan: Plan,
+    pending: VecDeque<(usize, Values)>,
+    stats: CompileStats,
+}
+
+impl RemoteExecutable {
+    fn gone(&self, e: &str) -> RunError {
+        RunError::Device(format!("{}: {e}", self.name))
+    }
+
+    /// Checks a worker's outputs against the stage's plan: every output, with its dtype
+    /// and shape, and nothing else.
+    fn check_outputs(&self, outs: &Tensors) -> Result<(), RunError> {
+        if outs.len() != self.plan.outputs.len() {
+            return Err(self.gone(&format!(
+                "sent {} outputs, the stage has {}",
+                outs.len(),
+                self.plan.outputs.len()
+            )));
+        }
+        for (name, t) in outs {
+            let Some(v) = self.plan.value(name) else {
+                return Err(self.gone(&format!("sent an output '{name}' the stage does not have")));
+            };
+            if t.shape != v.shape || t.dtype() != v.dtype {
+                return Err(self.gone(&format!(
+                    "sent '{name}' as {} {:?}, the stage computes {} {:?}",
+                    t.dtype(),
+                    t.shape,
+                    v.dtype,
+                    v.shape
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn compute(
+        &mut self,
+        trace: &TraceContext<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<(usize, Values), RunError> {
+        let (m, inputs) = self.pending.pop_front().ok_or_else(|| {
+            RunError::Internal("completion awaited with nothing in flight".into())
+        })?;
+        let t0 = now_ns();
+        let (reply, rx) = oneshot::channel();
+        self.worker
+            .tx
+            .send(Request::Compute {
+                job: self.job.clone(),
+                micro_batch: m,
+                inputs: inputs.into_iter().collect(),
+                reply,
+            })
+            .await
+            .map_err(|_| self.gone("the worker disconnected"))?;
+        let (outs, worker_events) = rx
+            .await
+            .map_err(|_| self.gone("the worker disconnected"))?
+            .map_err(|e| self.gone(&e))?;
+        let t1 = now_ns();
+        self.check_outputs(&outs)?;
+        let round_trip = trace.event(
+            m,
+            format!("stage {} on {}", trace.stage, self.name),
+            EventKind::Compute,
+            t0,
+            t1,
+        );
+        trace.record(events, round_trip);
+        // The worker's own per-pass events, placed in this round trip (they count as
+        // detail of it, not as more busy time).
+        if let Some(observe) = trace.observer {
+            for w in worker_events {
+                let e = Event {
+                    run: trace.run.to_string(),
+                    device: trace.device,
+                    stage: trace.stage,
+                    micro_batch: m,
+                    start_ns: w.start_ns + t0.saturating_sub(trace.start_ns),
+                    end_ns: w.end_ns + t0.saturating_sub(trace.start_ns),
+                    ..w
+                };
+                observe(&e);
+            }
+        }
+        Ok((m, outs.into_iter().collect()))
+    }
+}
+
+impl Executable for RemoteExecutable {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn capacity(&self) -> usize {
+        1
+    }
+
+    fn submit(
+        &mut self,
+        m: usize,
+        inputs: &Values,
+        _trace: &TraceContext<'_>,
+        _events: &mut Vec<Event>,
+    ) -> Result<(), RunError> {
+        sluice_engine::exec::dataset::check_plan_inputs(&self.plan, inputs)?;
+        self.pending.push_back((m, inputs.clone()));
+        Ok(())
+    }
+
+    fn complete<'a>(
+        &'a mut self,
+        trace: &'a TraceContext<'a>,
+        events: &'a mut Vec<Event>,
+    ) -> LocalBoxFuture<'a, Result<(usize, Values), RunError>> {
+        Box::pin(self.compute(trace, events))
+    }
+
+    fn allocated_bytes(&self) -> u64 {
+        0
+    }
+
+    fn timing(&self) -> TimingSource {
+        TimingSource::HostCompletion
+    }
+
+    fn device_name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn compile_stats(&self) -> CompileStats {
+        self.stats
+    }
+}
+
+impl Drop for RemoteExecutable {
+    fn drop(&mut self) {
+        let _ = self.worker.tx.try_send(Request::Unload {
+            job: self.job.clone(),
+        });
+    }
 }

@@ -5,6 +5,7 @@
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+use sluice_api::valid_name;
 use sluice_engine::telemetry::Event;
 use std::path::{Path, PathBuf};
 
@@ -22,14 +23,6 @@ const EXAMPLES: &[(&str, &str)] = &[
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
-}
-
-/// Whether a graph or output name is safe: 1-64 of `A-Z a-z 0-9 _ -`.
-pub fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 impl Workspace {

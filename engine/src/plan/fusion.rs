@@ -1,13 +1,12 @@
-//! Fusion over operator families: chains (and trees) of elementwise operators become one
-//! generated pass, and a chain of elementwise operators after `matmul`, `linear` or
-//! `conv2d` becomes that kernel's epilogue. Scalar constants are inlined as literals.
-//! An intermediate value may be fused away only when its one consumer is in the same
-//! group and it is not a graph output.
+//! Fusion over operator capabilities: chains (and trees) of pointwise operators become one
+//! unit, and a chain of epilogue members after an epilogue anchor (`matmul`, `linear`,
+//! `conv2d` declare themselves anchors) becomes that anchor's epilogue. Scalar constants
+//! are inlined. An intermediate value may be fused away only when its one consumer is in
+//! the same group and it is not a graph output. Fusion asks each operator what it can do
+//! ([`crate::ops::Capabilities`]); it never names operators.
 
 use crate::graph::{Graph, NodeKind};
-use crate::ops::conv::ConvOp;
-use crate::ops::elementwise::ElementwiseOp;
-use crate::ops::Op;
+use crate::ops::{Capabilities, Op};
 use petgraph::stable_graph::NodeIndex;
 use std::collections::{HashMap, HashSet};
 
@@ -16,14 +15,14 @@ use std::collections::{HashMap, HashSet};
 pub enum Unit {
     /// One operator node.
     Single(NodeIndex),
-    /// Elementwise nodes computed in one pass; `nodes` in topological order, the last is
+    /// Pointwise nodes computed in one pass; `nodes` in topological order, the last is
     /// the one whose output leaves the group.
-    Elementwise(Vec<NodeIndex>),
-    /// A matmul/linear/conv2d with elementwise nodes applied to its result in-kernel.
+    Pointwise(Vec<NodeIndex>),
+    /// An epilogue anchor with pointwise nodes applied to its result in its kernel.
     Epilogue {
-        /// The matmul, linear or conv2d.
+        /// The anchor.
         anchor: NodeIndex,
-        /// The elementwise chain, in order; the last one's output leaves the unit.
+        /// The pointwise chain, in order; the last one's output leaves the unit.
         chain: Vec<NodeIndex>,
     },
 }
@@ -33,7 +32,7 @@ impl Unit {
     pub fn root(&self) -> NodeIndex {
         match self {
             Unit::Single(n) => *n,
-            Unit::Elementwise(nodes) => *nodes.last().expect("non-empty group"),
+            Unit::Pointwise(nodes) => nodes.last().copied().unwrap_or(NodeIndex::end()),
             Unit::Epilogue { anchor, chain } => *chain.last().unwrap_or(anchor),
         }
     }
@@ -42,7 +41,7 @@ impl Unit {
     pub fn nodes(&self) -> Vec<NodeIndex> {
         match self {
             Unit::Single(n) => vec![*n],
-            Unit::Elementwise(nodes) => nodes.clone(),
+            Unit::Pointwise(nodes) => nodes.clone(),
             Unit::Epilogue { anchor, chain } => std::iter::once(*anchor)
                 .chain(chain.iter().copied())
                 .collect(),
@@ -52,17 +51,26 @@ impl Unit {
 
 /// The scalar value of a node's output when it is a one-element constant.
 pub fn scalar_constant(graph: &Graph, node: NodeIndex) -> Option<f32> {
-    match &graph.dag[node].kind {
-        NodeKind::Op(Op::Constant(c)) if c.value.len() == 1 => c.value.as_f32().map(|v| v[0]),
+    let value = op(graph, node)?.constant_value()?;
+    match value.as_f32() {
+        Some([v]) => Some(*v),
         _ => None,
     }
 }
 
-fn elementwise(graph: &Graph, n: NodeIndex) -> Option<&ElementwiseOp> {
+fn op(graph: &Graph, n: NodeIndex) -> Option<&Op> {
     match &graph.dag[n].kind {
-        NodeKind::Op(Op::Elementwise(e)) => Some(e),
-        _ => None,
+        NodeKind::Op(op) => Some(op),
+        NodeKind::Input => None,
     }
+}
+
+fn capabilities(graph: &Graph, n: NodeIndex) -> Capabilities {
+    op(graph, n).map(Op::capabilities).unwrap_or_default()
+}
+
+fn pointwise(graph: &Graph, n: NodeIndex) -> bool {
+    capabilities(graph, n).pointwise
 }
 
 /// Number of uses of each node output (edges plus graph outputs).
@@ -93,17 +101,17 @@ fn only_feeds(
             .any(|&(n, p)| n == node && p == 0)
 }
 
-/// Whether an elementwise node can extend an epilogue whose running value is `value`:
-/// unary, or binary with the running value as one operand and a scalar constant (or, for
-/// matmul/linear, a 1-D tensor the length of a row) as the other.
+/// Whether a node can extend an epilogue whose running value is `value`: an epilogue
+/// member reading only the running value, or the running value and a scalar constant (or,
+/// for anchors that take rows, a 1-D tensor the length of a row).
 fn epilogue_link(graph: &Graph, node: NodeIndex, value: NodeIndex, row: Option<usize>) -> bool {
-    let Some(op) = elementwise(graph, node) else {
+    if !capabilities(graph, node).epilogue_member {
         return false;
-    };
+    }
     let ins = graph.node_inputs(node);
-    match op {
-        ElementwiseOp::Unary(_) => ins.first() == Some(&(value, 0)),
-        ElementwiseOp::Binary(_) => {
+    match ins.len() {
+        1 => ins[0] == (value, 0),
+        2 => {
             let Some(pos) = ins.iter().position(|&(n, p)| n == value && p == 0) else {
                 return false;
             };
@@ -121,7 +129,7 @@ fn epilogue_link(graph: &Graph, node: NodeIndex, value: NodeIndex, row: Option<u
             row.is_some_and(|n| t.shape.len() == 1 && t.shape[0].known() == Some(n))
                 && out.shape == value_t.shape
         }
-        ElementwiseOp::Where => false,
+        _ => false,
     }
 }
 
@@ -144,12 +152,13 @@ pub fn units(graph: &Graph, fuse: bool) -> Vec<Unit> {
     let mut epilogues: HashMap<NodeIndex, Vec<NodeIndex>> = HashMap::new();
     // Epilogues first: anchors in topological order, chains extended greedily.
     for &a in &ops {
-        let row = match &graph.dag[a].kind {
-            NodeKind::Op(Op::MatMul(_)) => {
-                graph.dag[a].outputs[0].shape.last().and_then(|d| d.known())
-            }
-            NodeKind::Op(Op::Conv(ConvOp::Conv2d { .. })) => None,
-            _ => continue,
+        let Some(anchor) = capabilities(graph, a).anchor else {
+            continue;
+        };
+        let row = if anchor.row_operands {
+            graph.dag[a].outputs[0].shape.last().and_then(|d| d.known())
+        } else {
+            None
         };
         let mut chain = Vec::new();
         let mut value = a;
@@ -170,16 +179,16 @@ pub fn units(graph: &Graph, fuse: bool) -> Vec<Unit> {
             epilogues.insert(a, chain);
         }
     }
-    // Elementwise groups: a node is absorbed into its one consumer when both are elementwise.
+    // Pointwise groups: a node is absorbed into its one consumer when both are pointwise.
     let mut absorbed_into: HashMap<NodeIndex, NodeIndex> = HashMap::new();
     for &n in &ops {
-        if taken.contains(&n) || elementwise(graph, n).is_none() {
+        if taken.contains(&n) || !pointwise(graph, n) {
             continue;
         }
         let next = consumers(n);
         if next.len() == 1
             && !taken.contains(&next[0])
-            && elementwise(graph, next[0]).is_some()
+            && pointwise(graph, next[0])
             && only_feeds(graph, &uses, n, next[0])
         {
             absorbed_into.insert(n, next[0]);
@@ -193,7 +202,7 @@ pub fn units(graph: &Graph, fuse: bool) -> Vec<Unit> {
     };
     let mut groups: HashMap<NodeIndex, Vec<NodeIndex>> = HashMap::new();
     for &n in &ops {
-        if !taken.contains(&n) && elementwise(graph, n).is_some() {
+        if !taken.contains(&n) && pointwise(graph, n) {
             groups.entry(root_of(n)).or_default().push(n);
         }
     }
@@ -216,7 +225,7 @@ pub fn units(graph: &Graph, fuse: bool) -> Vec<Unit> {
             if members.len() == 1 {
                 out.push(Unit::Single(n));
             } else {
-                out.push(Unit::Elementwise(members.clone()));
+                out.push(Unit::Pointwise(members.clone()));
             }
         } else if !absorbed_into.contains_key(&n) {
             out.push(Unit::Single(n));

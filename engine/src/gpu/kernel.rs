@@ -1,7 +1,8 @@
-//! What lowering an operator produces: WGSL kernels with their bindings, parameter words
+//! What lowering a plan step produces: WGSL kernels with their bindings, parameter words
 //! and dispatch size, plus the template step that fills `shaders/*.wgsl`.
 
 use crate::dtype::DType;
+pub use crate::storage::Storage;
 
 /// A value with a concrete shape, as lowering sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -14,47 +15,14 @@ pub struct Concrete {
     pub storage: Storage,
 }
 
-/// How the elements of a device buffer are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Storage {
-    /// 32-bit floats.
-    F32,
-    /// 16-bit floats as WGSL `f16` (needs `shader-f16`).
-    F16,
-    /// 16-bit floats packed in pairs into `u32` (`pack2x16float`; works everywhere).
-    Packed,
-    /// 32-bit integers.
-    I32,
-    /// Booleans as `u32` 0/1.
-    Bool,
+/// The WGSL element type of a storage.
+pub trait WgslType {
+    /// The WGSL array element type.
+    fn wgsl(self) -> &'static str;
 }
 
-impl Storage {
-    /// The 32-bit storage of a dtype.
-    pub fn of(dtype: DType) -> Storage {
-        match dtype {
-            DType::F32 => Storage::F32,
-            DType::I32 => Storage::I32,
-            DType::Bool => Storage::Bool,
-        }
-    }
-
-    /// Whether this is a 16-bit float storage.
-    pub fn is_half(self) -> bool {
-        matches!(self, Storage::F16 | Storage::Packed)
-    }
-
-    /// Bytes for `n` elements, a multiple of 4 (16-bit storages round up to whole words).
-    pub fn bytes(self, n: usize) -> u64 {
-        match self {
-            Storage::F16 | Storage::Packed => 4 * n.div_ceil(2) as u64,
-            _ => 4 * n as u64,
-        }
-    }
-
-    /// The WGSL array element type.
-    pub fn wgsl(self) -> &'static str {
+impl WgslType for Storage {
+    fn wgsl(self) -> &'static str {
         match self {
             Storage::F32 => "f32",
             Storage::F16 => "f16",
@@ -216,10 +184,6 @@ pub enum Lowering {
     Kernels(Vec<Kernel>),
     /// Passes that also use f32 scratch buffers of these element counts.
     KernelsWithScratch(Vec<Kernel>, Vec<usize>),
-    /// The output is the input's buffer reinterpreted (reshape, squeeze, identity...).
-    Alias,
-    /// The output is a constant computed on the host and uploaded once.
-    Constant,
 }
 
 /// Workgroup size of the one-dimensional kernels.

@@ -1,7 +1,7 @@
 //! Awaiting the GPU. On native targets (feature `native`) the device is polled until the
 //! awaited submission completes; in browsers the event loop drives it and this only awaits.
 
-use super::RunError;
+use crate::error::RunError;
 use futures_channel::oneshot;
 
 /// A pending buffer map.

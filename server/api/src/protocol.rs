@@ -4,16 +4,17 @@
 //!
 //! A worker opens `WS /api/workers` (with `Authorization: Bearer <token>`), sends `hello`;
 //! the server answers `welcome` or `refused`. Then the server sends `load` (a stage's
-//! subgraph), `compute` (a micro-batch's inputs) and `unload`; the worker answers `loaded`,
-//! `result` (outputs and its events) or `error`.
+//! plan, its weights following as binary frames), `compute` (a micro-batch's inputs) and
+//! `unload`; the worker answers `loaded`, `result` (outputs and its events) or `error`.
 
 use serde::{Deserialize, Serialize};
-use sluice_engine::runtime::gpu::AdapterSummary;
+use sluice_engine::gpu::AdapterSummary;
+use sluice_engine::plan::cost::Rates;
 use sluice_engine::telemetry::Event;
 use sluice_engine::{DType, Tensor};
 
 /// The protocol version this build speaks.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// Describes a tensor sent in the next binary frame.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -38,6 +39,8 @@ pub enum ToServer {
         name: String,
         /// Its adapters.
         adapters: Vec<AdapterSummary>,
+        /// The measured rates of the adapter it computes on, for the partitioner.
+        rates: Option<Rates>,
     },
     /// A stage is compiled and ready.
     Loaded {
@@ -78,14 +81,14 @@ pub enum ToWorker {
         /// Why.
         error: String,
     },
-    /// Compile a stage.
+    /// Compile a stage's plan (its weights follow as binary frames).
     Load {
         /// Job id (`run/stage`).
         job: String,
-        /// The stage's subgraph document (shapes bound).
-        graph: serde_json::Value,
-        /// `f32`, `f16` or `mixed`.
-        precision: String,
+        /// The stage's plan (`sluice_engine::plan::Plan` as JSON).
+        plan: serde_json::Value,
+        /// The weights that follow, in order.
+        weights: Vec<TensorHeader>,
         /// Stage index (reported in events).
         stage: usize,
     },

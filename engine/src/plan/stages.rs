@@ -4,22 +4,16 @@
 //! produce for it; its outputs are the graph outputs it computes plus the activations
 //! later stages read.
 
+use super::cost::Rates;
 use super::partition::{partition, Partition};
-use super::RunError;
+use super::{storage_for, PlanOptions};
+use crate::error::RunError;
 use crate::graph::{doc::InputDecl, Graph, GraphDoc, NodeKind};
-use crate::ops::Op;
+use crate::ops::CostOperand;
 use crate::shape;
 use petgraph::stable_graph::NodeIndex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-
-/// Assumed device throughput for the cost model, FLOP/s (lavapipe on 2 cores measures
-/// about 10^10 on matmul).
-const FLOPS_PER_S: f64 = 1e10;
-/// Assumed device memory bandwidth for the cost model, bytes/s.
-const BYTES_PER_S: f64 = 1e10;
-/// Assumed host round trip for activations between stages, bytes/s.
-const TRANSFER_BYTES_PER_S: f64 = 2e9;
 
 /// One stage: its subgraph and how its inputs and outputs map to the run's values.
 #[derive(Debug, Clone)]
@@ -40,7 +34,7 @@ pub struct StageSpec {
 }
 
 /// The split of a graph into stages.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StagePlanSummary {
     /// Node ids of each stage.
     pub nodes: Vec<Vec<String>>,
@@ -58,7 +52,16 @@ fn key(graph: &Graph, node: NodeIndex, port: usize) -> String {
 }
 
 fn is_constant(graph: &Graph, ix: NodeIndex) -> bool {
-    matches!(graph.dag[ix].kind, NodeKind::Op(Op::Constant(_)))
+    match &graph.dag[ix].kind {
+        NodeKind::Op(op) => op.constant_value().is_some(),
+        NodeKind::Input => false,
+    }
+}
+
+/// Bytes of a node output in the storage the options give its dtype.
+fn value_bytes(graph: &Graph, node: NodeIndex, port: usize, options: &PlanOptions) -> u64 {
+    let t = &graph.dag[node].outputs[port];
+    shape::concrete(&t.shape).map_or(0, |s| storage_for(t.dtype, options).bytes(shape::numel(&s)))
 }
 
 /// Operator nodes that take part in partitioning (constants go with their consumers).
@@ -70,54 +73,73 @@ pub fn partition_nodes(graph: &Graph) -> Vec<NodeIndex> {
         .collect()
 }
 
-/// Predicted seconds of each partitioned node from the cost model.
-pub fn model_costs(graph: &Graph) -> Vec<f64> {
-    partition_nodes(graph)
-        .into_iter()
-        .map(|ix| {
-            let ins: Vec<Vec<usize>> = graph
-                .input_types(ix)
-                .iter()
-                .map(|t| shape::concrete(&t.shape).unwrap_or_default())
-                .collect();
-            let outs: Vec<Vec<usize>> = graph.dag[ix]
-                .outputs
-                .iter()
-                .map(|t| shape::concrete(&t.shape).unwrap_or_default())
-                .collect();
-            let NodeKind::Op(op) = &graph.dag[ix].kind else {
-                return 0.0;
-            };
-            let c = op.cost(&ins, &outs);
-            c.flops as f64 / FLOPS_PER_S + (c.bytes_read + c.bytes_written) as f64 / BYTES_PER_S
+/// Borrowed cost operands of (shape, element bytes) pairs.
+pub(crate) fn cost_operands(v: &[(Vec<usize>, u64)]) -> Vec<CostOperand<'_>> {
+    v.iter()
+        .map(|(shape, element_bytes)| CostOperand {
+            shape,
+            element_bytes: *element_bytes,
         })
         .collect()
 }
 
-/// Chooses stages for a bound graph: `costs` per partitioned node (seconds), the graph's
-/// `stages` pins respected.
-pub fn choose(graph: &Graph, stages: usize, costs: &[f64]) -> Result<Partition, RunError> {
+/// Predicted seconds of each partitioned node from the cost model at `rates`.
+pub fn model_costs(graph: &Graph, rates: &Rates, options: &PlanOptions) -> Vec<f64> {
+    partition_nodes(graph)
+        .into_iter()
+        .map(|ix| {
+            let NodeKind::Op(op) = &graph.dag[ix].kind else {
+                return 0.0;
+            };
+            let operand = |t: &crate::ops::TensorType| {
+                (
+                    shape::concrete(&t.shape).unwrap_or_default(),
+                    storage_for(t.dtype, options).element_bytes(),
+                )
+            };
+            let ins: Vec<(Vec<usize>, u64)> = graph.input_types(ix).iter().map(operand).collect();
+            let outs: Vec<(Vec<usize>, u64)> = graph.dag[ix].outputs.iter().map(operand).collect();
+            rates.seconds(&op.cost(&cost_operands(&ins), &cost_operands(&outs)))
+        })
+        .collect()
+}
+
+/// Chooses stages for a bound graph: `costs` per partitioned node (seconds), activations
+/// crossing a cut priced at `rates`, the graph's `stages` pins respected.
+pub fn choose(
+    graph: &Graph,
+    stages: usize,
+    costs: &[f64],
+    rates: &Rates,
+    options: &PlanOptions,
+) -> Result<Partition, RunError> {
     let nodes = partition_nodes(graph);
     let pos: HashMap<NodeIndex, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    // cut[j]: bytes produced before position j and read at or after it.
-    let mut cut = vec![0.0; nodes.len() + 1];
+    // cut[j]: seconds to move what is produced before position j and read at or after it.
+    // Each value counts once per cut however many later nodes read it.
+    let mut last_reader: HashMap<(NodeIndex, usize), usize> = HashMap::new();
     for (j, &n) in nodes.iter().enumerate() {
-        for (src, port) in graph.node_inputs(n) {
-            if let Some(&i) = pos.get(&src) {
-                let bytes = shape::concrete(&graph.dag[src].outputs[port].shape)
-                    .map_or(0, |s| shape::numel(&s) * 4);
-                for c in cut.iter_mut().take(j + 1).skip(i + 1) {
-                    *c += bytes as f64 / TRANSFER_BYTES_PER_S;
-                }
+        for src in graph.node_inputs(n) {
+            if pos.contains_key(&src.0) {
+                let e = last_reader.entry(src).or_insert(j);
+                *e = (*e).max(j);
             }
+        }
+    }
+    let mut cut = vec![0.0; nodes.len() + 1];
+    for (&(src, port), &last) in &last_reader {
+        let first = pos[&src] + 1;
+        let seconds = rates.transfer_seconds(value_bytes(graph, src, port, options));
+        for c in cut.iter_mut().take(last + 1).skip(first) {
+            *c += seconds;
         }
     }
     let pins: Vec<Option<usize>> = nodes
         .iter()
         .map(|&n| graph.doc.stages.get(&graph.dag[n].id).copied())
         .collect();
-    partition(costs, &cut, stages, &pins).map_err(|message| RunError::Op {
-        node: "stages".into(),
+    partition(costs, &cut, stages, &pins).map_err(|message| RunError::Config {
+        setting: "stages".into(),
         message,
     })
 }
@@ -267,5 +289,95 @@ pub fn summary(graph: &Graph, part: &Partition) -> StagePlanSummary {
     StagePlanSummary {
         nodes: per,
         partition: part.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A chain whose last layer holds almost all the compute, and whose smallest
+    /// activation (8 features) sits two layers before it.
+    fn chain() -> Graph {
+        let doc = crate::graph::doc::decode_value(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": [32, 64] } },
+            "nodes": [
+                { "id": "wide", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 4096 } },
+                { "id": "act", "op": "relu", "inputs": ["wide"] },
+                { "id": "narrow", "op": "linear", "inputs": ["act"], "attrs": { "out_features": 8 } },
+                { "id": "widen", "op": "linear", "inputs": ["narrow"], "attrs": { "out_features": 4096 } },
+                { "id": "heavy", "op": "linear", "inputs": ["widen"], "attrs": { "out_features": 4096 } }
+            ],
+            "outputs": ["heavy"]
+        }))
+        .unwrap();
+        Graph::build(doc).unwrap()
+    }
+
+    fn cut(rates: &Rates) -> Vec<Vec<String>> {
+        let g = chain();
+        let options = PlanOptions::default();
+        let costs = model_costs(&g, rates, &options);
+        let part = choose(&g, 2, &costs, rates, &options).unwrap();
+        summary(&g, &part).nodes
+    }
+
+    #[test]
+    fn the_cut_follows_the_measured_rates() {
+        // Fast compute, slow link: moving activations dominates, so the cut goes where
+        // the activation is smallest (after 'narrow', 8 features per sample).
+        let slow_link = Rates {
+            flops_per_s: 1e13,
+            bytes_per_s: 1e13,
+            transfer_bytes_per_s: 1e6,
+            pass_overhead_s: 0.0,
+        };
+        // Slow compute, fast link: balancing compute dominates, so the heavy last layer
+        // gets a stage of its own, even though a 4096-wide activation crosses the cut.
+        let slow_compute = Rates {
+            flops_per_s: 1e8,
+            bytes_per_s: 1e10,
+            transfer_bytes_per_s: 1e12,
+            pass_overhead_s: 0.0,
+        };
+        let a = cut(&slow_link);
+        let b = cut(&slow_compute);
+        assert_eq!(a[1], vec!["widen", "heavy"], "slow link: {a:?}");
+        assert_eq!(b[1], vec!["heavy"], "slow compute: {b:?}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_value_read_by_several_later_nodes_crosses_a_cut_once() {
+        let doc = crate::graph::doc::decode_value(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": [4, 16] } },
+            "nodes": [
+                { "id": "a", "op": "relu", "inputs": ["x"] },
+                { "id": "b", "op": "tanh", "inputs": ["a"] },
+                { "id": "c", "op": "add", "inputs": ["a", "b"] },
+                { "id": "d", "op": "mul", "inputs": ["a", "c"] }
+            ],
+            "outputs": ["d"]
+        }))
+        .unwrap();
+        let g = Graph::build(doc).unwrap();
+        let rates = Rates {
+            flops_per_s: 1e30,
+            bytes_per_s: 1e30,
+            transfer_bytes_per_s: 1.0,
+            pass_overhead_s: 0.0,
+        };
+        let options = PlanOptions::default();
+        let costs = vec![0.0; 4];
+        let part = choose(&g, 2, &costs, &rates, &options).unwrap();
+        // A cut right after 'a' moves only 'a' (64 floats, 256 bytes), though three later
+        // nodes read it; later cuts move two values. Counting 'a' once per reader would
+        // make that cut the dearest instead of the cheapest.
+        let bytes = (4 * 16 * 4) as f64;
+        assert_eq!(part.stage_of, vec![0, 1, 1, 1], "{part:?}");
+        assert!((part.bottleneck - bytes).abs() < 1e-9, "{part:?}");
     }
 }

@@ -3,10 +3,10 @@
 //! the activations crossing its cuts. Dynamic programming, O(S·n²); pinned nodes stay in
 //! their stage.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The chosen split.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Partition {
     /// Stage of each node, in the order given.
     pub stage_of: Vec<usize>,

@@ -1,12 +1,14 @@
 //! The GPU device: adapter choice (`SLUICE_ADAPTER`, `WGPU_BACKEND`), device creation with
-//! the adapter's real limits, and adapter summaries for `sluice devices`.
+//! the adapter's real limits, adapter summaries for `sluice devices`, and the device's
+//! pipeline cache (a kernel compiled once per device, whatever plan uses it).
 
-use super::RunError;
+use crate::error::RunError;
 use serde::Serialize;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 /// What `sluice devices` shows about an adapter.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct AdapterSummary {
     /// Adapter name.
     pub name: String,
@@ -66,7 +68,13 @@ pub struct GpuContext {
     pub adapter: AdapterSummary,
     /// Limits in force on the device (the adapter's own).
     pub limits: wgpu::Limits,
+    /// Compute pipelines created on this device, by WGSL source.
+    pipelines: Arc<Mutex<HashMap<String, wgpu::ComputePipeline>>>,
 }
+
+/// Pipelines kept per device; past this the cache starts again (a long-running server
+/// sees many graphs).
+const MAX_CACHED_PIPELINES: usize = 2048;
 
 /// Where no adapter is found, what to install.
 pub const INSTALL_HINT: &str =
@@ -212,6 +220,66 @@ impl GpuContext {
             queue,
             adapter: summary,
             limits,
+            pipelines: Arc::default(),
         })
+    }
+
+    /// The device for people: `adapter (backend)`.
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.adapter.name, self.adapter.backend)
+    }
+
+    /// The compute pipeline of a WGSL kernel (entry point `main`, bindings in group 0),
+    /// created on first use and reused after; `true` when it was created now. Errors
+    /// name `context` (the pass) and carry the driver's or validator's message.
+    pub async fn pipeline(
+        &self,
+        label: &str,
+        source: &str,
+        context: &str,
+    ) -> Result<(wgpu::ComputePipeline, bool), RunError> {
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .ok()
+            .and_then(|cache| cache.get(source).cloned())
+        {
+            return Ok((p, false));
+        }
+        let device = &self.device;
+        let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let oom = memory.pop().await;
+        let invalid = validation.pop().await;
+        if let Some(e) = oom {
+            return Err(RunError::Device(format!(
+                "{context}: out of device memory: {e}"
+            )));
+        }
+        if let Some(e) = invalid {
+            return Err(RunError::Shader {
+                label: context.to_string(),
+                message: e.to_string(),
+            });
+        }
+        if let Ok(mut cache) = self.pipelines.lock() {
+            if cache.len() >= MAX_CACHED_PIPELINES {
+                cache.clear();
+            }
+            cache.insert(source.to_string(), pipeline.clone());
+        }
+        Ok((pipeline, true))
     }
 }

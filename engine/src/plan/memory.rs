@@ -6,9 +6,9 @@
 
 use serde::Serialize;
 
-/// One storage to place.
+/// One storage (a tensor and the views aliasing it) to place, with its lifetime.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Storage {
+pub struct Lifetime {
     /// Bytes.
     pub size: u64,
     /// First pass that writes it (`None`: written before the first pass, e.g. an input).
@@ -32,7 +32,7 @@ pub struct MemoryPlan {
     pub naive_bytes: u64,
 }
 
-fn interval(s: &Storage) -> (usize, usize) {
+fn interval(s: &Lifetime) -> (usize, usize) {
     (s.def.unwrap_or(0), s.last_use)
 }
 
@@ -43,7 +43,7 @@ fn overlaps(a: (usize, usize), b: (usize, usize)) -> bool {
 /// Places storages into buffers. `in_place` lists (input storage, output storage) pairs
 /// whose producer may overwrite its input: the pair then shares one buffer when the
 /// input's life ends at the output's producing pass.
-pub fn plan(storages: &[Storage], in_place: &[(usize, usize)]) -> MemoryPlan {
+pub fn plan(storages: &[Lifetime], in_place: &[(usize, usize)]) -> MemoryPlan {
     let n = storages.len();
     // Merge in-place pairs into chains: each storage gets a representative.
     let mut rep: Vec<usize> = (0..n).collect();
@@ -125,8 +125,8 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
 
-    fn st(size: u64, def: usize, last: usize) -> Storage {
-        Storage {
+    fn st(size: u64, def: usize, last: usize) -> Lifetime {
+        Lifetime {
             size,
             def: Some(def),
             last_use: last,
@@ -156,7 +156,7 @@ mod tests {
         let mut rng = Rng::new(3);
         for _ in 0..200 {
             let n = 1 + rng.below(30) as usize;
-            let s: Vec<Storage> = (0..n)
+            let s: Vec<Lifetime> = (0..n)
                 .map(|_| {
                     let def = rng.below(20) as usize;
                     let last = if rng.below(5) == 0 {
@@ -164,7 +164,7 @@ mod tests {
                     } else {
                         def + rng.below(10) as usize
                     };
-                    Storage {
+                    Lifetime {
                         size: 4 * (1 + rng.below(1000)),
                         def: Some(def),
                         last_use: last,

@@ -1,0 +1,333 @@
+//! The CPU reference behind the execution seam: a plan's steps evaluated with the
+//! reference operators ([`super::eval`]), fused units term by term, so `--device cpu` goes
+//! through the same planning, batching, micro-batching and pipelines as a GPU. Values in
+//! 16-bit storage are rounded to f16 where the plan stores them, as a device would.
+
+use super::eval;
+use crate::error::RunError;
+use crate::exec::dataset::check_plan_inputs;
+use crate::exec::device::{CompileStats, Device, Executable, TraceContext, Values};
+use crate::plan::cost::Rates;
+use crate::plan::expr::{Expr, Operand};
+use crate::plan::{HalfStorage, Plan, Work};
+use crate::storage::Storage;
+use crate::telemetry::{now_ns, Event, EventKind, TimingSource};
+use crate::tensor::{Tensor, TensorData};
+use crate::weights::Weights;
+use futures_util::future::LocalBoxFuture;
+use std::collections::{HashMap, VecDeque};
+
+/// Rounds a float tensor to f16 precision when its storage is 16-bit.
+fn stored(t: Tensor, storage: Storage) -> Tensor {
+    match (storage.is_half(), t.data) {
+        (true, TensorData::F32(v)) => Tensor {
+            shape: t.shape,
+            data: TensorData::F32(
+                v.into_iter()
+                    .map(|x| half::f16::from_f32(x).to_f32())
+                    .collect(),
+            ),
+        },
+        (_, data) => Tensor {
+            shape: t.shape,
+            data,
+        },
+    }
+}
+
+/// The CPU as an execution device.
+#[derive(Debug, Clone, Default)]
+pub struct CpuDevice {
+    /// Measured rates, when calibrated.
+    pub rates: Option<Rates>,
+}
+
+impl CpuDevice {
+    /// The CPU reference device.
+    pub fn new() -> CpuDevice {
+        CpuDevice::default()
+    }
+}
+
+/// Rates assumed for the reference interpreter (written for clarity, not speed).
+const CPU_RATES: Rates = Rates {
+    flops_per_s: 5e8,
+    bytes_per_s: 2e9,
+    transfer_bytes_per_s: 1e10,
+    pass_overhead_s: 0.0,
+};
+
+/// Compiles a session on one CPU reference device per stage, blocking until done.
+#[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+pub fn session(
+    graph: &crate::graph::Graph,
+    weights: &Weights,
+    config: &crate::exec::RunConfig,
+) -> Result<crate::exec::Session, RunError> {
+    let devices = (0..config.stages)
+        .map(|_| Box::new(CpuDevice::new()) as Box<dyn Device>)
+        .collect();
+    crate::exec::Session::compile_blocking(graph, weights, config, devices)
+}
+
+impl Device for CpuDevice {
+    fn name(&self) -> String {
+        "cpu (reference)".into()
+    }
+
+    fn compile<'a>(
+        &'a self,
+        plan: Plan,
+        weights: &'a Weights,
+        _prefetch: usize,
+    ) -> LocalBoxFuture<'a, Result<Box<dyn Executable>, RunError>> {
+        Box::pin(async move {
+            let exe = CpuExecutable::new(plan, weights)?;
+            Ok(Box::new(exe) as Box<dyn Executable>)
+        })
+    }
+
+    fn native_f16(&self) -> bool {
+        true
+    }
+
+    fn faster_half(&self) -> LocalBoxFuture<'_, Result<HalfStorage, RunError>> {
+        Box::pin(async { Ok(HalfStorage::Packed) })
+    }
+
+    fn rates(&self) -> Rates {
+        self.rates.unwrap_or(CPU_RATES)
+    }
+}
+
+/// A plan ready to run on the CPU.
+pub struct CpuExecutable {
+    plan: Plan,
+    /// Weights and constants, by storage.
+    resident: HashMap<usize, Tensor>,
+    /// Finished micro-batches not yet collected.
+    done: VecDeque<(usize, Values)>,
+    stats: CompileStats,
+}
+
+impl CpuExecutable {
+    /// Checks the weights against the plan and keeps them (rounded to their storage).
+    pub fn new(plan: Plan, weights: &Weights) -> Result<CpuExecutable, RunError> {
+        let started = now_ns();
+        let mut resident = HashMap::new();
+        for (key, v) in &plan.params {
+            let value = &plan.values[*v];
+            let w = weights
+                .get(key)
+                .ok_or_else(|| RunError::MissingWeight(key.clone()))?;
+            if w.shape != value.shape {
+                return Err(RunError::Input {
+                    name: key.clone(),
+                    message: format!("weight has shape {:?}, expected {:?}", w.shape, value.shape),
+                });
+            }
+            resident.insert(value.storage, stored(w.clone(), value.layout));
+        }
+        for (v, t) in &plan.constants {
+            let value = &plan.values[*v];
+            resident.insert(value.storage, stored(t.clone(), value.layout));
+        }
+        let stats = CompileStats {
+            pipelines_created: 0,
+            passes: plan.steps.len(),
+            millis: now_ns().saturating_sub(started) as f64 / 1e6,
+        };
+        Ok(CpuExecutable {
+            plan,
+            resident,
+            done: VecDeque::new(),
+            stats,
+        })
+    }
+
+    /// The tensor of value `v` among computed storages (views reshape their source).
+    fn value(&self, storages: &HashMap<usize, Tensor>, v: usize) -> Result<Tensor, RunError> {
+        let value = &self.plan.values[v];
+        let t = storages
+            .get(&value.storage)
+            .or_else(|| self.resident.get(&value.storage))
+            .ok_or_else(|| RunError::Internal(format!("value '{}' not computed", value.name)))?;
+        Ok(Tensor {
+            shape: value.shape.clone(),
+            data: t.data.clone(),
+        })
+    }
+
+    /// Evaluates an expression's terms at the output's shape (pointwise operators commute
+    /// with broadcasting), `anchor` standing for the anchor's result.
+    fn expr(
+        expr: &Expr,
+        inputs: &[Tensor],
+        anchor: Option<&Tensor>,
+        out_shape: &[usize],
+    ) -> Result<Option<Tensor>, String> {
+        let mut terms: Vec<Tensor> = Vec::new();
+        for term in &expr.terms {
+            let args: Vec<Tensor> = term
+                .args
+                .iter()
+                .map(|a| match *a {
+                    Operand::Input(k) => inputs
+                        .get(k)
+                        .cloned()
+                        .ok_or_else(|| format!("term '{}' reads a missing input", term.node)),
+                    Operand::Term(j) => terms
+                        .get(j)
+                        .cloned()
+                        .ok_or_else(|| format!("term '{}' reads a later term", term.node)),
+                    Operand::Scalar(v) => Ok(Tensor::f32(Vec::new(), vec![v])),
+                    Operand::Anchor => anchor
+                        .cloned()
+                        .ok_or_else(|| format!("term '{}' reads a missing anchor", term.node)),
+                })
+                .collect::<Result<_, _>>()?;
+            let refs: Vec<&Tensor> = args.iter().collect();
+            let mut out = eval(&term.op, &refs, &[], &[out_shape.to_vec()])?;
+            terms.push(out.pop().ok_or("a pointwise term produced nothing")?);
+        }
+        Ok(terms.pop())
+    }
+
+    fn compute(
+        &self,
+        m: usize,
+        inputs: &Values,
+        trace: &TraceContext<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<Values, RunError> {
+        let mut storages: HashMap<usize, Tensor> = HashMap::new();
+        for (name, v) in &self.plan.inputs {
+            let t0 = now_ns();
+            let value = &self.plan.values[*v];
+            let t = inputs.get(name).cloned().ok_or_else(|| RunError::Input {
+                name: name.clone(),
+                message: "missing".into(),
+            })?;
+            storages.insert(value.storage, stored(t, value.layout));
+            let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
+            trace.record(events, e);
+        }
+        for step in &self.plan.steps {
+            let t0 = now_ns();
+            let ins: Vec<Tensor> = step
+                .inputs
+                .iter()
+                .map(|&v| self.value(&storages, v))
+                .collect::<Result<_, _>>()?;
+            let params: Vec<Tensor> = step
+                .params
+                .iter()
+                .map(|&v| self.value(&storages, v))
+                .collect::<Result<_, _>>()?;
+            let out_shapes: Vec<Vec<usize>> = step
+                .outputs
+                .iter()
+                .map(|&v| self.plan.values[v].shape.clone())
+                .collect();
+            let fail = |message: String| RunError::Op {
+                node: step.node.clone(),
+                message,
+            };
+            let outs: Vec<Tensor> = match &step.work {
+                Work::Op(op) => {
+                    let refs: Vec<&Tensor> = ins.iter().collect();
+                    let prefs: Vec<&Tensor> = params.iter().collect();
+                    eval(op, &refs, &prefs, &out_shapes).map_err(fail)?
+                }
+                Work::Fused(expr) => {
+                    let shape = out_shapes.first().cloned().unwrap_or_default();
+                    let t = Self::expr(expr, &ins, None, &shape)
+                        .map_err(fail)?
+                        .ok_or_else(|| fail("an empty fused unit".into()))?;
+                    vec![t]
+                }
+                Work::Epilogue {
+                    anchor,
+                    anchor_inputs,
+                    expr,
+                } => {
+                    let refs: Vec<&Tensor> = ins.iter().take(*anchor_inputs).collect();
+                    let prefs: Vec<&Tensor> = params.iter().collect();
+                    let mut a = eval(anchor, &refs, &prefs, &out_shapes).map_err(fail)?;
+                    let a = a
+                        .pop()
+                        .ok_or_else(|| fail("the anchor produced nothing".into()))?;
+                    let shape = out_shapes.first().cloned().unwrap_or_default();
+                    let t = Self::expr(expr, &ins, Some(&a), &shape).map_err(fail)?;
+                    vec![t.unwrap_or(a)]
+                }
+            };
+            for (&v, t) in step.outputs.iter().zip(outs) {
+                let value = &self.plan.values[v];
+                storages.insert(value.storage, stored(t, value.layout));
+            }
+            let e = trace.event(m, step.label(), EventKind::Compute, t0, now_ns());
+            trace.record(events, e);
+        }
+        let t0 = now_ns();
+        let mut outs = Values::new();
+        for (name, v) in &self.plan.outputs {
+            outs.insert(name.clone(), self.value(&storages, *v)?);
+        }
+        let kind = trace.output_kind(self.plan.outputs.iter().map(|(n, _)| n.as_str()));
+        let e = trace.event(m, "outputs".into(), kind, t0, now_ns().max(t0 + 1));
+        trace.record(events, e);
+        Ok(outs)
+    }
+}
+
+impl Executable for CpuExecutable {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn capacity(&self) -> usize {
+        1
+    }
+
+    fn submit(
+        &mut self,
+        m: usize,
+        inputs: &Values,
+        trace: &TraceContext<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<(), RunError> {
+        check_plan_inputs(&self.plan, inputs)?;
+        let outs = self.compute(m, inputs, trace, events)?;
+        self.done.push_back((m, outs));
+        Ok(())
+    }
+
+    fn complete<'a>(
+        &'a mut self,
+        _trace: &'a TraceContext<'a>,
+        _events: &'a mut Vec<Event>,
+    ) -> LocalBoxFuture<'a, Result<(usize, Values), RunError>> {
+        let next = self
+            .done
+            .pop_front()
+            .ok_or_else(|| RunError::Internal("completion awaited with nothing in flight".into()));
+        Box::pin(async move { next })
+    }
+
+    fn allocated_bytes(&self) -> u64 {
+        self.resident.values().map(|t| 4 * t.len() as u64).sum()
+    }
+
+    fn timing(&self) -> TimingSource {
+        TimingSource::HostCompletion
+    }
+
+    fn device_name(&self) -> String {
+        "cpu (reference)".into()
+    }
+
+    fn compile_stats(&self) -> CompileStats {
+        self.stats
+    }
+}

@@ -1,0 +1,416 @@
+//! Sessions: a graph compiled for one configuration on a set of devices — one plan per
+//! stage, each compiled on its stage's [`Device`] — that runs datasets through the one
+//! driver ([`super::driver`]). The same session runs natively (a thread per stage) and in
+//! browsers (every stage on the page's thread), on GPUs, on the CPU reference or on
+//! remote workers.
+//!
+//! A dataset holds N samples along each batched input's batch axis. It is cut into
+//! micro-batches of batch/M samples (the last one padded) that stream through the stages
+//! across batch boundaries, and the outputs are joined back along their batch axes.
+//! Configurations that would change the answer (cutting where the graph combines
+//! samples) are refused before any work, naming the node.
+
+use super::config::{check_batching, plan_options, RunConfig, RunReport};
+use super::dataset::{self, bind, Cutter};
+use super::device::{CompileStats, Device, Executable, TraceContext, Values};
+use super::driver::{drive, Concurrency, StageRun};
+use super::schedule::Schedule;
+use crate::error::RunError;
+use crate::graph::{BatchSemantics, Graph};
+use crate::plan::cost::Rates;
+use crate::plan::partition::Partition;
+use crate::plan::stages::{self, StagePlanSummary};
+use crate::plan::{MemorySummary, Plan, PlanOptions};
+use crate::telemetry::{metrics, now_ns, Event, EventKind, TimingSource};
+use crate::weights::Weights;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::AtomicBool;
+
+/// How one stage's values map to the run's.
+#[derive(Debug, Clone)]
+struct StageIo {
+    /// (input name in the stage's plan, value key in the run).
+    inputs: Vec<(String, String)>,
+    /// Plan input names whose values come from another stage.
+    transferred_inputs: Vec<String>,
+    /// Plan output names that only feed later stages.
+    transferred_outputs: Vec<String>,
+    /// Value keys the run needs after this stage.
+    keep: Vec<String>,
+}
+
+/// A compiled stage.
+struct Stage {
+    io: StageIo,
+    exe: Box<dyn Executable>,
+}
+
+/// What a run is told besides its data.
+#[derive(Clone, Copy)]
+pub struct RunContext<'a> {
+    /// Run id, in events.
+    pub run: &'a str,
+    /// Called with every event as soon as it is known.
+    pub observer: Option<&'a (dyn Fn(&Event) + Sync)>,
+    /// Set to stop the run: no further micro-batch starts.
+    pub cancel: Option<&'a AtomicBool>,
+    /// Called with (micro-batches done, total) as results arrive.
+    pub progress: Option<&'a (dyn Fn(usize, usize) + Sync)>,
+    /// How the stages run.
+    pub concurrency: Concurrency,
+}
+
+impl<'a> RunContext<'a> {
+    /// A run with nothing to observe, on threads where there are threads.
+    pub fn new(run: &'a str) -> RunContext<'a> {
+        RunContext {
+            run,
+            observer: None,
+            cancel: None,
+            progress: None,
+            concurrency: if cfg!(all(feature = "native", not(target_arch = "wasm32"))) {
+                Concurrency::ThreadPerStage
+            } else {
+                Concurrency::OneThread
+            },
+        }
+    }
+}
+
+/// A graph compiled for one configuration on its devices.
+pub struct Session {
+    config: RunConfig,
+    micro: usize,
+    semantics: BatchSemantics,
+    stages: Vec<Stage>,
+    /// (graph output name, value key) of every graph output.
+    output_keys: Vec<(String, String)>,
+    partition: Option<StagePlanSummary>,
+    options: PlanOptions,
+    device_names: Vec<String>,
+}
+
+/// Value keys of a bound graph's outputs: `node` or `node:port`.
+fn output_key(graph: &Graph, o: &crate::graph::OutputRef) -> String {
+    let id = &graph.dag[o.node].id;
+    if o.port == 0 {
+        id.clone()
+    } else {
+        format!("{id}:{}", o.port)
+    }
+}
+
+impl Session {
+    /// Plans `graph` (unbound) for `config` and compiles stage s on `devices[s]` (one
+    /// device per stage). Refuses configurations that would change the answer.
+    /// `progress` hears what is being done, for a status line.
+    pub async fn compile(
+        graph: &Graph,
+        weights: &Weights,
+        config: &RunConfig,
+        devices: Vec<Box<dyn Device>>,
+        progress: &dyn Fn(&str),
+    ) -> Result<Session, RunError> {
+        let micro = config.micro_batch_size()?;
+        let semantics = graph.batch_semantics();
+        check_batching(&semantics, config, None)?;
+        if devices.len() < config.stages {
+            return Err(RunError::Config {
+                setting: "stages".into(),
+                message: format!(
+                    "{} stages need {} devices, {} given",
+                    config.stages,
+                    config.stages,
+                    devices.len()
+                ),
+            });
+        }
+        let devices: Vec<Box<dyn Device>> = devices.into_iter().take(config.stages).collect();
+        let bound = bind(graph, micro)?;
+        let options = plan_options(config, &devices).await?;
+        let device_names = devices.iter().map(|d| d.name()).collect();
+        let mut stages_out = Vec::new();
+        let (output_keys, partition) = if config.stages == 1 {
+            progress("compiling kernels");
+            let plan = Plan::with_options(&bound, options)?;
+            let io = StageIo {
+                inputs: plan
+                    .inputs
+                    .iter()
+                    .map(|(n, _)| (n.clone(), n.clone()))
+                    .collect(),
+                transferred_inputs: Vec::new(),
+                transferred_outputs: Vec::new(),
+                keep: plan.outputs.iter().map(|(n, _)| n.clone()).collect(),
+            };
+            let exe = devices[0].compile(plan, weights, config.prefetch).await?;
+            stages_out.push(Stage { io, exe });
+            let keys = bound
+                .outputs
+                .iter()
+                .map(|o| (o.name.clone(), o.name.clone()))
+                .collect();
+            (keys, None)
+        } else {
+            let rates: Vec<Rates> = devices.iter().map(|d| d.rates()).collect();
+            let rates = Rates::slowest(&rates);
+            let costs = if config.profile {
+                progress("profiling");
+                profile(&bound, weights, options, devices[0].as_ref()).await?
+            } else {
+                stages::model_costs(&bound, &rates, &options)
+            };
+            let part = stages::choose(&bound, config.stages, &costs, &rates, &options)?;
+            let specs = stages::split(&bound, &part)?;
+            let keys: Vec<(String, String)> = bound
+                .outputs
+                .iter()
+                .map(|o| (o.name.clone(), output_key(&bound, o)))
+                .collect();
+            for (s, (spec, device)) in specs.iter().zip(&devices).enumerate() {
+                progress(&format!("compiling stage {} of {}", s + 1, config.stages));
+                let plan = Plan::with_options(&spec.graph, options)?;
+                let later: BTreeSet<String> = specs[s + 1..]
+                    .iter()
+                    .flat_map(|sp| sp.inputs.iter().map(|(_, k)| k.clone()))
+                    .chain(keys.iter().map(|(_, k)| k.clone()))
+                    .collect();
+                let io = StageIo {
+                    transferred_inputs: spec
+                        .inputs
+                        .iter()
+                        .filter(|(_, k)| spec.transferred_inputs.contains(k))
+                        .map(|(n, _)| n.clone())
+                        .collect(),
+                    inputs: spec.inputs.clone(),
+                    transferred_outputs: spec.transferred_outputs.clone(),
+                    keep: later.into_iter().collect(),
+                };
+                let exe = device.compile(plan, weights, config.prefetch).await?;
+                stages_out.push(Stage { io, exe });
+            }
+            (keys, Some(stages::summary(&bound, &part)))
+        };
+        Ok(Session {
+            config: config.clone(),
+            micro,
+            semantics,
+            stages: stages_out,
+            output_keys,
+            partition,
+            options,
+            device_names,
+        })
+    }
+
+    /// Samples per micro-batch.
+    pub fn micro_batch_size(&self) -> usize {
+        self.micro
+    }
+
+    /// The configuration it was compiled for.
+    pub fn config(&self) -> &RunConfig {
+        &self.config
+    }
+
+    /// Names of the devices in use, one per stage.
+    pub fn device_names(&self) -> Vec<String> {
+        self.device_names.clone()
+    }
+
+    /// The plans of the stages (one when S = 1).
+    pub fn plans(&self) -> Vec<&Plan> {
+        self.stages.iter().map(|s| s.exe.plan()).collect()
+    }
+
+    /// Memory of all stages together.
+    pub fn memory(&self) -> MemorySummary {
+        MemorySummary::total(self.plans())
+    }
+
+    /// Bytes of device memory all stages hold.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.stages.iter().map(|s| s.exe.allocated_bytes()).sum()
+    }
+
+    /// The stage split, for pipelines.
+    pub fn stage_summary(&self) -> Option<&StagePlanSummary> {
+        self.partition.as_ref()
+    }
+
+    /// The plan options in force (precision and 16-bit storage chosen for the devices).
+    pub fn plan_options(&self) -> PlanOptions {
+        self.options
+    }
+
+    /// The graph's batch semantics.
+    pub fn batch_semantics(&self) -> &BatchSemantics {
+        &self.semantics
+    }
+
+    /// What compiling cost, summed over the stages.
+    pub fn compile_stats(&self) -> CompileStats {
+        self.stages
+            .iter()
+            .map(|s| s.exe.compile_stats())
+            .fold(CompileStats::default(), |a, b| CompileStats {
+                pipelines_created: a.pipelines_created + b.pipelines_created,
+                passes: a.passes + b.passes,
+                millis: a.millis + b.millis,
+            })
+    }
+
+    /// Where compute times come from.
+    pub fn timing(&self) -> TimingSource {
+        if self
+            .stages
+            .iter()
+            .all(|s| s.exe.timing() == TimingSource::TimestampQueries)
+        {
+            TimingSource::TimestampQueries
+        } else {
+            TimingSource::HostCompletion
+        }
+    }
+
+    /// Runs a dataset: every batched input holds the same number of samples along its
+    /// batch axis (inputs without a batch axis are given whole).
+    pub async fn run(
+        &mut self,
+        data: &Values,
+        ctx: &RunContext<'_>,
+    ) -> Result<RunReport, RunError> {
+        let samples = dataset::samples(&self.semantics, data)?;
+        check_batching(&self.semantics, &self.config, samples)?;
+        if samples == Some(0) {
+            return Err(RunError::Input {
+                name: "dataset".into(),
+                message: "the inputs hold no samples".into(),
+            });
+        }
+        let n = samples.unwrap_or(self.micro);
+        let cutter = Cutter::new(&self.semantics, self.micro, n);
+        let count = if self.semantics.batched() {
+            cutter.count()
+        } else {
+            1
+        };
+        let start = now_ns();
+        let run = ctx.run;
+        let observer = ctx.observer;
+        let stage_count = self.stages.len();
+        let runs: Vec<StageRun<'_>> = self
+            .stages
+            .iter_mut()
+            .enumerate()
+            .map(|(s, stage)| StageRun {
+                exe: stage.exe.as_mut(),
+                inputs: &stage.io.inputs,
+                keep: &stage.io.keep,
+                trace: TraceContext {
+                    run,
+                    start_ns: start,
+                    device: s,
+                    stage: s,
+                    transferred_inputs: &stage.io.transferred_inputs,
+                    transferred_outputs: &stage.io.transferred_outputs,
+                    observer,
+                },
+            })
+            .collect();
+        let semantics_batched = self.semantics.batched();
+        let source = |m: usize| -> Result<Values, RunError> {
+            Ok(if semantics_batched {
+                cutter.cut(data, m)
+            } else {
+                data.clone()
+            })
+        };
+        let mut per_mb: Vec<Values> = Vec::with_capacity(count);
+        let mut first_result_ns = 0;
+        let output_keys = &self.output_keys;
+        let mut sink = |m: usize, mut values: Values| -> Result<(), RunError> {
+            if m == 0 {
+                first_result_ns = now_ns().saturating_sub(start);
+            }
+            let mut outs = Values::new();
+            for (name, key) in output_keys {
+                let t = values.remove(key).ok_or_else(|| {
+                    RunError::Internal(format!("output '{name}' missing from micro-batch {m}"))
+                })?;
+                outs.insert(name.clone(), t);
+            }
+            per_mb.push(outs);
+            if let Some(p) = ctx.progress {
+                p(m + 1, count);
+            }
+            Ok(())
+        };
+        let events = drive(
+            runs,
+            Schedule::GPipe,
+            count,
+            &source,
+            &mut sink,
+            ctx.cancel,
+            ctx.concurrency,
+        )
+        .await?;
+        let outputs = cutter.join(&per_mb)?;
+        let metrics = metrics::compute(&events, stage_count, count, n);
+        Ok(RunReport {
+            outputs,
+            events,
+            metrics,
+            timing: self.timing(),
+            micro_batches: count,
+            first_result_ns,
+        })
+    }
+}
+
+/// Measured seconds per partitioned node: an unfused plan on `device`, run twice (the
+/// first run pays for driver shader compilation), its compute events summed by node.
+async fn profile(
+    bound: &Graph,
+    weights: &Weights,
+    options: PlanOptions,
+    device: &dyn Device,
+) -> Result<Vec<f64>, RunError> {
+    let plan = Plan::with_options(
+        bound,
+        PlanOptions {
+            fuse: false,
+            ..options
+        },
+    )?;
+    let mut exe = device.compile(plan, weights, 1).await?;
+    let inputs = dataset::random_inputs(bound, 0)?;
+    let trace = TraceContext::new("profile", now_ns());
+    let mut events = Vec::new();
+    for _ in 0..2 {
+        events.clear();
+        exe.submit(0, &inputs, &trace, &mut events)?;
+        exe.complete(&trace, &mut events).await?;
+    }
+    let mut per: HashMap<&str, u64> = HashMap::new();
+    for e in events.iter().filter(|e| e.kind == EventKind::Compute) {
+        *per.entry(e.node.as_str()).or_default() += e.duration_ns();
+    }
+    Ok(stages::partition_nodes(bound)
+        .into_iter()
+        .map(|ix| per.get(bound.dag[ix].id.as_str()).copied().unwrap_or(0) as f64 / 1e9)
+        .collect())
+}
+
+/// The partition a session would use, without compiling: for printing plans and for the
+/// editor's auto-partition.
+pub fn partition_for(
+    bound: &Graph,
+    stages: usize,
+    rates: &Rates,
+    options: &PlanOptions,
+) -> Result<Partition, RunError> {
+    let costs = stages::model_costs(bound, rates, options);
+    stages::choose(bound, stages, &costs, rates, options)
+}

@@ -1,0 +1,693 @@
+//! A plan compiled on a wgpu device: the plan lowered to WGSL passes
+//! ([`super::program`]), buffers allocated (after checking the adapter's limits), weights
+//! and constants uploaded once, pipelines (shared per device) and bind groups created
+//! once. Micro-batches stream through a ring of `prefetch` slots: the host uploads
+//! micro-batch m+1.. into free input slots while the device computes m, and results come
+//! back through a ring of readback slots with `map_async`. Each pass carries timestamp
+//! queries when the adapter has them, so every pass becomes a compute event.
+
+use super::context::GpuContext;
+use super::program::{lower_plan, Buffer, Program};
+use super::readback::{finish_map, map_read, start_map, wait_idle, MapPending};
+use crate::error::RunError;
+use crate::exec::device::{CompileStats, Executable, TraceContext, Values};
+use crate::plan::Plan;
+use crate::storage::Storage;
+use crate::telemetry::{now_ns, Event, EventKind, TimingSource};
+use crate::tensor::Tensor;
+use crate::weights::Weights;
+use futures_util::future::LocalBoxFuture;
+use std::collections::VecDeque;
+
+struct CompiledPass {
+    label: String,
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    workgroups: [u32; 3],
+}
+
+/// Timestamp queries around every pass, and how device ticks map to the host clock.
+struct Timestamps {
+    queries: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    /// Nanoseconds per tick.
+    period: f64,
+    /// Host-clock ns (see [`now_ns`]) minus device ns.
+    offset: i128,
+}
+
+/// One prefetch slot: staging buffers for the inputs, and a readback buffer for the
+/// outputs and timestamps.
+struct Ring {
+    staging: Vec<wgpu::Buffer>,
+    readback: wgpu::Buffer,
+}
+
+/// A submitted micro-batch.
+struct Pending {
+    m: usize,
+    slot: usize,
+    map: MapPending,
+    submission: wgpu::SubmissionIndex,
+    submitted_ns: u64,
+}
+
+/// A plan ready to run on one wgpu device.
+pub struct GpuExecutable {
+    ctx: GpuContext,
+    plan: Plan,
+    buffers: Vec<wgpu::Buffer>,
+    scratch: Vec<wgpu::Buffer>,
+    passes: Vec<CompiledPass>,
+    timestamps: Option<Timestamps>,
+    ring: Vec<Ring>,
+    /// (value, byte offset in a readback slot, bytes).
+    readback_layout: Vec<(usize, u64, u64)>,
+    /// Offset of the timestamps in a readback slot.
+    timestamp_offset: u64,
+    in_flight: VecDeque<Pending>,
+    next_slot: usize,
+    stats: CompileStats,
+}
+
+fn padded(bytes: u64) -> u64 {
+    bytes.max(4).div_ceil(8) * 8
+}
+
+async fn scoped<T>(
+    device: &wgpu::Device,
+    label: &str,
+    f: impl FnOnce() -> T,
+) -> Result<T, RunError> {
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let out = f();
+    let oom = memory.pop().await;
+    let invalid = validation.pop().await;
+    if let Some(e) = oom {
+        return Err(RunError::Device(format!(
+            "{label}: out of device memory: {e}"
+        )));
+    }
+    if let Some(e) = invalid {
+        return Err(RunError::Shader {
+            label: label.to_string(),
+            message: e.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+fn check_limits(plan: &Plan, program: &Program, limits: &wgpu::Limits) -> Result<(), RunError> {
+    let sizes = plan
+        .values
+        .iter()
+        .map(|v| (v.name.clone(), plan.buffers[v.buffer]))
+        .chain(
+            program
+                .scratch
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| (format!("scratch {i}"), b)),
+        );
+    for (name, bytes) in sizes {
+        if bytes > limits.max_buffer_size {
+            return Err(RunError::TooLarge {
+                value: name,
+                bytes,
+                limit: limits.max_buffer_size,
+                what: "maximum buffer size",
+            });
+        }
+        if bytes > limits.max_storage_buffer_binding_size {
+            return Err(RunError::TooLarge {
+                value: name,
+                bytes,
+                limit: limits.max_storage_buffer_binding_size,
+                what: "maximum storage binding size",
+            });
+        }
+    }
+    for p in &program.passes {
+        let node = || plan.steps[p.step].node.clone();
+        if let Some(&g) = p
+            .kernel
+            .workgroups
+            .iter()
+            .find(|&&g| g > limits.max_compute_workgroups_per_dimension)
+        {
+            return Err(RunError::Op {
+                node: node(),
+                message: format!(
+                    "{g} workgroups exceed the adapter's limit of {} per dimension",
+                    limits.max_compute_workgroups_per_dimension
+                ),
+            });
+        }
+        if p.kernel.slots.len() + 1 > limits.max_storage_buffers_per_shader_stage as usize {
+            return Err(RunError::Op {
+                node: node(),
+                message: format!(
+                    "kernel '{}' needs {} storage bindings; the adapter allows {}",
+                    p.kernel.label,
+                    p.kernel.slots.len() + 1,
+                    limits.max_storage_buffers_per_shader_stage
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl GpuExecutable {
+    /// Compiles a plan with `prefetch` slots: lowers it, allocates, uploads weights and
+    /// constants, builds (or reuses) every pipeline and every bind group, and the ring.
+    pub async fn compile(
+        ctx: &GpuContext,
+        plan: Plan,
+        weights: &Weights,
+        prefetch: usize,
+    ) -> Result<GpuExecutable, RunError> {
+        let started = now_ns();
+        let device = &ctx.device;
+        let program = lower_plan(&plan)?;
+        check_limits(&plan, &program, &ctx.limits)?;
+        if plan.values.iter().any(|v| v.layout == Storage::F16)
+            && !device.features().contains(wgpu::Features::SHADER_F16)
+        {
+            return Err(RunError::Unsupported(format!(
+                "native f16 storage needs the adapter feature shader-f16, which '{}' lacks (the packed 16-bit storage works everywhere)",
+                ctx.adapter.name
+            )));
+        }
+        let storage_usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC;
+        let allocate = |label: String, bytes: u64| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(&label),
+                size: padded(bytes),
+                usage: storage_usage,
+                mapped_at_creation: false,
+            })
+        };
+        let (buffers, scratch) = scoped(device, "allocating tensors", || {
+            let buffers: Vec<wgpu::Buffer> = plan
+                .buffers
+                .iter()
+                .enumerate()
+                .map(|(i, &bytes)| allocate(format!("buffer {i}"), bytes))
+                .collect();
+            let scratch: Vec<wgpu::Buffer> = program
+                .scratch
+                .iter()
+                .enumerate()
+                .map(|(i, &bytes)| allocate(format!("scratch {i}"), bytes))
+                .collect();
+            (buffers, scratch)
+        })
+        .await?;
+        for (key, v) in &plan.params {
+            let w = weights
+                .get(key)
+                .ok_or_else(|| RunError::MissingWeight(key.clone()))?;
+            if w.shape != plan.values[*v].shape {
+                return Err(RunError::Input {
+                    name: key.clone(),
+                    message: format!(
+                        "weight has shape {:?}, expected {:?}",
+                        w.shape, plan.values[*v].shape
+                    ),
+                });
+            }
+            // Weights are converted to their device storage once, here.
+            let bytes = w.to_storage_bytes(plan.values[*v].layout);
+            ctx.queue
+                .write_buffer(&buffers[plan.values[*v].buffer], 0, &bytes);
+        }
+        for (v, t) in &plan.constants {
+            if !t.is_empty() {
+                let bytes = t.to_storage_bytes(plan.values[*v].layout);
+                ctx.queue
+                    .write_buffer(&buffers[plan.values[*v].buffer], 0, &bytes);
+            }
+        }
+        let mut passes = Vec::new();
+        let mut created = 0;
+        for pass in &program.passes {
+            let k = &pass.kernel;
+            let (pipeline, new) = ctx.pipeline(&k.label, &k.source, &pass.label).await?;
+            created += usize::from(new);
+            let bind_group = scoped(device, &pass.label, || {
+                let info = device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("info"),
+                    size: padded(4 * k.info.len() as u64),
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                ctx.queue
+                    .write_buffer(&info, 0, bytemuck::cast_slice(&k.info));
+                let mut entries = vec![wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: info.as_entire_binding(),
+                }];
+                for (i, b) in pass.buffers.iter().enumerate() {
+                    let buffer = match *b {
+                        Buffer::Value(v) => &buffers[plan.values[v].buffer],
+                        Buffer::Scratch(s) => &scratch[s],
+                    };
+                    entries.push(wgpu::BindGroupEntry {
+                        binding: i as u32 + 1,
+                        resource: buffer.as_entire_binding(),
+                    });
+                }
+                device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(&pass.label),
+                    layout: &pipeline.get_bind_group_layout(0),
+                    entries: &entries,
+                })
+            })
+            .await?;
+            passes.push(CompiledPass {
+                label: pass.label.clone(),
+                pipeline,
+                bind_group,
+                workgroups: k.workgroups,
+            });
+        }
+        let mut readback_layout = Vec::new();
+        let mut offset = 0u64;
+        for (_, v) in &plan.outputs {
+            let bytes = plan.values[*v].bytes();
+            readback_layout.push((*v, offset, bytes));
+            offset += padded(bytes);
+        }
+        let timestamp_offset = offset;
+        let use_timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY)
+            && !passes.is_empty()
+            && passes.len() * 2 <= wgpu::QUERY_SET_MAX_QUERIES as usize;
+        let ts_bytes = if use_timestamps {
+            16 * passes.len() as u64
+        } else {
+            0
+        };
+        let k = prefetch.max(1);
+        let ring = scoped(device, "prefetch ring", || {
+            (0..k)
+                .map(|slot| Ring {
+                    staging: plan
+                        .inputs
+                        .iter()
+                        .map(|(name, v)| {
+                            device.create_buffer(&wgpu::BufferDescriptor {
+                                label: Some(&format!("staging {name} slot {slot}")),
+                                size: padded(plan.values[*v].bytes()),
+                                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                                mapped_at_creation: false,
+                            })
+                        })
+                        .collect(),
+                    readback: device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some(&format!("readback slot {slot}")),
+                        size: (offset + ts_bytes).max(8),
+                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    }),
+                })
+                .collect::<Vec<_>>()
+        })
+        .await?;
+        let pass_count = passes.len();
+        let mut exe = GpuExecutable {
+            ctx: ctx.clone(),
+            plan,
+            buffers,
+            scratch,
+            passes,
+            timestamps: None,
+            ring,
+            readback_layout,
+            timestamp_offset,
+            in_flight: VecDeque::new(),
+            next_slot: 0,
+            stats: CompileStats::default(),
+        };
+        if use_timestamps {
+            exe.timestamps = Some(exe.calibrate_timestamps().await?);
+        }
+        exe.stats = CompileStats {
+            pipelines_created: created,
+            passes: pass_count,
+            millis: now_ns().saturating_sub(started) as f64 / 1e6,
+        };
+        Ok(exe)
+    }
+
+    /// Creates the query set and finds the offset from device ticks to the host clock: an
+    /// empty timestamped pass, bracketed by host times.
+    async fn calibrate_timestamps(&self) -> Result<Timestamps, RunError> {
+        let device = &self.ctx.device;
+        let count = (2 * self.passes.len()) as u32;
+        let (queries, resolve, probe) = scoped(device, "timestamp queries", || {
+            (
+                device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("pass timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count,
+                }),
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamp resolve"),
+                    size: 8 * u64::from(count),
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                }),
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamp probe"),
+                    size: 16,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }),
+            )
+        })
+        .await?;
+        let period = f64::from(self.ctx.queue.get_timestamp_period());
+        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("calibrate"),
+        });
+        {
+            let _pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("calibrate"),
+                timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                    query_set: &queries,
+                    beginning_of_pass_write_index: Some(0),
+                    end_of_pass_write_index: Some(1),
+                }),
+            });
+        }
+        enc.resolve_query_set(&queries, 0..2, &resolve, 0);
+        enc.copy_buffer_to_buffer(&resolve, 0, &probe, 0, 16);
+        let h0 = now_ns();
+        self.ctx.queue.submit([enc.finish()]);
+        map_read(device, &probe).await?;
+        let h1 = now_ns();
+        let ticks: Vec<u64> = {
+            let view = probe
+                .get_mapped_range(..)
+                .map_err(|e| RunError::Device(format!("reading timestamps failed: {e:?}")))?;
+            view.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect()
+        };
+        probe.unmap();
+        let (t0, t1) = match ticks.as_slice() {
+            [a, b, ..] => (*a, *b),
+            _ => (0, 0),
+        };
+        let device_mid = (t0 as f64 + t1 as f64) / 2.0 * period;
+        let host_mid = (h0 as f64 + h1 as f64) / 2.0;
+        Ok(Timestamps {
+            queries,
+            resolve,
+            period,
+            offset: (host_mid - device_mid) as i128,
+        })
+    }
+
+    /// Runs one micro-batch and returns its outputs in the plan's output order (for tests
+    /// and tools; runs go through the driver).
+    pub async fn run_once(&mut self, inputs: &Values) -> Result<Vec<(String, Tensor)>, RunError> {
+        let trace = TraceContext::new("", now_ns());
+        let mut events = Vec::new();
+        self.submit(0, inputs, &trace, &mut events)?;
+        let (_, mut outs) = self.finish(&trace, &mut events).await?;
+        self.plan
+            .outputs
+            .iter()
+            .map(|(name, _)| {
+                outs.remove(name)
+                    .map(|t| (name.clone(), t))
+                    .ok_or_else(|| RunError::Internal(format!("output '{name}' missing")))
+            })
+            .collect()
+    }
+
+    /// The device it runs on.
+    pub fn context(&self) -> &GpuContext {
+        &self.ctx
+    }
+
+    fn check_inputs(&self, inputs: &Values) -> Result<(), RunError> {
+        crate::exec::dataset::check_plan_inputs(&self.plan, inputs)
+    }
+
+    /// Checks and uploads the inputs straight into their device buffers (for measuring
+    /// kernels on resident data with [`GpuExecutable::run_resident`]).
+    pub fn upload_inputs(&self, inputs: &Values) -> Result<(), RunError> {
+        self.check_inputs(inputs)?;
+        for (name, v) in &self.plan.inputs {
+            if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
+                let bytes = t.to_storage_bytes(self.plan.values[*v].layout);
+                self.ctx
+                    .queue
+                    .write_buffer(&self.buffers[self.plan.values[*v].buffer], 0, &bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records every pass, each its own compute pass (timestamped when asked and possible).
+    fn encode_passes(&self, encoder: &mut wgpu::CommandEncoder, repeat: usize, timestamps: bool) {
+        for _ in 0..repeat {
+            for (i, p) in self.passes.iter().enumerate() {
+                let writes = self.timestamps.as_ref().filter(|_| timestamps).map(|t| {
+                    wgpu::ComputePassTimestampWrites {
+                        query_set: &t.queries,
+                        beginning_of_pass_write_index: Some(2 * i as u32),
+                        end_of_pass_write_index: Some(2 * i as u32 + 1),
+                    }
+                });
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(&p.label),
+                    timestamp_writes: writes,
+                });
+                pass.set_pipeline(&p.pipeline);
+                pass.set_bind_group(0, &p.bind_group, &[]);
+                pass.dispatch_workgroups(p.workgroups[0], p.workgroups[1], p.workgroups[2]);
+            }
+        }
+    }
+
+    /// Runs the passes `repeat` times on the inputs already on the device, without
+    /// uploading or reading back (for measuring kernels on resident data).
+    pub async fn run_resident(&self, repeat: usize) -> Result<(), RunError> {
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("resident"),
+            });
+        self.encode_passes(&mut encoder, repeat, false);
+        self.ctx.queue.submit([encoder.finish()]);
+        wait_idle(&self.ctx.device, &self.ctx.queue).await
+    }
+
+    async fn finish(
+        &mut self,
+        trace: &TraceContext<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<(usize, Values), RunError> {
+        let Some(p) = self.in_flight.pop_front() else {
+            return Err(RunError::Internal(
+                "completion awaited with nothing in flight".into(),
+            ));
+        };
+        let ring = &self.ring[p.slot];
+        finish_map(&self.ctx.device, p.map, Some(p.submission)).await?;
+        let done = now_ns();
+        let mut outs = Values::new();
+        {
+            let view = ring
+                .readback
+                .get_mapped_range(..)
+                .map_err(|e| RunError::Device(format!("reading back outputs failed: {e:?}")))?;
+            for ((name, v), &(_, offset, bytes)) in
+                self.plan.outputs.iter().zip(&self.readback_layout)
+            {
+                let value = &self.plan.values[*v];
+                let slice = view
+                    .get(offset as usize..(offset + bytes) as usize)
+                    .ok_or_else(|| RunError::Internal("readback slot too small".into()))?;
+                outs.insert(
+                    name.clone(),
+                    Tensor::from_storage_bytes(
+                        value.shape.clone(),
+                        value.dtype,
+                        value.layout,
+                        slice,
+                    ),
+                );
+            }
+            match &self.timestamps {
+                Some(ts) => {
+                    let base = self.timestamp_offset as usize;
+                    let at = |j: usize| {
+                        let o = base + 8 * j;
+                        view.get(o..o + 8)
+                            .and_then(|b| b.try_into().ok())
+                            .map_or(0, u64::from_le_bytes)
+                    };
+                    let to_host =
+                        |ticks: u64| ((ticks as f64 * ts.period) as i128 + ts.offset).max(0) as u64;
+                    for (i, pass) in self.passes.iter().enumerate() {
+                        let (s, e) = (to_host(at(2 * i)), to_host(at(2 * i + 1)));
+                        let event =
+                            trace.event(p.m, pass.label.clone(), EventKind::Compute, s, e.max(s));
+                        trace.record(events, event);
+                    }
+                }
+                None => {
+                    let event = trace.event(
+                        p.m,
+                        "all passes (host timing)".into(),
+                        EventKind::Compute,
+                        p.submitted_ns,
+                        done,
+                    );
+                    trace.record(events, event);
+                }
+            }
+        }
+        ring.readback.unmap();
+        let copied = now_ns();
+        let kind = trace.output_kind(self.plan.outputs.iter().map(|(n, _)| n.as_str()));
+        let event = trace.event(p.m, "outputs".into(), kind, done, copied.max(done + 1));
+        trace.record(events, event);
+        Ok((p.m, outs))
+    }
+}
+
+impl Executable for GpuExecutable {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn capacity(&self) -> usize {
+        self.ring.len()
+    }
+
+    fn submit(
+        &mut self,
+        m: usize,
+        inputs: &Values,
+        trace: &TraceContext<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<(), RunError> {
+        if self.in_flight.len() >= self.ring.len() {
+            return Err(RunError::Internal(format!(
+                "micro-batch {m} submitted while all {} slots are in flight",
+                self.ring.len()
+            )));
+        }
+        self.check_inputs(inputs)?;
+        let slot = self.next_slot % self.ring.len();
+        self.next_slot += 1;
+        let ring = &self.ring[slot];
+        for (i, (name, v)) in self.plan.inputs.iter().enumerate() {
+            if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
+                let t0 = now_ns();
+                let bytes = t.to_storage_bytes(self.plan.values[*v].layout);
+                self.ctx.queue.write_buffer(&ring.staging[i], 0, &bytes);
+                let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
+                trace.record(events, e);
+            }
+        }
+        let mut enc = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("micro-batch"),
+            });
+        for (i, (_, v)) in self.plan.inputs.iter().enumerate() {
+            let bytes = self.plan.values[*v].bytes();
+            if bytes > 0 {
+                enc.copy_buffer_to_buffer(
+                    &ring.staging[i],
+                    0,
+                    &self.buffers[self.plan.values[*v].buffer],
+                    0,
+                    bytes.div_ceil(4) * 4,
+                );
+            }
+        }
+        self.encode_passes(&mut enc, 1, true);
+        for &(v, offset, bytes) in &self.readback_layout {
+            if bytes > 0 {
+                enc.copy_buffer_to_buffer(
+                    &self.buffers[self.plan.values[v].buffer],
+                    0,
+                    &ring.readback,
+                    offset,
+                    bytes.div_ceil(4) * 4,
+                );
+            }
+        }
+        if let Some(ts) = &self.timestamps {
+            let n = 2 * self.passes.len() as u32;
+            enc.resolve_query_set(&ts.queries, 0..n, &ts.resolve, 0);
+            enc.copy_buffer_to_buffer(
+                &ts.resolve,
+                0,
+                &ring.readback,
+                self.timestamp_offset,
+                8 * u64::from(n),
+            );
+        }
+        let submitted_ns = now_ns();
+        let submission = self.ctx.queue.submit([enc.finish()]);
+        let map = start_map(&ring.readback);
+        self.in_flight.push_back(Pending {
+            m,
+            slot,
+            map,
+            submission,
+            submitted_ns,
+        });
+        Ok(())
+    }
+
+    fn complete<'a>(
+        &'a mut self,
+        trace: &'a TraceContext<'a>,
+        events: &'a mut Vec<Event>,
+    ) -> LocalBoxFuture<'a, Result<(usize, Values), RunError>> {
+        Box::pin(self.finish(trace, events))
+    }
+
+    fn allocated_bytes(&self) -> u64 {
+        let tensors: u64 = self.buffers.iter().map(|b| b.size()).sum();
+        let scratch: u64 = self.scratch.iter().map(|b| b.size()).sum();
+        let ring: u64 = self
+            .ring
+            .iter()
+            .map(|r| r.readback.size() + r.staging.iter().map(|s| s.size()).sum::<u64>())
+            .sum();
+        let queries = self.timestamps.as_ref().map_or(0, |t| t.resolve.size());
+        tensors + scratch + ring + queries
+    }
+
+    fn timing(&self) -> TimingSource {
+        if self.timestamps.is_some() {
+            TimingSource::TimestampQueries
+        } else {
+            TimingSource::HostCompletion
+        }
+    }
+
+    fn device_name(&self) -> String {
+        self.ctx.describe()
+    }
+
+    fn compile_stats(&self) -> CompileStats {
+        self.stats
+    }
+}

@@ -1,0 +1,129 @@
+//! GPU lowering of the conv family.
+
+use super::Lower;
+use crate::gpu::kernel::*;
+use crate::ops::conv::*;
+
+const SHADER: &str = include_str!("../../../../shaders/conv.wgsl");
+
+impl Lower for ConvOp {
+    /// GPU kernel; a convolution applies the epilogue to each result.
+    fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
+        let (input, output) = (&ctx.inputs[0], &ctx.outputs[0]);
+        let x = &input.shape;
+        let o = &output.shape;
+        let n_out = output.numel();
+        if let ConvOp::GlobalAvgPool = self {
+            let k = super::reduce::reduce_kernel(
+                "global_avg_pool",
+                input,
+                output,
+                &[2, 3],
+                true,
+                ctx.f16_compute,
+            )?;
+            return Ok(Lowering::Kernels(vec![k]));
+        }
+        let mut b = Bindings::new();
+        b.add("dst", Slot::Output(0), output.storage, true);
+        b.add("src", Slot::Input(0), input.storage, false);
+        let (label, value, info) = match self {
+            ConvOp::Conv2d {
+                window,
+                groups,
+                bias,
+                ..
+            } => {
+                let mut info: Vec<u32> = [x[0], x[1], x[2], x[3], o[1], o[2], o[3]]
+                    .iter()
+                    .map(|&v| word(v))
+                    .collect::<Result<_, _>>()?;
+                info.extend(window_info(window)?);
+                info.push(word(*groups)?);
+                let param = |k: usize| ctx.params.get(k).map_or(Storage::F32, |c| c.storage);
+                b.add("weight", Slot::Param(0), param(0), false);
+                let out = if *bias {
+                    b.add("bias", Slot::Param(1), param(1), false);
+                    "ep(f32(acc) + ld_bias(oc), oc)"
+                } else {
+                    "ep(f32(acc), oc)"
+                };
+                let acc = if ctx.f16_compute { "f16" } else { "f32" };
+                let value = fill(
+                    variant(SHADER, "conv2d"),
+                    &[("ACC", acc.into()), ("OUT", out.into())],
+                );
+                let first_extra = b.slots().len() as u32 + 1;
+                let ep = format!(
+                    "{}\n{}",
+                    super::elementwise::helpers(),
+                    ctx.epilogue.wgsl(first_extra)
+                );
+                (
+                    format!("conv2d{}", ctx.epilogue.label()),
+                    format!("{ep}\n{value}"),
+                    info,
+                )
+            }
+            ConvOp::MaxPool(window) | ConvOp::AvgPool { window, .. } => {
+                let include = matches!(
+                    self,
+                    ConvOp::AvgPool {
+                        count_include_pad: true,
+                        ..
+                    }
+                );
+                let mut info: Vec<u32> = [x[0] * x[1], x[2], x[3], o[2], o[3]]
+                    .iter()
+                    .map(|&v| word(v))
+                    .collect::<Result<_, _>>()?;
+                info.extend(window_info(window)?);
+                info.push(u32::from(include));
+                info.push(word(window.pads[2])?);
+                info.push(word(window.pads[3])?);
+                let out = if let ConvOp::MaxPool(_) = self {
+                    "best"
+                } else {
+                    "sum / count"
+                };
+                (
+                    self.name().to_string(),
+                    fill(variant(SHADER, "pool"), &[("OUT", out.into())]),
+                    info,
+                )
+            }
+            ConvOp::GlobalAvgPool => {
+                return Err("internal: global_avg_pool lowers through reduce".into())
+            }
+        };
+        let mut slots = b.slots();
+        if let ConvOp::Conv2d { .. } = self {
+            slots.extend(ctx.epilogue.extra_slots.iter().copied());
+        }
+        let (main, threads) = per_element_main(output.storage, n_out);
+        Ok(Lowering::Kernels(vec![Kernel {
+            label,
+            source: format!("{}\n{value}\n{main}", b.wgsl()),
+            slots,
+            info,
+            workgroups: dispatch_1d(threads, WG)?,
+        }]))
+    }
+}
+
+/// The window's geometry as kernel words.
+fn window_info(w: &Window) -> Result<Vec<u32>, String> {
+    [
+        w.kernel[0],
+        w.kernel[1],
+        w.strides[0],
+        w.strides[1],
+        w.pads[0],
+        w.pads[1],
+        w.dilations[0],
+        w.dilations[1],
+    ]
+    .iter()
+    .map(|&v| word(v))
+    .collect()
+}

@@ -1,0 +1,187 @@
+//! GPU lowering of the matmul family.
+
+use super::Lower;
+use crate::gpu::kernel::*;
+use crate::ops::matmul::*;
+
+const SHADER: &str = include_str!("../../../../shaders/matmul.wgsl");
+
+impl Lower for MatMulOp {
+    /// GPU kernels, with fused elementwise work in the epilogue.
+    fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
+        let (inputs, outputs) = (ctx.inputs, ctx.outputs);
+        let (problem, b_slot, bias, b_storage) = match self {
+            MatMulOp::MatMul => (
+                batched_problem(&inputs[0].shape, &inputs[1].shape)?,
+                Slot::Input(1),
+                false,
+                inputs[1].storage,
+            ),
+            MatMulOp::Linear { out_features, bias } => {
+                let x = &inputs[0].shape;
+                let k = x.last().copied().unwrap_or(1);
+                let m = x.iter().product::<usize>() / k.max(1);
+                let p = Problem {
+                    m,
+                    n: *out_features,
+                    k,
+                    offsets: vec![(0, 0)],
+                };
+                let w = ctx.params.first().map_or(Storage::F32, |c| c.storage);
+                (p, Slot::Param(0), *bias, w)
+            }
+        };
+        debug_assert_eq!(
+            outputs[0].numel(),
+            problem.m * problem.n * problem.offsets.len()
+        );
+        let types = MatmulTypes {
+            a: inputs[0].storage,
+            b: b_storage,
+            c: outputs[0].storage,
+            bias: ctx.params.get(1).map_or(Storage::F32, |c| c.storage),
+            f16_accumulate: ctx.f16_compute,
+        };
+        Ok(Lowering::Kernels(vec![matmul_kernel(
+            &problem,
+            b_slot,
+            bias,
+            ctx.epilogue,
+            types,
+        )?]))
+    }
+}
+
+/// Declares a binding read (and written) four elements at a time: `ld4_NAME(i)` and
+/// `st4_NAME(i, v)` with `i` counted in vec4s.
+fn vec4_binding(decls: &mut String, binding: u32, name: &str, storage: Storage, write: bool) {
+    let access = if write { "read_write" } else { "read" };
+    let (ty, load, store) = match storage {
+        Storage::F16 => (
+            "vec4<f16>",
+            format!("vec4<f32>({name}[i])"),
+            format!("{name}[i] = vec4<f16>(v);"),
+        ),
+        Storage::Packed => (
+            "vec2<u32>",
+            format!("vec4<f32>(unpack2x16float({name}[i].x), unpack2x16float({name}[i].y))"),
+            format!("{name}[i] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));"),
+        ),
+        _ => ("vec4<f32>", format!("{name}[i]"), format!("{name}[i] = v;")),
+    };
+    decls.push_str(&format!(
+        "@group(0) @binding({binding}) var<storage, {access}> {name}: array<{ty}>;\n"
+    ));
+    decls.push_str(&format!(
+        "fn ld4_{name}(i: u32) -> vec4<f32> {{\n    return {load};\n}}\n"
+    ));
+    if write {
+        decls.push_str(&format!(
+            "fn st4_{name}(i: u32, v: vec4<f32>) {{\n    {store}\n}}\n"
+        ));
+    }
+}
+
+/// The types a matmul kernel works with: storages of A, B, C and the bias, and the
+/// accumulator type.
+#[derive(Debug, Clone, Copy)]
+pub struct MatmulTypes {
+    /// A.
+    pub a: Storage,
+    /// B.
+    pub b: Storage,
+    /// C.
+    pub c: Storage,
+    /// The bias (if any).
+    pub bias: Storage,
+    /// Accumulate in f16 (f16 precision mode) instead of f32.
+    pub f16_accumulate: bool,
+}
+
+/// Builds the kernel for a problem; `bias` binds the weight slot after B.
+pub fn matmul_kernel(
+    p: &Problem,
+    b_slot: Slot,
+    bias: bool,
+    epilogue: &Epilogue,
+    types: MatmulTypes,
+) -> Result<Kernel, String> {
+    let batches = p.offsets.len();
+    if batches > MAX_GROUPS as usize {
+        return Err(format!(
+            "{batches} matmul batches exceed the dispatch limit"
+        ));
+    }
+    let mut info = vec![word(p.m)?, word(p.n)?, word(p.k)?, word(batches)?];
+    for &(oa, ob) in &p.offsets {
+        info.push(word(oa)?);
+        info.push(word(ob)?);
+    }
+    let vec4 = p.k.is_multiple_of(4) && p.n.is_multiple_of(4) && p.k > 0;
+    let acc = if types.f16_accumulate { "f16" } else { "f32" };
+    let mut decls = String::from("@group(0) @binding(0) var<storage, read> info: array<u32>;\n");
+    let mut slots = vec![Slot::Input(0), b_slot, Slot::Output(0)];
+    let (name, workgroups, body) = if vec4 {
+        vec4_binding(&mut decls, 1, "a", types.a, false);
+        vec4_binding(&mut decls, 2, "b", types.b, false);
+        vec4_binding(&mut decls, 3, "c", types.c, true);
+        let bias_read = if bias {
+            vec4_binding(&mut decls, 4, "bias", types.bias, false);
+            "ld4_bias(col4)"
+        } else {
+            "vec4<f32>(0.0)"
+        };
+        let gx = (p.n / 4).div_ceil(8);
+        let gy = p.m.div_ceil(4).div_ceil(8);
+        let body = fill(
+            variant(SHADER, "vec4"),
+            &[("BIAS", bias_read.into()), ("ACC", acc.into())],
+        );
+        ("vec4", [word(gx)?, word(gy)?, batches as u32], body)
+    } else {
+        let mut b = Bindings::new();
+        b.add("a", Slot::Input(0), types.a, false);
+        b.add("b", b_slot, types.b, false);
+        b.add("dst", Slot::Output(0), types.c, true);
+        if bias {
+            b.add("bias", Slot::Param(1), types.bias, false);
+        }
+        decls = b.wgsl();
+        let bias_read = if bias { "ld_bias(col)" } else { "0.0" };
+        let value = fill(
+            variant(SHADER, "scalar"),
+            &[("BIAS", bias_read.into()), ("ACC", acc.into())],
+        );
+        let n = p.m * p.n * batches;
+        let (main, threads) = per_element_main(types.c, n);
+        (
+            "scalar",
+            dispatch_1d(threads, WG)?,
+            format!("{value}\n{main}"),
+        )
+    };
+    if bias {
+        slots.push(Slot::Param(1));
+    }
+    let first_extra = slots.len() as u32 + 1;
+    slots.extend(epilogue.extra_slots.iter().copied());
+    let uses_f16 =
+        types.f16_accumulate || [types.a, types.b, types.c, types.bias].contains(&Storage::F16);
+    let enable = if uses_f16 && !decls.starts_with("enable f16;") {
+        "enable f16;\n"
+    } else {
+        ""
+    };
+    let source = format!(
+        "{enable}{decls}\n{}\n{}\n{body}",
+        super::elementwise::helpers(),
+        epilogue.wgsl(first_extra)
+    );
+    Ok(Kernel {
+        label: format!("matmul {name}{}", epilogue.label()),
+        source,
+        slots,
+        info,
+        workgroups,
+    })
+}

@@ -1,0 +1,56 @@
+//! Lowering to WGSL, one file per operator family mirroring `crate::ops` (as `crate::cpu`
+//! does for the CPU reference): each family turns its operators into kernels for concrete
+//! values, and the elementwise family also writes the expressions fused units compose.
+
+mod conv;
+pub mod elementwise;
+pub mod matmul;
+mod movement;
+mod norm;
+pub mod reduce;
+
+use super::kernel::{with_f16_enable, Kernel, LowerCtx, Lowering};
+use crate::ops::Op;
+
+/// An operator family's lowering.
+pub trait Lower {
+    /// The kernels computing the operator for concrete values.
+    fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String>;
+}
+
+/// Lowers one operator to its kernels (`enable f16;` added where a kernel uses `f16`).
+pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
+    let lowering = match op {
+        Op::MatMul(o) => o.lower(ctx),
+        Op::Elementwise(o) => o.lower(ctx),
+        Op::Reduce(o) => o.lower(ctx),
+        Op::Norm(o) => o.lower(ctx),
+        Op::Movement(o) => o.lower(ctx),
+        Op::Conv(o) => o.lower(ctx),
+        Op::Constant(_) => Err("internal: constants are uploaded, not lowered".into()),
+    }?;
+    let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {
+        ks.into_iter()
+            .map(|mut k| {
+                k.source = with_f16_enable(k.source);
+                k
+            })
+            .collect()
+    };
+    Ok(match lowering {
+        Lowering::Kernels(ks) => Lowering::Kernels(fix(ks)),
+        Lowering::KernelsWithScratch(ks, s) => Lowering::KernelsWithScratch(fix(ks), s),
+    })
+}
+
+/// The WGSL expression of a pointwise operator over `args` (f32 expressions; a bool
+/// operand is a WGSL `bool`).
+pub fn pointwise_wgsl(op: &Op, args: &[String]) -> Result<String, String> {
+    match op {
+        Op::Elementwise(e) => Ok(elementwise::wgsl(e, args)),
+        other => Err(format!(
+            "internal: '{}' is not pointwise and cannot be fused",
+            other.name()
+        )),
+    }
+}

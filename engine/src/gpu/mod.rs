@@ -1,0 +1,20 @@
+//! The wgpu backend (native and browser): adapters and devices ([`context`]), plans
+//! lowered to WGSL passes ([`program`], one lowering file per operator family in
+//! [`lower`], kernel building blocks in [`kernel`]), compiled executables
+//! ([`executable`]), the [`Device`](crate::exec::device::Device) seam ([`device`]), the
+//! 16-bit storage probe and the rate calibration ([`probe`]).
+
+pub mod context;
+pub mod device;
+pub mod executable;
+pub mod kernel;
+pub mod lower;
+pub mod probe;
+pub mod program;
+mod readback;
+
+pub use context::{AdapterSummary, GpuContext};
+#[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+pub use device::session;
+pub use device::GpuDevice;
+pub use executable::GpuExecutable;

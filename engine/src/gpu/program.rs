@@ -1,0 +1,199 @@
+//! A plan lowered for the wgpu backend: every step becomes one or more WGSL passes with
+//! their bindings (plan values or scratch buffers private to the backend). Pure: it is
+//! what the executable compiles, what `sluice plan --kernels` prints and what the shader
+//! tests validate, without a device.
+
+use super::kernel::{f32_literal, Epilogue, Kernel, LowerCtx, Lowering, Slot};
+use super::lower::elementwise::elementwise_kernel;
+use super::lower::{lower_op, pointwise_wgsl};
+use crate::error::RunError;
+use crate::plan::expr::{Expr, Operand};
+use crate::plan::{Plan, Precision, Step, Work};
+use crate::storage::Storage;
+use serde::Serialize;
+
+pub use super::kernel::Concrete;
+
+/// What a binding of a pass refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Buffer {
+    /// A value of the plan (its buffer).
+    Value(usize),
+    /// A scratch buffer of the program.
+    Scratch(usize),
+}
+
+/// One compute pass.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pass {
+    /// The plan step it belongs to.
+    pub step: usize,
+    /// The step's label (node, or fused nodes), for events.
+    pub label: String,
+    /// The kernel.
+    pub kernel: Kernel,
+    /// What binding i+1 of the kernel refers to.
+    pub buffers: Vec<Buffer>,
+}
+
+/// A plan as WGSL passes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Program {
+    /// Passes in execution order.
+    pub passes: Vec<Pass>,
+    /// Bytes of each scratch buffer.
+    pub scratch: Vec<u64>,
+}
+
+fn concrete(plan: &Plan, v: usize) -> Concrete {
+    let value = &plan.values[v];
+    Concrete {
+        shape: value.shape.clone(),
+        dtype: value.dtype,
+        storage: value.layout,
+    }
+}
+
+/// WGSL statements `let tJ = ...;` for the terms of an expression, with `operand` naming
+/// each input, and the name of the result.
+fn statements(expr: &Expr, operand: &dyn Fn(usize) -> String) -> Result<(String, String), String> {
+    let mut stmts = String::new();
+    for (j, term) in expr.terms.iter().enumerate() {
+        let args: Vec<String> = term
+            .args
+            .iter()
+            .map(|a| match *a {
+                Operand::Input(k) => operand(k),
+                Operand::Term(i) => format!("t{i}"),
+                Operand::Scalar(v) => f32_literal(v),
+                Operand::Anchor => "x".into(),
+            })
+            .collect();
+        stmts.push_str(&format!(
+            "    let t{j} = {};\n",
+            pointwise_wgsl(&term.op, &args)?
+        ));
+    }
+    let result = match expr.terms.len() {
+        0 => "x".to_string(),
+        n => format!("t{}", n - 1),
+    };
+    Ok((stmts, result))
+}
+
+/// The kernels of one step and the f32 element counts of the scratch buffers they use.
+fn step_kernels(plan: &Plan, step: &Step) -> Result<(Vec<Kernel>, Vec<usize>), String> {
+    let inputs: Vec<Concrete> = step.inputs.iter().map(|&v| concrete(plan, v)).collect();
+    let outputs: Vec<Concrete> = step.outputs.iter().map(|&v| concrete(plan, v)).collect();
+    let params: Vec<Concrete> = step.params.iter().map(|&v| concrete(plan, v)).collect();
+    let f16_compute = plan.options.precision == Precision::F16;
+    let out = outputs.first().ok_or("internal: a step without outputs")?;
+    let pointwise = |label: &str, stmts: &str, result: &str| -> Result<Kernel, String> {
+        elementwise_kernel(
+            label,
+            stmts,
+            result,
+            &inputs,
+            &out.shape,
+            out.storage,
+            step.in_place,
+        )
+    };
+    let lowering = match &step.work {
+        Work::Op(op) if step.in_place.is_some() => {
+            let args: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
+            let expr = pointwise_wgsl(op, &args)?;
+            Lowering::Kernels(vec![pointwise(op.name(), "", &expr)?])
+        }
+        Work::Op(op) => lower_op(
+            op,
+            &LowerCtx {
+                inputs: &inputs,
+                outputs: &outputs,
+                params: &params,
+                epilogue: &Epilogue::identity(),
+                f16_compute,
+            },
+        )?,
+        Work::Fused(expr) => {
+            let (stmts, result) = statements(expr, &|k| format!("x{k}"))?;
+            let label = format!("fused {}", step.nodes.join("+"));
+            Lowering::Kernels(vec![pointwise(&label, &stmts, &result)?])
+        }
+        Work::Epilogue {
+            anchor,
+            anchor_inputs,
+            expr,
+        } => {
+            let first = *anchor_inputs;
+            let (stmts, result) = statements(expr, &|k| format!("ld_e{}(col)", k - first))?;
+            let extras = first..inputs.len();
+            let epilogue = Epilogue {
+                stmts,
+                result,
+                extra_slots: extras.clone().map(Slot::Input).collect(),
+                extra_storages: extras.map(|k| inputs[k].storage).collect(),
+                fused: expr.op_names().iter().map(|s| s.to_string()).collect(),
+            };
+            lower_op(
+                anchor,
+                &LowerCtx {
+                    inputs: &inputs[..first],
+                    outputs: &outputs,
+                    params: &params,
+                    epilogue: &epilogue,
+                    f16_compute,
+                },
+            )?
+        }
+    };
+    Ok(match lowering {
+        Lowering::Kernels(k) => (k, Vec::new()),
+        Lowering::KernelsWithScratch(k, s) => (k, s),
+    })
+}
+
+/// Lowers every step of a plan to WGSL passes. Passes with nothing to do (empty tensors)
+/// are left out.
+pub fn lower_plan(plan: &Plan) -> Result<Program, RunError> {
+    let mut program = Program {
+        passes: Vec::new(),
+        scratch: Vec::new(),
+    };
+    for (i, step) in plan.steps.iter().enumerate() {
+        let (kernels, scratch) = step_kernels(plan, step).map_err(|message| RunError::Op {
+            node: step.node.clone(),
+            message,
+        })?;
+        let base = program.scratch.len();
+        program
+            .scratch
+            .extend(scratch.iter().map(|&n| Storage::F32.bytes(n)));
+        for kernel in kernels {
+            let buffers = kernel
+                .slots
+                .iter()
+                .map(|slot| match *slot {
+                    Slot::Input(k) => step.inputs.get(k).copied().map(Buffer::Value),
+                    Slot::Output(k) => step.outputs.get(k).copied().map(Buffer::Value),
+                    Slot::Param(k) => step.params.get(k).copied().map(Buffer::Value),
+                    Slot::Scratch(k) => (k < scratch.len()).then_some(Buffer::Scratch(base + k)),
+                })
+                .collect::<Option<Vec<Buffer>>>()
+                .ok_or_else(|| {
+                    RunError::Internal(format!("kernel '{}' binds a missing slot", kernel.label))
+                })?;
+            if kernel.workgroups.contains(&0) {
+                continue;
+            }
+            program.passes.push(Pass {
+                step: i,
+                label: step.label(),
+                kernel,
+                buffers,
+            });
+        }
+    }
+    Ok(program)
+}

@@ -1,0 +1,484 @@
+//! The wire types of Sluice's HTTP API (`sluice serve`) and its worker protocol: what the
+//! server sends and what the editor and the tests read, each defined once. The server
+//! and the editor (compiled to wasm) both compile against this crate, so a field renamed
+//! on one side is a compile error on the other, not a blank chart.
+
+pub mod protocol;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sluice_engine::exec::device::CompileStats;
+use sluice_engine::exec::RunConfig;
+use sluice_engine::gpu::AdapterSummary;
+use sluice_engine::limits;
+use sluice_engine::plan::cost::Rates;
+use sluice_engine::plan::Precision;
+use sluice_engine::telemetry::metrics::Metrics;
+use sluice_engine::telemetry::{Event, TimingSource};
+use sluice_engine::{DType, Problem};
+use std::collections::BTreeMap;
+
+/// Whether a graph, output or worker name is safe to use as a file name: 1-64 of
+/// `A-Z a-z 0-9 _ -`.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Where a run's graph comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GraphRef {
+    /// A graph stored in the workspace, by name.
+    Stored(String),
+    /// A graph document sent with the request.
+    Inline(Value),
+}
+
+/// `POST /api/runs`: what to run and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRequest {
+    /// The graph.
+    pub graph: GraphRef,
+    /// Samples per batch.
+    pub batch: usize,
+    /// Seed of the random inputs.
+    pub seed: u64,
+    /// Micro-batches per batch.
+    pub microbatches: usize,
+    /// Pipeline stages.
+    pub stages: usize,
+    /// Prefetch slots.
+    pub prefetch: usize,
+    /// Numeric precision.
+    pub precision: Precision,
+    /// Uploaded inputs as base64 `.npy` files; the others are random from the seed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub inputs: BTreeMap<String, String>,
+    /// Worker ids pinned to the stages, in stage order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<Vec<String>>,
+}
+
+impl RunRequest {
+    /// A request for a graph with the defaults: batch 1, seed 0, one micro-batch, one
+    /// stage, two prefetch slots, f32.
+    pub fn new(graph: GraphRef) -> RunRequest {
+        RunRequest {
+            graph,
+            batch: 1,
+            seed: 0,
+            microbatches: 1,
+            stages: 1,
+            prefetch: 2,
+            precision: Precision::F32,
+            inputs: BTreeMap::new(),
+            workers: None,
+        }
+    }
+
+    /// The engine's run configuration.
+    pub fn config(&self) -> RunConfig {
+        RunConfig {
+            batch: self.batch,
+            microbatches: self.microbatches,
+            stages: self.stages,
+            prefetch: self.prefetch,
+            precision: self.precision,
+            ..RunConfig::default()
+        }
+    }
+
+    /// Reads and checks a request body, field by field, with an error naming the field.
+    pub fn parse(body: &Value) -> Result<RunRequest, String> {
+        let obj = body.as_object().ok_or("the body must be a JSON object")?;
+        const KNOWN: &[&str] = &[
+            "graph",
+            "batch",
+            "seed",
+            "inputs",
+            "workers",
+            "microbatches",
+            "stages",
+            "prefetch",
+            "precision",
+        ];
+        if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+            return Err(format!("unknown field '{k}' (known: {})", KNOWN.join(", ")));
+        }
+        let count = |key: &str, default: usize, max: usize| -> Result<usize, String> {
+            match obj.get(key) {
+                None => Ok(default),
+                Some(v) => match v.as_u64() {
+                    Some(n) if (1..=max as u64).contains(&n) => Ok(n as usize),
+                    _ => Err(format!(
+                        "'{key}' must be an integer from 1 to {max}, not {v}"
+                    )),
+                },
+            }
+        };
+        let graph = match obj.get("graph") {
+            Some(Value::String(name)) if valid_name(name) => GraphRef::Stored(name.clone()),
+            Some(Value::String(name)) => {
+                return Err(format!(
+                    "'{name}' is not a valid graph name (1-64 of A-Z a-z 0-9 _ -)"
+                ))
+            }
+            Some(doc @ Value::Object(_)) => GraphRef::Inline(doc.clone()),
+            Some(other) => {
+                return Err(format!(
+                    "'graph' must be a graph name or a graph document, not {other}"
+                ))
+            }
+            None => return Err("'graph' is missing".into()),
+        };
+        let precision = match obj.get("precision") {
+            None => Precision::F32,
+            Some(Value::String(p)) => Precision::parse(p)
+                .ok_or_else(|| format!("'precision' must be f32, f16 or mixed, not '{p}'"))?,
+            Some(v) => return Err(format!("'precision' must be a string, not {v}")),
+        };
+        let seed = match obj.get("seed") {
+            None => 0,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| format!("'seed' must be a non-negative integer, not {v}"))?,
+        };
+        let batch = count("batch", 1, limits::MAX_BATCH)?;
+        let microbatches = count("microbatches", 1, limits::MAX_MICROBATCHES)?;
+        let stages = count("stages", 1, limits::MAX_STAGES)?;
+        let prefetch = count("prefetch", 2, limits::MAX_PREFETCH)?;
+        if !batch.is_multiple_of(microbatches) {
+            return Err(format!(
+                "batch {batch} does not split into {microbatches} micro-batches"
+            ));
+        }
+        let inputs = match obj.get("inputs") {
+            None => BTreeMap::new(),
+            Some(Value::Object(m)) => m
+                .iter()
+                .map(|(name, v)| match v.as_str() {
+                    Some(text) => Ok((name.clone(), text.to_string())),
+                    None => Err(format!(
+                        "input '{name}' must be a base64 string of a .npy file"
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(v) => {
+                return Err(format!(
+                    "'inputs' must map input names to base64 .npy files, not {v}"
+                ))
+            }
+        };
+        let workers = match obj.get("workers") {
+            None => None,
+            Some(Value::Array(ids)) => {
+                let ids: Option<Vec<String>> =
+                    ids.iter().map(|v| v.as_str().map(str::to_string)).collect();
+                let ids = ids.ok_or("'workers' must be a list of worker ids")?;
+                if ids.len() != stages {
+                    return Err(format!(
+                        "'workers' pins {} workers but the run has {stages} stages",
+                        ids.len()
+                    ));
+                }
+                Some(ids)
+            }
+            Some(v) => return Err(format!("'workers' must be a list of worker ids, not {v}")),
+        };
+        Ok(RunRequest {
+            graph,
+            batch,
+            seed,
+            microbatches,
+            stages,
+            prefetch,
+            precision,
+            inputs,
+            workers,
+        })
+    }
+}
+
+/// `202` to `POST /api/runs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunAccepted {
+    /// The run's id.
+    pub id: String,
+    /// Its status (queued).
+    pub status: RunStatus,
+}
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Waiting for an executor.
+    Queued,
+    /// Running.
+    Running,
+    /// Finished with outputs.
+    Succeeded,
+    /// Ended with an error.
+    Failed,
+    /// Stopped on request.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Every status, in life order.
+    pub const ALL: [RunStatus; 5] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
+    /// The status as stored and sent (`queued`, `running`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// The status of its stored name.
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// Whether the run has ended.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Succeeded | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One output of a finished run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputSummary {
+    /// The output's name (`probs`, `split1:1`).
+    pub name: String,
+    /// Its file name in the run (without `.npy`), for `GET /api/runs/{id}/outputs/{file}`.
+    pub file: String,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+    /// The first values.
+    pub first: Vec<f32>,
+    /// The sum of all values.
+    pub checksum: f64,
+    /// How many values are NaN or infinite.
+    pub non_finite: usize,
+}
+
+/// Device memory of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryFigures {
+    /// Planned peak bytes of all stages.
+    pub planned_bytes: u64,
+    /// Bytes of device buffers allocated.
+    pub allocated_bytes: u64,
+}
+
+/// What preparing a run cost, and how soon it answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompileFigures {
+    /// Whether the compiled plans came from the server's plan cache.
+    pub cached: bool,
+    /// Pipelines, passes and milliseconds of the compilation this run did (zero when
+    /// cached).
+    pub stats: CompileStats,
+    /// Milliseconds from the run's start (after the queue) to its first micro-batch's
+    /// outputs, compiling included.
+    pub first_result_ms: f64,
+}
+
+/// The figures of a finished run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunFigures {
+    /// Metrics derived from its events.
+    pub metrics: Metrics,
+    /// Where compute times came from.
+    pub timing: TimingSource,
+    /// The devices, one per stage.
+    pub devices: Vec<String>,
+    /// Device memory (absent for remote stages).
+    #[serde(default)]
+    pub memory: Option<MemoryFigures>,
+    /// Compilation and time to first result.
+    #[serde(default)]
+    pub compile: Option<CompileFigures>,
+}
+
+/// `GET /api/runs/{id}`: a run as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Run id.
+    pub id: String,
+    /// Graph name (or `inline`).
+    pub graph: String,
+    /// The request as sent.
+    pub params: Value,
+    /// Where it is.
+    pub status: RunStatus,
+    /// Figures of a finished run.
+    pub metrics: Option<RunFigures>,
+    /// Outputs of a finished run.
+    pub outputs: Option<Vec<OutputSummary>>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    pub created_ms: i64,
+    /// When it started running.
+    pub started_ms: Option<i64>,
+    /// When it finished.
+    pub finished_ms: Option<i64>,
+}
+
+/// `GET /api/runs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunList {
+    /// Runs, newest first.
+    pub runs: Vec<RunRecord>,
+}
+
+/// A message of `WS /api/runs/{id}/events`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LiveMessage {
+    /// One event, as soon as it is known.
+    Event {
+        /// The event.
+        event: Event,
+    },
+    /// The run's metrics, once it has finished computing.
+    Metrics {
+        /// The metrics.
+        metrics: Metrics,
+    },
+    /// The run as stored once it has ended: always the last message.
+    Summary {
+        /// The record (absent when the run is gone).
+        run: Option<Box<RunRecord>>,
+    },
+}
+
+/// An error response: a sentence, the status, and the graph's problems where there are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What is wrong.
+    pub error: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// Every problem of the graph, when the error is about one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problems: Option<Vec<Problem>>,
+}
+
+/// `GET /api/graphs`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphList {
+    /// Stored graph names.
+    pub graphs: Vec<String>,
+}
+
+/// The answer to `PUT /api/graphs/{name}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphSaved {
+    /// The name saved under.
+    pub saved: String,
+    /// Whether the graph validates.
+    pub valid: bool,
+    /// Its problems, if any.
+    pub problems: Vec<Problem>,
+}
+
+/// A worker as `GET /api/devices` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// `local`, or the id the server gave a remote worker.
+    pub id: String,
+    /// `in-process` or `remote`.
+    pub kind: String,
+    /// A remote worker's name (its host).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Its adapters.
+    pub adapters: Vec<AdapterSummary>,
+    /// Measured rates of the adapter it computes on (for the partitioner).
+    #[serde(default)]
+    pub rates: Option<Rates>,
+    /// Busy share per device of the last (or current) run.
+    #[serde(default)]
+    pub utilisation: Vec<f64>,
+    /// Memory of the last run.
+    #[serde(default)]
+    pub memory: Option<MemoryFigures>,
+}
+
+/// `GET /api/devices`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DevicesReport {
+    /// The in-process worker first, then remote workers.
+    pub workers: Vec<WorkerInfo>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_request_round_trips_through_its_wire_form() {
+        let mut r = RunRequest::new(GraphRef::Stored("mlp".into()));
+        r.batch = 8;
+        r.microbatches = 4;
+        r.precision = Precision::Mixed;
+        let wire = serde_json::to_value(&r).unwrap();
+        assert_eq!(RunRequest::parse(&wire).unwrap(), r);
+    }
+
+    #[test]
+    fn bad_requests_name_the_field() {
+        for (body, fragment) in [
+            (json!({"graph": 5}), "'graph' must be"),
+            (
+                json!({"graph": "mlp", "batch": 0}),
+                "'batch' must be an integer from 1",
+            ),
+            (json!({"graph": "mlp", "bacth": 3}), "unknown field 'bacth'"),
+            (
+                json!({"graph": "mlp", "batch": 6, "microbatches": 4}),
+                "does not split",
+            ),
+            (json!({"graph": "../x"}), "not a valid graph name"),
+        ] {
+            let e = RunRequest::parse(&body).unwrap_err();
+            assert!(e.contains(fragment), "{body}: {e}");
+        }
+    }
+
+    #[test]
+    fn statuses_are_stored_by_name() {
+        for s in RunStatus::ALL {
+            assert_eq!(RunStatus::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), json!(s.as_str()));
+        }
+    }
+}
