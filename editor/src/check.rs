@@ -23,7 +23,7 @@ pub fn coupling_notes(a: &Analysis) -> Vec<(String, String)> {
         .iter()
         .map(|c| {
             let text = format!(
-                "note: '{}' couples samples ({}): micro-batches and datasets larger than one batch are refused",
+                "note: '{}' couples samples ({}): micro-batches, or datasets of another size than one batch, are refused",
                 c.node, c.reason
             );
             (c.node.clone(), text)
@@ -40,7 +40,7 @@ pub fn batch_line(a: &Analysis, id: &str) -> Option<String> {
             format!("Batch: axis {axis}; samples stay independent (micro-batching keeps the answer).")
         }
         Batch::Coupled { node, reason } if node == id => format!(
-            "Batch: couples samples ({reason}). Runs with micro-batches or datasets larger than one batch are refused."
+            "Batch: couples samples ({reason}). Runs with micro-batches, or datasets of another size than one batch, are refused."
         ),
         Batch::Coupled { node, reason } => {
             format!("Batch: samples were combined upstream by '{node}' ({reason}).")

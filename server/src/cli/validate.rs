@@ -65,7 +65,7 @@ pub fn validate(path: &Path, as_json: bool) -> Result<ExitCode> {
         }
         for c in &semantics.couplings {
             println!(
-                "  batch: '{}' couples samples ({}): runs with micro-batches or datasets larger than one batch are refused",
+                "  batch: '{}' couples samples ({}): runs with micro-batches, or datasets of another size than one batch, are refused",
                 c.node, c.reason
             );
         }
