@@ -6,7 +6,8 @@
 use super::batch::{self, Batch, Coupling};
 use super::build::build_partial;
 use super::doc::decode_value_partial;
-use super::problem::Problem;
+use super::limits::Limits;
+use super::problem::{Collector, Problem};
 use crate::ops::TensorType;
 use serde::Serialize;
 use serde_json::Value;
@@ -38,17 +39,23 @@ impl Analysis {
     }
 }
 
-/// Checks a document given as JSON and infers every type it can.
+/// Checks a document given as JSON and infers every type it can, within the default
+/// [`Limits`]: a document over them gets its problems and no types, before any large or
+/// quadratic work.
 pub fn analyse(value: &Value) -> Analysis {
-    let (doc, mut problems) = decode_value_partial(value);
+    let limits = Limits::default();
+    let (doc, problems) = decode_value_partial(value, &limits);
     let Some(doc) = doc else {
         return Analysis {
             problems,
             ..Analysis::default()
         };
     };
-    let partial = build_partial(doc);
-    problems.extend(partial.problems);
+    let partial = build_partial(doc, &limits);
+    let mut all = Collector::new(limits.max_problems);
+    all.extend(problems);
+    all.extend(partial.problems);
+    let problems = all.finish();
     let (types, batch, couplings) = match &partial.graph {
         Some(g) => {
             let typed = || g.dag.node_weights().filter(|n| !n.outputs.is_empty());

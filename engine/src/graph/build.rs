@@ -1,17 +1,24 @@
-//! Builds the typed petgraph graph from a document: names, operators and attributes,
-//! references, arity, cycles, shape and dtype inference, weights, outputs, editor hints.
-//! Every problem is collected; nothing stops at the first.
+//! Builds the typed petgraph graph from a document: limits first, then names, operators
+//! and attributes, references, arity, cycles, shape and dtype inference (every inferred
+//! type and every weight checked against the limits), outputs, editor hints. Every
+//! problem is collected; nothing stops at the first. Linear in the document apart from
+//! sorting: names are looked up in maps, never by scanning nodes.
 
 use super::batch::{self, Batch};
 use super::doc::GraphDoc;
+use super::limits::{check_document, echo, Limit, Limits};
+use super::problem::Collector;
 use super::{Edge, Graph, Node, NodeKind, OutputRef, Problem};
-use crate::ops::{self, Op};
+use crate::ops::{self, Op, ParamSpec};
 use petgraph::algo::{tarjan_scc, toposort};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use std::collections::{BTreeMap, HashMap};
 
-/// Largest number of nodes a graph may have.
-pub const MAX_NODES: usize = 100_000;
+/// "Did you mean" hints are looked for this many times at most (each scans every name).
+const MAX_SUGGESTIONS: usize = 16;
+
+/// Bytes of an f32 weight or constant element.
+const F32_BYTES: u64 = 4;
 
 /// A parsed input reference: name and output port.
 fn parse_ref(r: &str) -> (&str, Option<usize>) {
@@ -24,8 +31,10 @@ fn parse_ref(r: &str) -> (&str, Option<usize>) {
     }
 }
 
+/// Whether a name is usable as an id or input name (its length is a limit, checked
+/// first by [`check_document`]).
 fn valid_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 128 && !s.contains(':') && s.chars().all(|c| !c.is_control())
+    !s.is_empty() && !s.contains(':') && s.chars().all(|c| !c.is_control())
 }
 
 /// Closest known name, for "did you mean" hints.
@@ -41,9 +50,9 @@ fn suggest<'a>(name: &str, known: impl Iterator<Item = &'a String>) -> String {
         .unwrap_or_default()
 }
 
-/// Checks and types a document.
-pub fn build(doc: GraphDoc) -> Result<Graph, Vec<Problem>> {
-    let partial = build_partial(doc);
+/// Checks and types a document within `limits`.
+pub fn build(doc: GraphDoc, limits: &Limits) -> Result<Graph, Vec<Problem>> {
+    let partial = build_partial(doc, limits);
     match partial.graph {
         Some(g) if partial.problems.is_empty() => Ok(g),
         _ => Err(partial.problems),
@@ -51,8 +60,8 @@ pub fn build(doc: GraphDoc) -> Result<Graph, Vec<Problem>> {
 }
 
 /// What checking a document found, even when it has problems: the graph as far as it
-/// could be typed (absent only when it is too large or has a cycle), every problem, and
-/// the nodes whose shape/dtype inference failed.
+/// could be typed (absent only when it is over the limits or has a cycle), every problem,
+/// and the nodes whose shape/dtype inference failed.
 pub struct Partial {
     /// The graph; nodes that could not be typed have no output types.
     pub graph: Option<Graph>,
@@ -62,20 +71,45 @@ pub struct Partial {
     pub type_errors: BTreeMap<String, String>,
 }
 
-/// Checks and types a document as far as possible (the editor's live view).
-pub fn build_partial(doc: GraphDoc) -> Partial {
-    let mut p = Vec::new();
+/// The size of one weight, checked: its elements against the limit.
+fn weight_elements(limits: &Limits, key: &str, spec: &ParamSpec) -> Result<u64, String> {
+    let n = spec
+        .shape
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(u64::try_from(d).ok()?));
+    limits
+        .check(
+            Limit::MaxTensorElements,
+            format!("weight '{key}' {:?}", spec.shape),
+            "elements",
+            n,
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(n.unwrap_or(0))
+}
+
+/// Checks and types a document as far as possible (the editor's live view), within
+/// `limits`: a document over them ([`check_document`]) is refused before anything is
+/// built.
+pub fn build_partial(doc: GraphDoc, limits: &Limits) -> Partial {
     let mut type_errors = BTreeMap::new();
-    if doc.nodes.len() > MAX_NODES {
+    let over = check_document(&doc, limits);
+    if !over.is_empty() {
         return Partial {
             graph: None,
-            problems: vec![Problem::at(
-                "nodes",
-                format!("{} nodes exceed the limit of {MAX_NODES}", doc.nodes.len()),
-            )],
+            problems: over,
             type_errors,
         };
     }
+    let mut p = Collector::new(limits.max_problems);
+    let mut suggestions = 0;
+    let mut suggest_once = |name: &str, known: &HashMap<String, NodeIndex>| {
+        suggestions += 1;
+        if suggestions > MAX_SUGGESTIONS {
+            return String::new();
+        }
+        suggest(name, known.keys())
+    };
     let mut dag: StableDiGraph<Node, Edge> = StableDiGraph::new();
     let mut by_name: HashMap<String, NodeIndex> = HashMap::new();
     let mut inputs = Vec::new();
@@ -83,7 +117,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         if !valid_name(name) {
             p.push(Problem::at(
                 format!("inputs.{name}"),
-                "input names must be 1-128 characters without ':'",
+                "input names must be non-empty, without ':' or control characters",
             ));
         }
         let ix = dag.add_node(Node {
@@ -105,7 +139,10 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         if !valid_name(&n.id) {
             p.push(Problem::at(
                 format!("nodes[{i}].id"),
-                format!("'{}' is not a valid id: 1-128 characters without ':'", n.id),
+                format!(
+                    "'{}' is not a valid id: non-empty, without ':' or control characters",
+                    n.id
+                ),
             ));
         }
         if by_name.contains_key(&n.id) {
@@ -168,7 +205,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
                         format!("nodes[{i}].inputs[{k}]"),
                         format!(
                             "'{r}' is neither a graph input nor a node{}",
-                            suggest(name, by_name.keys())
+                            suggest_once(name, &by_name)
                         ),
                     ));
                 }
@@ -202,7 +239,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
             }
             return Partial {
                 graph: None,
-                problems: p,
+                problems: p.finish(),
                 type_errors,
             };
         }
@@ -223,7 +260,10 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         order: order.clone(),
         inputs,
         outputs: Vec::new(),
+        limits: limits.clone(),
     };
+    // Bytes of every weight and constant, checked against the limits at the end.
+    let mut weight_bytes: Option<u64> = Some(0);
     for &ix in &order {
         let Some((i, op)) = ops_by_ix.get(&ix) else {
             continue;
@@ -269,8 +309,42 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         }
         match op.infer(&types) {
             Ok(outs) => {
+                let oversized: Vec<String> = outs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, t)| {
+                        let subject = format!("output {k} of '{id}', {t}");
+                        limits.check_type(&subject, t).err().map(|e| e.to_string())
+                    })
+                    .collect();
+                if !oversized.is_empty() {
+                    for message in oversized {
+                        p.push(Problem::node(&id, format!("nodes[{i}]"), message));
+                    }
+                    continue;
+                }
+                if let Some(c) = op.constant_value() {
+                    let n = u64::try_from(c.len()).ok();
+                    weight_bytes = weight_bytes
+                        .zip(n)
+                        .and_then(|(a, n)| a.checked_add(n.checked_mul(F32_BYTES)?));
+                }
                 match op.params(&types) {
-                    Ok(params) => graph.dag[ix].params = params,
+                    Ok(params) => {
+                        for spec in &params {
+                            let key = format!("{id}.{}", spec.name);
+                            match weight_elements(limits, &key, spec) {
+                                Ok(n) => {
+                                    weight_bytes = weight_bytes
+                                        .and_then(|a| a.checked_add(n.checked_mul(F32_BYTES)?));
+                                }
+                                Err(e) => {
+                                    p.push(Problem::node(&id, format!("nodes[{i}].attrs"), e))
+                                }
+                            }
+                        }
+                        graph.dag[ix].params = params;
+                    }
                     Err(e) => p.push(Problem::node(&id, format!("nodes[{i}].inputs"), e)),
                 }
                 graph.dag[ix].batch = batch::of_node(op, &id, &types, &batches, &outs, |n| {
@@ -286,23 +360,23 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
             }
         }
     }
+    for limit in [Limit::MaxHostBytes, Limit::MaxDeviceBytes] {
+        if let Err(e) = limits.check(
+            limit,
+            "the graph's weights and constants",
+            "bytes",
+            weight_bytes,
+        ) {
+            p.push(Problem::at("nodes", e.to_string()));
+        }
+    }
     // Outputs.
     if graph.doc.outputs.is_empty() {
         p.push(Problem::at("outputs", "a graph needs at least one output"));
     }
-    for (k, r) in graph.doc.outputs.clone().iter().enumerate() {
+    for (k, r) in graph.doc.outputs.iter().enumerate() {
         let (name, port) = parse_ref(r);
-        match graph
-            .inputs
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|x| x.1)
-            .or_else(|| {
-                graph
-                    .dag
-                    .node_indices()
-                    .find(|&ix| graph.dag[ix].id == name)
-            }) {
+        match by_name.get(name).copied() {
             Some(ix) => {
                 let port = port.unwrap_or(0);
                 let node = &graph.dag[ix];
@@ -322,7 +396,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
                 format!("outputs[{k}]"),
                 format!(
                     "output '{r}' names nothing: no node or input is called '{name}'{}",
-                    suggest(name, by_name.keys())
+                    suggest_once(name, &by_name)
                 ),
             )),
         }
@@ -331,7 +405,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         if !by_name.contains_key(key) {
             p.push(Problem::at(
                 format!("layout.{key}"),
-                format!("layout names '{key}', which is not a node"),
+                format!("layout names '{}', which is not a node", echo(key)),
             ));
         }
     }
@@ -350,7 +424,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
     }
     Partial {
         graph: Some(graph),
-        problems: p,
+        problems: p.finish(),
         type_errors,
     }
 }

@@ -1,11 +1,15 @@
-//! Graphs: the document format ([`doc`]), problems ([`problem`]), the checked, typed
-//! petgraph graph built from a document ([`build`]), where the batch lives in every value
-//! ([`batch`]) and the live view of a document being edited ([`analysis`]).
+//! Graphs: the document format ([`doc`]) parsed under a budget ([`json`]), the limits
+//! documents, graphs and runs stay within ([`limits`]), problems ([`problem`]), the
+//! checked, typed petgraph graph built from a document ([`build`]), where the batch lives
+//! in every value ([`batch`]) and the live view of a document being edited
+//! ([`analysis`]).
 
 pub mod analysis;
 pub mod batch;
 pub mod build;
 pub mod doc;
+pub mod json;
+pub mod limits;
 pub mod problem;
 
 use crate::ops::{Op, ParamSpec, TensorType};
@@ -16,6 +20,7 @@ use std::collections::{BTreeSet, HashMap};
 pub use analysis::{analyse, Analysis};
 pub use batch::{Batch, BatchSemantics, Coupling};
 pub use doc::{GraphDoc, FORMAT};
+pub use limits::{check_document, Limit, Limits};
 pub use problem::{Problem, Problems};
 
 /// A node of the typed graph.
@@ -85,31 +90,49 @@ pub struct Graph {
     pub inputs: Vec<(String, NodeIndex)>,
     /// Graph outputs.
     pub outputs: Vec<OutputRef>,
+    /// The limits it was built within; binding it and cutting it into stages keep them.
+    pub limits: Limits,
 }
 
-/// Parses, checks and types a graph file. Reports every problem at once.
+/// Parses, checks and types a graph file within the default [`Limits`]. Reports every
+/// problem at once.
 pub fn load_graph(text: &str) -> Result<Graph, Problems> {
-    let (doc, mut problems) = doc::decode_partial(text);
+    load_graph_with(text, &Limits::default())
+}
+
+/// Parses, checks and types a graph file within `limits`: the text is parsed under its
+/// budget and the document checked against the limits ([`check_document`]) before it is
+/// built. Reports every problem at once (at most [`Limits::max_problems`]).
+pub fn load_graph_with(text: &str, limits: &Limits) -> Result<Graph, Problems> {
+    let (doc, problems) = doc::decode_partial_with(text, limits);
     let Some(doc) = doc else {
         return Err(Problems(problems));
     };
-    match build::build(doc) {
-        Ok(g) if problems.is_empty() => Ok(g),
-        Ok(_) => Err(Problems(problems)),
+    let mut all = problem::Collector::new(limits.max_problems);
+    all.extend(problems);
+    match build::build(doc, limits) {
+        Ok(g) if all.is_empty() => Ok(g),
+        Ok(_) => Err(Problems(all.finish())),
         Err(more) => {
-            problems.extend(more);
-            Err(Problems(problems))
+            all.extend(more);
+            Err(Problems(all.finish()))
         }
     }
 }
 
 impl Graph {
-    /// Checks and types a document.
+    /// Checks and types a document within the default [`Limits`].
     pub fn build(doc: GraphDoc) -> Result<Graph, Problems> {
-        build::build(doc).map_err(Problems)
+        Graph::build_with(doc, &Limits::default())
     }
 
-    /// The same graph with every symbolic dimension bound (all shapes concrete).
+    /// Checks and types a document within `limits` ([`check_document`] first).
+    pub fn build_with(doc: GraphDoc, limits: &Limits) -> Result<Graph, Problems> {
+        build::build(doc, limits).map_err(Problems)
+    }
+
+    /// The same graph with every symbolic dimension bound (all shapes concrete), checked
+    /// again within the graph's limits at its real sizes.
     pub fn bind(&self, bindings: &HashMap<String, usize>) -> Result<Graph, Problems> {
         let mut doc = self.doc.clone();
         let mut problems = Vec::new();
@@ -122,7 +145,7 @@ impl Graph {
         if !problems.is_empty() {
             return Err(Problems(problems));
         }
-        Graph::build(doc)
+        Graph::build_with(doc, &self.limits)
     }
 
     /// The symbolic dimension names of the graph inputs.
