@@ -60,6 +60,11 @@ pub const fn optional(
     }
 }
 
+/// Largest size an attribute may give (a dimension, a channel or feature count): 2^31 − 1,
+/// which `usize` holds on every target (wasm32 included) and WGSL's `i32` too. The
+/// graph's limits refine it when the graph is built.
+pub const MAX_SIZE: i64 = i32::MAX as i64;
+
 /// Reads attributes of one node, recording problems as (attribute, message) pairs.
 pub struct AttrReader<'a> {
     attrs: &'a Map<String, Value>,
@@ -133,6 +138,23 @@ impl<'a> AttrReader<'a> {
     /// An integer (0 when missing or wrong; the problem is recorded).
     pub fn int(&mut self, name: &str) -> i64 {
         self.opt_int(name).unwrap_or(0)
+    }
+
+    /// A size in `min..=`[`MAX_SIZE`] (`min` when missing or out of range; the problem is
+    /// recorded).
+    pub fn size(&mut self, name: &str, min: i64) -> usize {
+        let fallback = usize::try_from(min.max(1)).unwrap_or(1);
+        let Some(v) = self.opt_int(name) else {
+            return fallback;
+        };
+        if v < min {
+            self.reject(name, format!("{name} must be at least {min}, got {v}"));
+        } else if v > MAX_SIZE {
+            self.reject(name, format!("{name} must be at most {MAX_SIZE}, got {v}"));
+        } else if let Ok(n) = usize::try_from(v) {
+            return n;
+        }
+        fallback
     }
 
     /// A float.

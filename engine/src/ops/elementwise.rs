@@ -172,10 +172,15 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ElementwiseOp> {
         "log" => U(Unary::Log),
         "sqrt" => U(Unary::Sqrt),
         "erf" => U(Unary::Erf),
-        "clip" => U(Unary::Clip {
-            min: r.opt_float("min"),
-            max: r.opt_float("max"),
-        }),
+        "clip" => {
+            let (min, max) = (r.opt_float("min"), r.opt_float("max"));
+            if let (Some(lo), Some(hi)) = (min, max) {
+                if lo > hi {
+                    r.reject("min", format!("clip min {lo} is above max {hi}"));
+                }
+            }
+            U(Unary::Clip { min, max })
+        }
         "where" => ElementwiseOp::Where,
         _ => return None,
     })

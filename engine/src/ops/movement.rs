@@ -146,6 +146,9 @@ pub const SCHEMAS: &[OpSchema] = &[
     },
 ];
 
+/// Most parts a split may have.
+pub const MAX_SPLIT_PARTS: usize = 1024;
+
 /// A parsed movement operator.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum MovementOp {
@@ -253,8 +256,12 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<MovementOp> {
             let sizes = r.opt_ints("sizes");
             let num = r.opt_int("num_outputs");
             let parts = match (&sizes, num) {
-                (Some(s), None) if !s.is_empty() && s.iter().all(|&x| x >= 0) => s.len(),
-                (None, Some(n)) if (1..=1024).contains(&n) => n as usize,
+                (Some(s), None)
+                    if !s.is_empty() && s.len() <= MAX_SPLIT_PARTS && s.iter().all(|&x| x >= 0) =>
+                {
+                    s.len()
+                }
+                (None, Some(n)) if (1..=MAX_SPLIT_PARTS as i64).contains(&n) => n as usize,
                 (Some(_), Some(_)) => {
                     r.reject("sizes", "give either sizes or num_outputs, not both");
                     1
@@ -296,8 +303,8 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<MovementOp> {
     })
 }
 
-/// One sliced axis: (axis, start, step, output length).
-pub type SliceAxis = (usize, i64, i64, usize);
+/// One sliced axis: (axis, start, step, output length); `start` is clamped into the axis.
+pub type SliceAxis = (usize, usize, i64, usize);
 
 impl MovementOp {
     /// Reshapes and identities are views of their input; the rest copy.
@@ -463,7 +470,9 @@ impl MovementOp {
                             t.shape[a]
                         ));
                     }
-                    total += p.coeff;
+                    total = total.checked_add(p.coeff).ok_or_else(|| {
+                        format!("concat along axis {a}: the total length overflows")
+                    })?;
                 }
                 let mut out = dims.clone();
                 out[a] = Dim::Known(total);
@@ -601,6 +610,47 @@ impl MovementOp {
         }
     }
 
+    /// The lengths of the operator's list attributes, by name.
+    pub fn lists(&self) -> Vec<(&'static str, usize)> {
+        let len = |v: &Option<Vec<i64>>| v.as_ref().map_or(0, Vec::len);
+        match self {
+            MovementOp::Reshape { shape, .. } | MovementOp::Expand { shape } => {
+                vec![("shape", shape.len())]
+            }
+            MovementOp::Squeeze { axes } => vec![("axes", len(axes))],
+            MovementOp::Unsqueeze { axes } => vec![("axes", axes.len())],
+            MovementOp::Transpose { perm } => vec![("perm", len(perm))],
+            MovementOp::Split { sizes, .. } => vec![("sizes", len(sizes))],
+            MovementOp::Slice {
+                starts,
+                ends,
+                axes,
+                steps,
+            } => vec![
+                ("starts", starts.len()),
+                ("ends", ends.len()),
+                ("axes", len(axes)),
+                ("steps", len(steps)),
+            ],
+            MovementOp::Flatten { .. }
+            | MovementOp::Identity { .. }
+            | MovementOp::Concat { .. }
+            | MovementOp::Gather { .. } => Vec::new(),
+        }
+    }
+
+    /// Checks what parsing guarantees beyond list lengths: a split has 1 to
+    /// [`MAX_SPLIT_PARTS`] parts, one per size when sizes are given.
+    pub fn validate(&self) -> Result<(), String> {
+        if let MovementOp::Split { sizes, parts, .. } = self {
+            let sizes_fit = sizes.as_ref().is_none_or(|s| s.len() == *parts);
+            if *parts == 0 || *parts > MAX_SPLIT_PARTS || !sizes_fit {
+                return Err(format!("split into {parts} parts with sizes {sizes:?}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Sizes of the parts of a split of an axis of length `len`.
     pub fn split_sizes(&self, len: usize) -> Result<Vec<usize>, String> {
         let MovementOp::Split { sizes, parts, .. } = self else {
@@ -608,8 +658,13 @@ impl MovementOp {
         };
         match sizes {
             Some(s) => {
-                let v: Vec<usize> = s.iter().map(|&x| x.max(0) as usize).collect();
-                if v.iter().sum::<usize>() != len {
+                let v: Vec<usize> = s
+                    .iter()
+                    .map(|&x| usize::try_from(x))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| format!("split sizes {s:?} must be non-negative"))?;
+                let total = v.iter().try_fold(0usize, |a, &x| a.checked_add(x));
+                if v.len() != *parts || total != Some(len) {
                     return Err(format!(
                         "split sizes {s:?} do not add up to the axis length {len}"
                     ));
@@ -617,20 +672,29 @@ impl MovementOp {
                 Ok(v)
             }
             None => {
+                if *parts == 0 {
+                    return Err("split needs at least one part".into());
+                }
                 let chunk = len.div_ceil(*parts);
-                if chunk * (parts - 1) >= len && *parts > 1 && len > 0 {
+                let before_last = chunk.checked_mul(parts - 1);
+                if *parts > 1 && len > 0 && before_last.is_none_or(|b| b >= len) {
                     return Err(format!(
                         "cannot split length {len} into {parts} non-empty parts"
                     ));
                 }
                 Ok((0..*parts)
-                    .map(|i| chunk.min(len.saturating_sub(i * chunk)))
+                    .map(|i| {
+                        let start = i.checked_mul(chunk).unwrap_or(len);
+                        chunk.min(len.saturating_sub(start))
+                    })
                     .collect())
             }
         }
     }
 
-    /// The resolved slice per axis (ONNX clamping rules).
+    /// The resolved slice per axis (ONNX clamping rules), computed in 128-bit integers so
+    /// that starts, ends and steps at the `i64` extremes and axes of any length clamp
+    /// instead of overflowing.
     pub fn slice_axes(&self, dims: &[Dim]) -> Result<Vec<SliceAxis>, String> {
         let MovementOp::Slice {
             starts,
@@ -652,7 +716,7 @@ impl MovementOp {
         }
         let mut out = Vec::new();
         let mut seen = Vec::new();
-        for k in 0..n {
+        for (k, (&start, &end)) in starts.iter().zip(ends).enumerate() {
             let a = match axes {
                 Some(list) => shape::axis(list[k], dims.len())?,
                 None if k < dims.len() => k,
@@ -667,7 +731,7 @@ impl MovementOp {
                 return Err("slice step must not be 0".into());
             }
             let Some(d) = dims[a].known() else {
-                if starts[k] == 0 && ends[k] >= i64::from(i32::MAX) && step == 1 {
+                if start == 0 && end >= i64::from(i32::MAX) && step == 1 {
                     continue;
                 }
                 return Err(format!(
@@ -675,8 +739,8 @@ impl MovementOp {
                     dims[a]
                 ));
             };
-            let d = d as i64;
-            let (mut s, mut e) = (starts[k], ends[k]);
+            let d = i128::try_from(d).map_err(|_| format!("axis length {d} is too large"))?;
+            let (mut s, mut e, step128) = (i128::from(start), i128::from(end), i128::from(step));
             if s < 0 {
                 s += d;
             }
@@ -686,22 +750,51 @@ impl MovementOp {
             let (s, e) = if step > 0 {
                 (s.clamp(0, d), e.clamp(0, d))
             } else {
-                (s.clamp(0, (d - 1).max(0)), e.clamp(-1, d - 1))
+                (s.clamp(0, (d - 1).max(0)), e.clamp(-1, (d - 1).max(-1)))
             };
             let len = if step > 0 {
                 if e > s {
-                    (e - s + step - 1) / step
+                    (e - s + step128 - 1) / step128
                 } else {
                     0
                 }
             } else if s > e {
-                (s - e + (-step) - 1) / (-step)
+                (s - e - step128 - 1) / (-step128)
             } else {
                 0
             };
-            out.push((a, s, step, len as usize));
+            let fit =
+                |v: i128| usize::try_from(v).map_err(|_| format!("slice of axis {a} overflows"));
+            out.push((a, fit(s)?, step, fit(len)?));
         }
         Ok(out)
+    }
+
+    /// Where a slice of a tensor of concrete shape `dims` reads its input, in input
+    /// elements: the offset of its first element and, per axis, the step between
+    /// neighbours along it (0 along sliced axes of length 1 or less, whose step never
+    /// matters). Checked: an offset that does not fit is an error.
+    pub fn slice_offsets(&self, dims: &[usize]) -> Result<(i64, Vec<i64>), String> {
+        let strides = shape::strides(dims)?;
+        let wide = |v: usize| i128::try_from(v).unwrap_or(i128::MAX);
+        let mut src: Vec<i128> = strides.iter().map(|&s| wide(s)).collect();
+        let mut base = 0i128;
+        for (a, start, step, len) in self.slice_axes(&shape::known(dims))? {
+            let stride = wide(strides[a]);
+            base = base
+                .checked_add(wide(start).saturating_mul(stride))
+                .ok_or("slice offsets overflow")?;
+            src[a] = if len <= 1 {
+                0
+            } else {
+                i128::from(step).saturating_mul(stride)
+            };
+        }
+        let fit = |v: i128| i64::try_from(v).map_err(|_| "slice offsets overflow".to_string());
+        Ok((
+            fit(base)?,
+            src.into_iter().map(fit).collect::<Result<_, _>>()?,
+        ))
     }
 }
 
@@ -769,7 +862,10 @@ pub fn reshape_target(dims: &[Dim], target: &[i64], allowzero: bool) -> Result<S
                     ))
                 }
             },
-            t if t >= 0 => out.push(Some(Dim::Known(t as usize))),
+            t if t >= 0 => out
+                .push(Some(Dim::Known(usize::try_from(t).map_err(|_| {
+                    format!("shape {target:?}: size {t} is too large")
+                })?))),
             _ => return Err(format!("shape {target:?} has an invalid size {t}")),
         }
     }
