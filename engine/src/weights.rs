@@ -1,9 +1,13 @@
 //! Weights: seeded deterministic initialisation, or a safetensors file with keys
-//! `node.param` (f32, f16 or bf16), checked against the shapes operators declare.
+//! `node.param` (f32, f16 or bf16), checked against the shapes operators declare. Sizes
+//! are bounded before anything is allocated: a built graph's weights are within its
+//! limits (`Graph::build` checks every weight's elements and their total bytes), and a
+//! safetensors file's header, tensor count and sizes are checked before conversion.
 
-use crate::graph::Graph;
+use crate::graph::{Graph, Limit};
 use crate::ops::{Init, ParamSpec};
 use crate::rng::Rng;
+use crate::shape;
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 
@@ -32,7 +36,14 @@ pub enum WeightsError {
     /// A weight has an unsupported dtype.
     #[error("weights file tensor '{0}' has dtype {1}; f32, f16 and bf16 are supported")]
     Dtype(String, String),
+    /// The file is over a limit (its header, its tensor count).
+    #[error("weights file: {0}")]
+    Limit(#[from] crate::error::LimitError),
 }
+
+/// Most tensors a weights file may hold per node of the graph (a node declares at most
+/// four weights; files may hold a few unused ones besides).
+const TENSORS_PER_NODE: u64 = 8;
 
 /// Every declared weight of a graph: (key, spec), in topological order.
 pub fn param_specs(graph: &Graph) -> Vec<(String, ParamSpec)> {
@@ -46,9 +57,11 @@ pub fn param_specs(graph: &Graph) -> Vec<(String, ParamSpec)> {
         .collect()
 }
 
-/// One weight initialised from the seed: the same (seed, key) gives the same values.
+/// One weight initialised from the seed: the same (seed, key) gives the same values. The
+/// spec's size is the caller's to bound (a built graph's are); one whose element count
+/// overflows gets no elements.
 pub fn init_param(seed: u64, key: &str, spec: &ParamSpec) -> Tensor {
-    let n: usize = spec.shape.iter().product();
+    let n = shape::numel(&spec.shape).unwrap_or(0);
     let data = match spec.init {
         Init::Zeros => vec![0.0; n],
         Init::Ones => vec![1.0; n],
@@ -60,7 +73,9 @@ pub fn init_param(seed: u64, key: &str, spec: &ParamSpec) -> Tensor {
     Tensor::f32(spec.shape.clone(), data)
 }
 
-/// All weights initialised from a seed.
+/// All weights initialised from a seed. Allocates at most the graph's limits: building it
+/// checked every weight's elements (`max_tensor_elements`) and the bytes of all of them
+/// (`max_host_bytes`, `max_device_bytes`), so this never needs to refuse.
 pub fn init_weights(graph: &Graph, seed: u64) -> Weights {
     param_specs(graph)
         .into_iter()
@@ -71,10 +86,38 @@ pub fn init_weights(graph: &Graph, seed: u64) -> Weights {
         .collect()
 }
 
-/// Weights from a safetensors file's bytes; every declared weight must be there.
+/// Weights from a safetensors file's bytes; every declared weight must be there. Before
+/// anything is parsed or converted: the header's length against the file and the
+/// graph's `max_document_bytes`, then the tensor count against the graph's nodes, and
+/// each tensor's bytes against its declared shape and dtype.
 pub fn load_safetensors(graph: &Graph, bytes: &[u8]) -> Result<Weights, WeightsError> {
+    let limits = &graph.limits;
+    let header = bytes
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| WeightsError::Format("shorter than its 8-byte header length".into()))?;
+    let available = u64::try_from(bytes.len() - 8).unwrap_or(u64::MAX);
+    if header > available {
+        return Err(WeightsError::Format(format!(
+            "the header claims {header} bytes but the file has {available} after its length"
+        )));
+    }
+    limits.check(Limit::MaxDocumentBytes, "its header", "bytes", Some(header))?;
     let file = safetensors::SafeTensors::deserialize(bytes)
         .map_err(|e| WeightsError::Format(e.to_string()))?;
+    let nodes = u64::try_from(graph.doc.nodes.len().max(1)).unwrap_or(u64::MAX);
+    let count = u64::try_from(file.len()).ok();
+    if count.is_none_or(|c| c > nodes.saturating_mul(TENSORS_PER_NODE)) {
+        return Err(limits
+            .error(
+                Limit::MaxNodes,
+                format!("{} tensors for a graph of {nodes} nodes", file.len()),
+                "tensors",
+                count,
+            )
+            .into());
+    }
     let mut out = Weights::new();
     for (key, spec) in param_specs(graph) {
         let view = file
@@ -88,6 +131,22 @@ pub fn load_safetensors(graph: &Graph, bytes: &[u8]) -> Result<Weights, WeightsE
             });
         }
         let raw = view.data();
+        let width = match view.dtype() {
+            safetensors::Dtype::F32 => 4,
+            safetensors::Dtype::F16 | safetensors::Dtype::BF16 => 2,
+            other => return Err(WeightsError::Dtype(key, format!("{other:?}"))),
+        };
+        let want = shape::numel(&spec.shape)
+            .ok()
+            .and_then(|n| n.checked_mul(width));
+        if want != Some(raw.len()) {
+            return Err(WeightsError::Format(format!(
+                "tensor '{key}' holds {} bytes, not the {} its shape {:?} needs",
+                raw.len(),
+                want.map_or_else(|| "uncountable number".to_string(), |w| w.to_string()),
+                spec.shape
+            )));
+        }
         let data: Vec<f32> = match view.dtype() {
             safetensors::Dtype::F32 => raw
                 .chunks_exact(4)
