@@ -186,6 +186,18 @@ pub fn axis(axis: i64, rank: usize) -> Result<usize, String> {
     usize::try_from(a).map_err(|_| format!("axis {axis} is out of range for rank {rank}"))
 }
 
+/// Resolves an axis that must exist: like [`axis`], except that a tensor of rank 0 has
+/// no axis 0 to index.
+pub fn existing_axis(axis: i64, rank: usize) -> Result<usize, String> {
+    let a = self::axis(axis, rank)?;
+    if a >= rank {
+        return Err(format!(
+            "axis {axis} does not exist in a tensor of rank {rank}"
+        ));
+    }
+    Ok(a)
+}
+
 /// The message of a size that does not fit in memory's address space.
 fn overflow(dims: &[usize]) -> String {
     format!("shape {dims:?} has more elements than can be addressed")

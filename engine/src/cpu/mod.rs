@@ -177,3 +177,106 @@ pub(crate) fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
         i /= dims[d].max(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::exec::{dataset, RunConfig, RunContext};
+    use crate::graph::testing::{random_document, Mode};
+    use crate::graph::{load_graph, Graph};
+    use crate::ops::TensorType;
+    use crate::shape;
+    use crate::weights::init_weights;
+    use proptest::prelude::*;
+
+    /// The inferred concrete shapes of a bound graph's outputs.
+    fn inferred(g: &Graph) -> Vec<Option<Vec<usize>>> {
+        g.outputs
+            .iter()
+            .map(|o| {
+                let t: Option<&TensorType> = g.dag[o.node].outputs.get(o.port);
+                t.and_then(|t| shape::concrete(&t.shape))
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// For small accepted graphs, the CPU reference computes outputs of exactly the
+        /// inferred shapes, and so does the same graph planned and run as a session on
+        /// the CPU device (when the run is allowed at all); nothing panics on the way.
+        #[test]
+        fn the_reference_computes_the_inferred_shapes(seed in any::<u64>()) {
+            let doc = random_document(seed, Mode::Tame);
+            let Ok(g) = load_graph(&doc.to_string()) else { return Ok(()) };
+            let Ok(bound) = dataset::bind(&g, 2) else { return Ok(()) };
+            let weights = init_weights(&g, 1);
+            let inputs = dataset::random_inputs(&bound, 2)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let want = inferred(&bound);
+            if let Ok(outs) = super::run(&bound, &weights, &inputs) {
+                let got: Vec<Option<Vec<usize>>> =
+                    outs.iter().map(|(_, t)| Some(t.shape.clone())).collect();
+                prop_assert_eq!(&got, &want);
+                for (_, t) in &outs {
+                    prop_assert!(t.check().is_ok());
+                }
+            }
+            let config = RunConfig { batch: 2, ..RunConfig::default() };
+            if let Ok(mut session) = super::session(&g, &weights, &config) {
+                if let Ok(report) = session.run_blocking(&inputs, &RunContext::new("p")) {
+                    let got: Vec<Option<Vec<usize>>> =
+                        report.outputs.iter().map(|(_, t)| Some(t.shape.clone())).collect();
+                    prop_assert_eq!(&got, &want);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn slices_at_the_i64_extremes_run() {
+        let text = r#"{ "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": [5, 3] } },
+            "nodes": [
+              { "id": "a", "op": "slice", "inputs": ["x"], "attrs":
+                { "starts": [-9223372036854775808], "ends": [9223372036854775807], "axes": [0],
+                  "steps": [9223372036854775807] } },
+              { "id": "b", "op": "slice", "inputs": ["x"], "attrs":
+                { "starts": [9223372036854775807], "ends": [-9223372036854775808], "axes": [0],
+                  "steps": [-9223372036854775808] } },
+              { "id": "c", "op": "slice", "inputs": ["x"], "attrs":
+                { "starts": [9223372036854775807], "ends": [-9223372036854775808], "axes": [1],
+                  "steps": [-1] } }
+            ],
+            "outputs": ["a", "b", "c"] }"#;
+        let g = load_graph(text).unwrap();
+        let x = crate::Tensor::f32(vec![5, 3], (0..15).map(|v| v as f32).collect());
+        let inputs = std::collections::HashMap::from([("x".to_string(), x)]);
+        let outs = super::run(&g, &Default::default(), &inputs).unwrap();
+        // a: row 0 only; b: the last row only; c: columns reversed.
+        assert_eq!(outs[0].1.as_f32().unwrap(), &[0.0, 1.0, 2.0]);
+        assert_eq!(outs[1].1.as_f32().unwrap(), &[12.0, 13.0, 14.0]);
+        assert_eq!(outs[2].1.shape, vec![5, 3]);
+        assert_eq!(&outs[2].1.as_f32().unwrap()[..3], &[2.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn operands_that_do_not_fit_inference_are_errors_not_panics() {
+        use crate::ops::parse;
+        let relu = parse("relu", &Default::default()).unwrap();
+        let lying = crate::Tensor::f32(vec![4, 4], vec![1.0; 3]);
+        assert!(super::eval(&relu, &[&lying], &[], &[vec![4, 4]]).is_err());
+        let x = crate::Tensor::f32(vec![2, 2], vec![1.0; 4]);
+        assert!(super::eval(&relu, &[&x], &[], &[vec![3, 3]]).is_err());
+        assert!(super::eval(&relu, &[], &[], &[vec![2, 2]]).is_err());
+        let linear = parse(
+            "linear",
+            serde_json::json!({ "out_features": 3 })
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        let w = crate::Tensor::f32(vec![5, 3], vec![0.0; 15]);
+        assert!(super::eval(&linear, &[&x], &[&w], &[vec![2, 3]]).is_err());
+    }
+}

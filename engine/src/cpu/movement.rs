@@ -93,7 +93,7 @@ pub fn eval(
             vec![strided(src, base)?]
         }
         MovementOp::Concat { axis } => {
-            let a = shape::axis(*axis, x.shape.len())?;
+            let a = shape::existing_axis(*axis, x.shape.len())?;
             let mut pieces: Vec<(usize, usize, Vec<usize>)> = Vec::new();
             let mut offset = 0usize;
             for (k, t) in inputs.iter().enumerate() {
@@ -134,7 +134,7 @@ pub fn eval(
             }]
         }
         MovementOp::Split { axis, .. } => {
-            let a = shape::axis(*axis, x.shape.len())?;
+            let a = shape::existing_axis(*axis, x.shape.len())?;
             let src = signed(&xs)?;
             let mut offset = 0usize;
             let mut parts = Vec::new();
@@ -162,7 +162,7 @@ pub fn eval(
             parts
         }
         MovementOp::Gather { axis } => {
-            let a = shape::axis(*axis, x.shape.len())?;
+            let a = shape::existing_axis(*axis, x.shape.len())?;
             let len = x.shape[a];
             let Some(TensorData::I32(indices)) = inputs.get(1).map(|t| &t.data) else {
                 return Err("gather indices must be i32".into());

@@ -4,8 +4,8 @@
 //! calls this on each edit, so what it shows is exactly what the CLI would report.
 
 use super::batch::{self, Batch, Coupling};
-use super::build::build_partial;
-use super::doc::decode_value_partial;
+use super::build::build_into;
+use super::doc::decode_into;
 use super::limits::Limits;
 use super::problem::{Collector, Problem};
 use crate::ops::TensorType;
@@ -44,19 +44,16 @@ impl Analysis {
 /// quadratic work.
 pub fn analyse(value: &Value) -> Analysis {
     let limits = Limits::default();
-    let (doc, problems) = decode_value_partial(value, &limits);
-    let Some(doc) = doc else {
+    let mut p = Collector::new(limits.max_problems);
+    let Some(doc) = decode_into(value, &limits, &mut p) else {
         return Analysis {
-            problems,
+            problems: p.finish(),
             ..Analysis::default()
         };
     };
-    let partial = build_partial(doc, &limits);
-    let mut all = Collector::new(limits.max_problems);
-    all.extend(problems);
-    all.extend(partial.problems);
-    let problems = all.finish();
-    let (types, batch, couplings) = match &partial.graph {
+    let (graph, type_errors) = build_into(doc, &limits, &mut p);
+    let problems = p.finish();
+    let (types, batch, couplings) = match &graph {
         Some(g) => {
             let typed = || g.dag.node_weights().filter(|n| !n.outputs.is_empty());
             (
@@ -70,7 +67,7 @@ pub fn analyse(value: &Value) -> Analysis {
     Analysis {
         types,
         problems,
-        type_errors: partial.type_errors,
+        type_errors,
         batch,
         couplings,
     }

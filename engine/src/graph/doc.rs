@@ -115,9 +115,19 @@ pub fn decode_partial(text: &str) -> (Option<GraphDoc>, Vec<Problem>) {
 /// [`decode_partial`] within `limits`: the text is parsed under its budget, and a
 /// document over the limits' counts (nodes, inputs, outputs) is not usable.
 pub fn decode_partial_with(text: &str, limits: &Limits) -> (Option<GraphDoc>, Vec<Problem>) {
+    let mut p = Collector::new(limits.max_problems);
+    let doc = decode_text_into(text, limits, &mut p);
+    (doc, p.finish())
+}
+
+/// [`decode_partial_with`] adding its problems to `p`.
+pub(crate) fn decode_text_into(text: &str, limits: &Limits, p: &mut Collector) -> Option<GraphDoc> {
     match json::parse(text, limits) {
-        Ok(value) => decode_value_partial(&value, limits),
-        Err(problem) => (None, vec![problem]),
+        Ok(value) => decode_into(&value, limits, p),
+        Err(problem) => {
+            p.push(problem);
+            None
+        }
     }
 }
 
@@ -135,14 +145,19 @@ fn too_long(limits: &Limits, limit: Limit, field: String, len: usize) -> Problem
 /// [`decode_partial`] on a parsed value.
 pub fn decode_value_partial(value: &Value, limits: &Limits) -> (Option<GraphDoc>, Vec<Problem>) {
     let mut p = Collector::new(limits.max_problems);
+    let doc = decode_into(value, limits, &mut p);
+    (doc, p.finish())
+}
+
+/// [`decode_value_partial`] adding its problems to `p` (so that building can add its own
+/// under the same cap).
+pub(crate) fn decode_into(value: &Value, limits: &Limits, p: &mut Collector) -> Option<GraphDoc> {
     let Some(obj) = value.as_object() else {
-        return (
-            None,
-            vec![Problem::at(
-                "document",
-                "a graph file must be a JSON object",
-            )],
-        );
+        p.push(Problem::at(
+            "document",
+            "a graph file must be a JSON object",
+        ));
+        return None;
     };
     unknown_fields(
         obj,
@@ -151,7 +166,7 @@ pub fn decode_value_partial(value: &Value, limits: &Limits) -> (Option<GraphDoc>
         ],
         "",
         None,
-        &mut p,
+        p,
     );
     let format = match obj.get("format") {
         Some(Value::String(s)) if s == FORMAT => s.clone(),
@@ -186,7 +201,7 @@ pub fn decode_value_partial(value: &Value, limits: &Limits) -> (Option<GraphDoc>
         }
     };
     let mut usable = true;
-    let mut count = |limit: Limit, key: &str, len: usize, p: &mut Collector| {
+    let mut count = |limit: Limit, key: &str, len: usize, p: &mut Collector| -> bool {
         let fits = u64::try_from(len).is_ok_and(|n| n <= limits.get(limit));
         if !fits {
             p.push(too_long(limits, limit, key.to_string(), len));
@@ -195,19 +210,15 @@ pub fn decode_value_partial(value: &Value, limits: &Limits) -> (Option<GraphDoc>
         fits
     };
     let inputs = match obj.get("inputs") {
-        Some(Value::Object(m)) if !count(Limit::MaxInputs, "inputs", m.len(), &mut p) => {
-            BTreeMap::new()
-        }
-        v => decode_inputs(v, limits, &mut p),
+        Some(Value::Object(m)) if !count(Limit::MaxInputs, "inputs", m.len(), p) => BTreeMap::new(),
+        v => decode_inputs(v, limits, p),
     };
     let nodes = match obj.get("nodes") {
-        Some(Value::Array(items)) if !count(Limit::MaxNodes, "nodes", items.len(), &mut p) => {
-            Vec::new()
-        }
-        v => decode_nodes(v, limits, &mut p),
+        Some(Value::Array(items)) if !count(Limit::MaxNodes, "nodes", items.len(), p) => Vec::new(),
+        v => decode_nodes(v, limits, p),
     };
     let outputs = match obj.get("outputs") {
-        Some(Value::Array(items)) if !count(Limit::MaxOutputs, "outputs", items.len(), &mut p) => {
+        Some(Value::Array(items)) if !count(Limit::MaxOutputs, "outputs", items.len(), p) => {
             Vec::new()
         }
         Some(Value::Array(items)) => items
@@ -239,12 +250,12 @@ pub fn decode_value_partial(value: &Value, limits: &Limits) -> (Option<GraphDoc>
             Vec::new()
         }
     };
-    let params = typed_field::<ParamsDoc>(obj, "params", &mut p).unwrap_or_default();
-    let layout = typed_field(obj, "layout", &mut p).unwrap_or_default();
-    let stages = typed_field(obj, "stages", &mut p).unwrap_or_default();
+    let params = typed_field::<ParamsDoc>(obj, "params", p).unwrap_or_default();
+    let layout = typed_field(obj, "layout", p).unwrap_or_default();
+    let stages = typed_field(obj, "stages", p).unwrap_or_default();
     // A document of another format version, or over the limits, is not checked further.
     let usable = usable && format == FORMAT;
-    let doc = usable.then_some(GraphDoc {
+    usable.then_some(GraphDoc {
         format,
         name,
         inputs,
@@ -253,8 +264,7 @@ pub fn decode_value_partial(value: &Value, limits: &Limits) -> (Option<GraphDoc>
         params,
         layout,
         stages,
-    });
-    (doc, p.finish())
+    })
 }
 
 fn typed_field<T: serde::de::DeserializeOwned>(

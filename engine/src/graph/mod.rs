@@ -11,6 +11,8 @@ pub mod doc;
 pub mod json;
 pub mod limits;
 pub mod problem;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use crate::ops::{Op, ParamSpec, TensorType};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
@@ -104,19 +106,12 @@ pub fn load_graph(text: &str) -> Result<Graph, Problems> {
 /// budget and the document checked against the limits ([`check_document`]) before it is
 /// built. Reports every problem at once (at most [`Limits::max_problems`]).
 pub fn load_graph_with(text: &str, limits: &Limits) -> Result<Graph, Problems> {
-    let (doc, problems) = doc::decode_partial_with(text, limits);
-    let Some(doc) = doc else {
-        return Err(Problems(problems));
-    };
-    let mut all = problem::Collector::new(limits.max_problems);
-    all.extend(problems);
-    match build::build(doc, limits) {
-        Ok(g) if all.is_empty() => Ok(g),
-        Ok(_) => Err(Problems(all.finish())),
-        Err(more) => {
-            all.extend(more);
-            Err(Problems(all.finish()))
-        }
+    let mut p = problem::Collector::new(limits.max_problems);
+    let graph = doc::decode_text_into(text, limits, &mut p)
+        .and_then(|doc| build::build_into(doc, limits, &mut p).0);
+    match graph {
+        Some(g) if p.is_empty() => Ok(g),
+        _ => Err(Problems(p.finish())),
     }
 }
 

@@ -165,10 +165,10 @@ impl<'a> AttrReader<'a> {
     /// An optional float.
     pub fn opt_float(&mut self, name: &str) -> Option<f32> {
         let v = self.value(name)?;
-        match v.as_f64() {
-            Some(f) if f.is_finite() || v.is_number() => Some(f as f32),
+        match v.as_f64().map(|f| f as f32) {
+            Some(f) if f.is_finite() => Some(f),
             _ => {
-                self.bad(name, "a number", &v);
+                self.bad(name, "a number within f32's range", &v);
                 None
             }
         }
@@ -213,13 +213,11 @@ impl<'a> AttrReader<'a> {
         let Some(v) = self.value(name) else {
             return Vec::new();
         };
-        match v
-            .as_array()
-            .and_then(|a| a.iter().map(|x| x.as_f64().map(|f| f as f32)).collect())
-        {
+        let finite = |x: &Value| x.as_f64().map(|f| f as f32).filter(|f| f.is_finite());
+        match v.as_array().and_then(|a| a.iter().map(finite).collect()) {
             Some(list) => list,
             None => {
-                self.bad(name, "a list of numbers", &v);
+                self.bad(name, "a list of numbers within f32's range", &v);
                 Vec::new()
             }
         }

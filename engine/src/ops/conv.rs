@@ -477,8 +477,48 @@ impl ConvOp {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::ops::testing::{couples, rule};
     use serde_json::json;
+
+    #[test]
+    fn windows_and_padding_that_overflow_are_errors() {
+        let w = Window {
+            kernel: [MAX_WINDOW, 3],
+            strides: [1, 1],
+            pads: [usize::MAX, 0, usize::MAX, 0],
+            dilations: [MAX_WINDOW, 1],
+            ceil_mode: true,
+        };
+        assert!(w.out_size(8, 0).is_err());
+        let op = ConvOp::MaxPool(w);
+        assert!(op.validate().is_err());
+        let x = TensorType::f32(vec![
+            Dim::Known(1),
+            Dim::Known(1),
+            Dim::Known(8),
+            Dim::Known(8),
+        ]);
+        assert!(op.infer(std::slice::from_ref(&x)).is_err());
+        // Groups of 0 arriving in a plan are refused, not divided by.
+        let conv = ConvOp::Conv2d {
+            window: Window {
+                kernel: [1, 1],
+                strides: [1, 1],
+                pads: [0; 4],
+                dilations: [1, 1],
+                ceil_mode: false,
+            },
+            out_channels: 2,
+            groups: 0,
+            bias: true,
+        };
+        assert!(conv.validate().is_err());
+        assert!(conv.infer(&[x]).is_err());
+        // Pads past the window limit are refused at parse.
+        let attrs = json!({ "out_channels": 1, "kernel_size": [1, 1], "pads": [1u64 << 40, 0] });
+        assert!(crate::ops::parse("conv2d", attrs.as_object().unwrap()).is_err());
+    }
 
     #[test]
     fn conv_and_pooling_keep_the_sample_axis() {

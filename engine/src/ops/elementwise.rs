@@ -283,6 +283,24 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn clip_with_min_above_max_is_refused_at_parse() {
+        let attrs = json!({ "min": 2.0, "max": 1.0 });
+        let e = crate::ops::parse("clip", attrs.as_object().unwrap()).unwrap_err();
+        assert!(
+            e.iter().any(|(f, m)| f == "min" && m.contains("above max")),
+            "{e:?}"
+        );
+        let fine = json!({ "min": 1.0, "max": 1.0 });
+        assert!(crate::ops::parse("clip", fine.as_object().unwrap()).is_ok());
+        // A clip that arrives parsed (in a plan) is validated too.
+        let op = crate::ops::Op::Elementwise(super::ElementwiseOp::Unary(super::Unary::Clip {
+            min: Some(f32::NAN),
+            max: Some(0.0),
+        }));
+        assert!(op.validate(16).is_err());
+    }
+
+    #[test]
     fn broadcasting_aligns_batch_axes_from_the_right() {
         let add = |a, b| rule("add", json!({}), &[a, b]);
         assert_eq!(add(("N,4", Some(0)), ("4", None)), Ok(vec![Some(0)]));

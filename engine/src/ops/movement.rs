@@ -391,7 +391,7 @@ impl MovementOp {
                     Some(list) => {
                         let mut v = Vec::new();
                         for &a in list {
-                            let i = shape::axis(a, dims.len())?;
+                            let i = shape::existing_axis(a, dims.len())?;
                             if dims[i] != Dim::Known(1) {
                                 return Err(format!(
                                     "cannot squeeze axis {a} of size {} in {}",
@@ -441,7 +441,7 @@ impl MovementOp {
                 same(p.iter().map(|&i| dims[i].clone()).collect())
             }
             MovementOp::Concat { axis } => {
-                let a = shape::axis(*axis, dims.len())?;
+                let a = shape::existing_axis(*axis, dims.len())?;
                 let mut total = 0usize;
                 for (k, t) in inputs.iter().enumerate() {
                     if t.dtype != x.dtype {
@@ -479,7 +479,7 @@ impl MovementOp {
                 same(out)
             }
             MovementOp::Split { axis, .. } => {
-                let a = shape::axis(*axis, dims.len())?;
+                let a = shape::existing_axis(*axis, dims.len())?;
                 let Some(len) = dims[a].known() else {
                     return Err(format!(
                         "split along symbolic dimension {} is not supported",
@@ -522,7 +522,7 @@ impl MovementOp {
                 if idx.dtype != DType::I32 {
                     return Err(format!("gather indices must be i32, got {idx}"));
                 }
-                let a = shape::axis(*axis, dims.len())?;
+                let a = shape::existing_axis(*axis, dims.len())?;
                 let mut out: Shape = dims[..a].to_vec();
                 out.extend(idx.shape.iter().cloned());
                 out.extend(dims[a + 1..].iter().cloned());
@@ -592,7 +592,7 @@ impl MovementOp {
                 outputs[0].shape.len(),
             )?),
             MovementOp::Gather { axis } => {
-                let a = shape::axis(*axis, dims.len())?;
+                let a = shape::existing_axis(*axis, dims.len())?;
                 let index_rank = inputs.get(1).map_or(0, |t| t.shape.len());
                 match (batch[0], batch.get(1).copied().flatten()) {
                     (Some(_), Some(_)) => Err(format!(
@@ -718,7 +718,7 @@ impl MovementOp {
         let mut seen = Vec::new();
         for (k, (&start, &end)) in starts.iter().zip(ends).enumerate() {
             let a = match axes {
-                Some(list) => shape::axis(list[k], dims.len())?,
+                Some(list) => shape::existing_axis(list[k], dims.len())?,
                 None if k < dims.len() => k,
                 None => return Err(format!("{n} starts for a tensor of rank {}", dims.len())),
             };
@@ -752,7 +752,9 @@ impl MovementOp {
             } else {
                 (s.clamp(0, (d - 1).max(0)), e.clamp(-1, (d - 1).max(-1)))
             };
-            let len = if step > 0 {
+            let len = if d == 0 {
+                0
+            } else if step > 0 {
                 if e > s {
                     (e - s + step128 - 1) / step128
                 } else {
@@ -891,8 +893,179 @@ pub fn reshape_target(dims: &[Dim], target: &[i64], allowzero: bool) -> Result<S
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::ops::testing::{couples, rule};
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// ONNX slicing by brute force: walk from the clamped start by `step` while short of
+    /// the clamped end.
+    fn slice_model(d: usize, start: i64, end: i64, step: i64) -> (usize, usize) {
+        let d = d as i128;
+        let (mut s, mut e, st) = (start as i128, end as i128, step as i128);
+        if s < 0 {
+            s += d;
+        }
+        if e < 0 {
+            e += d;
+        }
+        let (s, e) = if st > 0 {
+            (s.clamp(0, d), e.clamp(0, d))
+        } else {
+            (s.clamp(0, (d - 1).max(0)), e.clamp(-1, d - 1))
+        };
+        let mut n = 0;
+        let mut i = s;
+        while d > 0 && ((st > 0 && i < e) || (st < 0 && i > e)) {
+            n += 1;
+            i += st;
+        }
+        (s as usize, n)
+    }
+
+    fn extreme() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            -8i64..8,
+            Just(i64::MIN),
+            Just(i64::MAX),
+            Just(i64::MIN + 1),
+            Just(i64::MAX - 1),
+            Just(i64::from(i32::MAX)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(600))]
+
+        #[test]
+        fn slices_agree_with_brute_force(
+            d in 0usize..7,
+            start in extreme(),
+            end in extreme(),
+            step in extreme().prop_filter("non-zero", |s| *s != 0),
+        ) {
+            let op = MovementOp::Slice {
+                starts: vec![start],
+                ends: vec![end],
+                axes: None,
+                steps: Some(vec![step]),
+            };
+            let got = op.slice_axes(&[Dim::Known(d)]).unwrap();
+            let (s, n) = slice_model(d, start, end, step);
+            prop_assert_eq!(got, vec![(0, s, step, n)]);
+            // Offsets stay inside the input whatever the step.
+            let (base, src) = op.slice_offsets(&[d]).unwrap();
+            if n > 0 {
+                let last = base as i128 + (n as i128 - 1) * src[0] as i128;
+                prop_assert!(base >= 0 && (base as usize) < d && last >= 0 && (last as usize) < d);
+            }
+        }
+
+        #[test]
+        fn reshapes_agree_with_a_model(
+            dims in proptest::collection::vec(0usize..5, 0..4),
+            target in proptest::collection::vec(-1i64..6, 0..4),
+        ) {
+            let total: usize = dims.iter().product();
+            let input = shape::known(&dims);
+            let got = reshape_target(&input, &target, true);
+            let known: Vec<i64> = target.iter().copied().filter(|&t| t != -1).collect();
+            let inferred = target.iter().filter(|&&t| t == -1).count();
+            let fixed: usize = known.iter().map(|&t| t as usize).product();
+            let want: Option<Vec<usize>> = match inferred {
+                0 if fixed == total => Some(known.iter().map(|&t| t as usize).collect()),
+                1 if fixed != 0 && total.is_multiple_of(fixed) => Some(
+                    target.iter().map(|&t| if t == -1 { total / fixed } else { t as usize }).collect(),
+                ),
+                _ => None,
+            };
+            match want {
+                Some(w) if inferred == 1 && fixed == 0 => prop_assert!(got.is_err() || got == Ok(shape::known(&w))),
+                Some(w) => prop_assert_eq!(got, Ok(shape::known(&w))),
+                None => prop_assert!(got.is_err()),
+            }
+        }
+
+        #[test]
+        fn broadcasting_agrees_with_a_model(
+            a in proptest::collection::vec(1usize..4, 0..4),
+            b in proptest::collection::vec(1usize..4, 0..4),
+        ) {
+            let rank = a.len().max(b.len());
+            let pad = |v: &[usize]| {
+                let mut p = vec![1; rank - v.len()];
+                p.extend_from_slice(v);
+                p
+            };
+            let (pa, pb) = (pad(&a), pad(&b));
+            let want: Option<Vec<usize>> = pa
+                .iter()
+                .zip(&pb)
+                .map(|(&x, &y)| match (x, y) {
+                    (x, y) if x == y => Some(x),
+                    (1, y) => Some(y),
+                    (x, 1) => Some(x),
+                    _ => None,
+                })
+                .collect();
+            let got = shape::broadcast(&shape::known(&a), &shape::known(&b)).ok();
+            prop_assert_eq!(got, want.map(|w| shape::known(&w)));
+        }
+    }
+
+    #[test]
+    fn slicing_axes_of_two_to_the_63_and_more_clamps() {
+        let huge = usize::MAX;
+        let op = MovementOp::Slice {
+            starts: vec![-3],
+            ends: vec![-1],
+            axes: None,
+            steps: Some(vec![1]),
+        };
+        assert_eq!(
+            op.slice_axes(&[Dim::Known(huge)]).unwrap(),
+            vec![(0, huge - 3, 1, 2)]
+        );
+        // An end of i64::MAX is not open on an axis longer than it.
+        let op = MovementOp::Slice {
+            starts: vec![-1],
+            ends: vec![i64::MAX],
+            axes: None,
+            steps: Some(vec![1]),
+        };
+        assert_eq!(
+            op.slice_axes(&[Dim::Known(huge)]).unwrap(),
+            vec![(0, huge - 1, 1, 0)]
+        );
+        let op = MovementOp::Slice {
+            starts: vec![0],
+            ends: vec![i64::MAX],
+            axes: None,
+            steps: Some(vec![2]),
+        };
+        let len = op.slice_axes(&[Dim::Known(1 << 63)]).unwrap()[0].3;
+        assert_eq!(len, (i64::MAX as usize).div_ceil(2));
+    }
+
+    #[test]
+    fn concat_and_split_totals_that_overflow_are_errors() {
+        let t = |n: usize| TensorType::f32(vec![Dim::Known(n), Dim::Known(2)]);
+        let concat = MovementOp::Concat { axis: 0 };
+        let e = concat.infer(&[t(usize::MAX), t(2)]).unwrap_err();
+        assert!(e.contains("overflows"), "{e}");
+        let split = MovementOp::Split {
+            axis: 0,
+            sizes: Some(vec![i64::MAX, i64::MAX, 4]),
+            parts: 3,
+        };
+        assert!(split.infer(&[t(6)]).is_err());
+        let parts = MovementOp::Split {
+            axis: 0,
+            sizes: None,
+            parts: 0,
+        };
+        assert!(parts.infer(&[t(6)]).is_err() && parts.validate().is_err());
+    }
 
     #[test]
     fn reshapes_keep_a_batch_whose_samples_stay_one_block() {

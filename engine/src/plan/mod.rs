@@ -470,10 +470,11 @@ impl<'g> Builder<'g> {
             if let (Some(data), Some(indices)) = (data, indices) {
                 if let Some(input) = self.root_input.get(&indices).cloned() {
                     let dims = &self.plan.values[data].shape;
-                    let a = shape::axis(index.axis, dims.len()).map_err(|m| RunError::Op {
-                        node: node.id.clone(),
-                        message: m,
-                    })?;
+                    let a =
+                        shape::existing_axis(index.axis, dims.len()).map_err(|m| RunError::Op {
+                            node: node.id.clone(),
+                            message: m,
+                        })?;
                     self.plan.index_checks.push(IndexCheck {
                         input,
                         node: node.id.clone(),

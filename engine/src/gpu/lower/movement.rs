@@ -70,7 +70,7 @@ impl Lower for MovementOp {
                 )?]
             }
             MovementOp::Concat { axis } => {
-                let a = shape::axis(*axis, x.len())?;
+                let a = shape::existing_axis(*axis, x.len())?;
                 let os = contiguous(out)?;
                 let packed = outputs[0].storage == Storage::Packed;
                 let mut offset = 0i64;
@@ -116,7 +116,7 @@ impl Lower for MovementOp {
                 ks
             }
             MovementOp::Split { axis, .. } => {
-                let a = shape::axis(*axis, x.len())?;
+                let a = shape::existing_axis(*axis, x.len())?;
                 let mut offset = 0i64;
                 let mut ks = Vec::new();
                 for (j, o) in outputs.iter().enumerate() {
@@ -139,7 +139,7 @@ impl Lower for MovementOp {
                 ks
             }
             MovementOp::Gather { axis } => {
-                let a = shape::axis(*axis, x.len())?;
+                let a = shape::existing_axis(*axis, x.len())?;
                 let n = outputs[0].numel();
                 let inner = shape::numel(&x[a + 1..])?;
                 let info = vec![
