@@ -224,6 +224,55 @@ pub fn to_bytes_f16(t: &Tensor) -> Result<Vec<u8>, NpyError> {
 mod tests {
     use super::*;
 
+    /// .npy bytes of format version `version` with `header` (its length field as given,
+    /// or the header's real length) and `data`.
+    fn npy(version: u8, header: &str, claimed: Option<u32>, data: &[u8]) -> Vec<u8> {
+        let mut out = b"\x93NUMPY".to_vec();
+        out.extend([version, 0]);
+        let len = claimed.unwrap_or(header.len() as u32);
+        if version == 1 {
+            out.extend((len as u16).to_le_bytes());
+        } else {
+            out.extend(len.to_le_bytes());
+        }
+        out.extend(header.as_bytes());
+        out.extend(data);
+        out
+    }
+
+    #[test]
+    fn headers_and_shapes_are_checked_against_the_bytes_before_allocating() {
+        let header = |shape: &str| {
+            format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}\n")
+        };
+        // A valid tiny file for reference.
+        let ok = npy(1, &header("(2,)"), None, &[0; 8]);
+        assert_eq!(parse(&ok).unwrap().shape, vec![2]);
+        // 2^60 elements promised by a 100-byte file.
+        let e = parse(&npy(1, &header("(1152921504606846976,)"), None, &[0; 8])).unwrap_err();
+        assert!(
+            e.to_string().contains("exceeds") || e.to_string().contains("promises"),
+            "{e}"
+        );
+        // Elements within the cap but not in the file.
+        let e = parse(&npy(1, &header("(1000, 1000)"), None, &[0; 8])).unwrap_err();
+        assert!(e.to_string().contains("promises"), "{e}");
+        // A header length of 4 GiB, and one longer than the file.
+        let e = parse(&npy(2, &header("(2,)"), Some(u32::MAX), &[0; 8])).unwrap_err();
+        assert!(e.to_string().contains("over the limit"), "{e}");
+        let e = parse(&npy(1, &header("(2,)"), Some(60_000), &[0; 8])).unwrap_err();
+        assert!(e.to_string().contains("but the file has"), "{e}");
+        // Too many axes; float16 data cut short; an unknown version.
+        let many = format!("({})", vec!["1"; 100].join(", "));
+        assert!(parse(&npy(1, &header(&many), None, &[0; 4])).is_err());
+        let half = "{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }\n";
+        assert!(parse(&npy(1, half, None, &[0; 6])).is_err());
+        assert!(parse(&npy(9, &header("(2,)"), None, &[0; 8])).is_err());
+        for cut in 0..ok.len() {
+            assert!(parse(&ok[..cut]).is_err(), "{cut} bytes");
+        }
+    }
+
     #[test]
     fn round_trip_and_garbage() {
         let t = Tensor::f32(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.5]);

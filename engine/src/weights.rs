@@ -166,3 +166,68 @@ pub fn load_safetensors(graph: &Graph, bytes: &[u8]) -> Result<Weights, WeightsE
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::load_graph;
+    use safetensors::tensor::{serialize, TensorView};
+
+    fn graph() -> Graph {
+        load_graph(
+            r#"{ "format": "sluice/graph@1", "inputs": { "x": { "shape": ["N", 3] } },
+                 "nodes": [{ "id": "fc", "op": "linear", "inputs": ["x"],
+                             "attrs": { "out_features": 2, "bias": false } }],
+                 "outputs": ["fc"] }"#,
+        )
+        .unwrap()
+    }
+
+    /// A safetensors file with a hand-written header and data.
+    fn file(header: &str, claimed: Option<u64>, data: &[u8]) -> Vec<u8> {
+        let len = claimed.unwrap_or(header.len() as u64);
+        let mut out = len.to_le_bytes().to_vec();
+        out.extend(header.as_bytes());
+        out.extend(data);
+        out
+    }
+
+    #[test]
+    fn a_valid_file_loads() {
+        let data = [0u8; 24];
+        let view = TensorView::new(safetensors::Dtype::F32, vec![3, 2], &data).unwrap();
+        let bytes = serialize([("fc.weight", view)], None).unwrap();
+        let w = load_safetensors(&graph(), &bytes).unwrap();
+        assert_eq!(w["fc.weight"].shape, vec![3, 2]);
+    }
+
+    #[test]
+    fn lying_files_are_refused_before_conversion() {
+        let g = graph();
+        let header = r#"{"fc.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]}}"#;
+        assert!(load_safetensors(&g, &file(header, None, &[0; 24])).is_ok());
+        let refused = |bytes: &[u8]| load_safetensors(&g, bytes).unwrap_err().to_string();
+        // Offsets past the data, sizes that disagree with the shape.
+        let past = r#"{"fc.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,4000000000]}}"#;
+        refused(&file(past, None, &[0; 24]));
+        let short = r#"{"fc.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,8]}}"#;
+        refused(&file(short, None, &[0; 8]));
+        let huge = r#"{"fc.weight":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,24]}}"#;
+        refused(&file(huge, None, &[0; 24]));
+        // Header lengths past the file, over the limit, or absent.
+        let e = refused(&file(header, Some(u64::MAX), &[0; 24]));
+        assert!(e.contains("header claims"), "{e}");
+        assert!(refused(&[1, 2, 3]).contains("8-byte"));
+        let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(17 << 20));
+        let e = refused(&file(&big, None, &[]));
+        assert!(e.contains("max_document_bytes"), "{e}");
+        // A dtype Sluice does not take, and far more tensors than the graph has nodes.
+        let ints = r#"{"fc.weight":{"dtype":"I64","shape":[3,2],"data_offsets":[0,48]}}"#;
+        assert!(refused(&file(ints, None, &[0; 48])).contains("dtype"));
+        let many: Vec<String> = (0..100)
+            .map(|i| format!(r#""t{i}":{{"dtype":"F32","shape":[0],"data_offsets":[0,0]}}"#))
+            .collect();
+        let e = refused(&file(&format!("{{{}}}", many.join(",")), None, &[]));
+        assert!(e.contains("tensors"), "{e}");
+    }
+}

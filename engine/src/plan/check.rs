@@ -294,3 +294,111 @@ fn expr_type(
         (None, None) => Err("an empty fused unit".into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::CpuExecutable;
+    use crate::graph::load_graph;
+    use crate::tensor::Tensor;
+
+    fn plan() -> (Plan, Weights) {
+        let g = load_graph(
+            r#"{ "format": "sluice/graph@1", "inputs": { "x": { "shape": [2, 3] } },
+                 "nodes": [
+                   { "id": "fc", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 4 } },
+                   { "id": "act", "op": "relu", "inputs": ["fc"] },
+                   { "id": "k", "op": "constant", "attrs": { "value": [1, 2, 3, 4] } },
+                   { "id": "sum", "op": "add", "inputs": ["act", "k"] },
+                   { "id": "out", "op": "tanh", "inputs": ["sum"] }
+                 ],
+                 "outputs": ["out"] }"#,
+        )
+        .unwrap();
+        let w = crate::weights::init_weights(&g, 1);
+        (Plan::new(&g).unwrap(), w)
+    }
+
+    /// One way of tampering with a plan, and what it does.
+    type Tamper = (&'static str, fn(&mut Plan));
+
+    /// Each way of tampering with a plan, applied to a fresh one: every one is refused
+    /// by the check and by the CPU device, and none panics.
+    #[test]
+    fn tampered_plans_are_refused_not_run() {
+        let (good, w) = plan();
+        good.validate().unwrap();
+        CpuExecutable::new(good.clone(), &w).unwrap();
+        let tampers: Vec<Tamper> = vec![
+            ("a step reads a value that does not exist", |p| {
+                p.steps[0].inputs[0] = 999
+            }),
+            ("a value's shape changes", |p| {
+                p.values[0].shape = vec![7, 7]
+            }),
+            ("a value outgrows its buffer", |p| {
+                let last = p.values.len() - 1;
+                p.values[last].shape = vec![1 << 20, 1 << 20];
+            }),
+            ("a buffer does not exist", |p| p.values[0].buffer = 999),
+            ("a storage does not exist", |p| p.values[0].storage = 999),
+            ("a constant lies about its elements", |p| {
+                p.constants[0].1 = Tensor::f32(vec![4], vec![1.0])
+            }),
+            ("an in-place input does not exist", |p| {
+                p.steps[0].in_place = Some(9)
+            }),
+            ("the weights change shape", |p| {
+                let v = p.params[0].1;
+                p.values[v].shape = vec![3, 5];
+            }),
+            ("an input is a weight", |p| p.inputs[0].1 = p.params[0].1),
+            ("a size overflows", |p| {
+                p.values[0].shape = vec![usize::MAX, 2]
+            }),
+            ("a fused term reads a missing input", |p| {
+                for step in &mut p.steps {
+                    if let Work::Fused(e) | Work::Epilogue { expr: e, .. } = &mut step.work {
+                        e.terms[0].args[0] = Operand::Input(99);
+                    }
+                }
+            }),
+            ("an operator arrives invalid", |p| {
+                for step in &mut p.steps {
+                    if let Work::Epilogue { anchor, .. } = &mut step.work {
+                        *anchor = Op::MatMul(crate::ops::matmul::MatMulOp::Linear {
+                            out_features: 0,
+                            bias: true,
+                        });
+                    }
+                }
+            }),
+        ];
+        for (what, tamper) in tampers {
+            let mut p = good.clone();
+            tamper(&mut p);
+            assert!(p.validate().is_err(), "{what}: accepted");
+            assert!(CpuExecutable::new(p, &w).is_err(), "{what}: compiled");
+        }
+    }
+
+    #[test]
+    fn weights_and_limits_are_checked_before_upload() {
+        let (p, mut w) = plan();
+        let key = p.params[0].0.clone();
+        w.insert(key.clone(), Tensor::f32(vec![3, 4], vec![0.0; 5]));
+        assert!(p.check_weights(&w).is_err());
+        w.remove(&key);
+        assert!(matches!(
+            p.check_weights(&w),
+            Err(RunError::MissingWeight(_))
+        ));
+        let tiny = Limits {
+            max_device_bytes: 16,
+            ..Limits::default()
+        };
+        let e = p.check_limits(&tiny).unwrap_err().to_string();
+        assert!(e.contains("max_device_bytes"), "{e}");
+        assert!(p.check_limits(&Limits::default()).is_ok());
+    }
+}
