@@ -12,8 +12,9 @@ use crate::shape::Dim;
 use petgraph::stable_graph::NodeIndex;
 use std::collections::HashMap;
 
+pub use crate::graph::check::check_document;
 pub use crate::graph::limits::{
-    check_document, Limit, Limits, MAX_BATCH, MAX_MICROBATCHES, MAX_PREFETCH, MAX_STAGES,
+    Limit, Limits, MAX_BATCH, MAX_MICROBATCHES, MAX_PREFETCH, MAX_STAGES,
 };
 
 /// Bytes per element on the host and, at most, on a device (every dtype is stored in

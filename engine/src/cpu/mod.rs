@@ -55,7 +55,8 @@ pub fn eval(
     }
 }
 
-/// Checks operands against inference: the tensors hold their shapes' elements, the
+/// Checks operands against inference: the operator is valid (as parsing makes it), the
+/// tensors hold their shapes' elements, the
 /// output shapes are the inferred ones (for pointwise operators, ones the inferred shape
 /// broadcasts to: fused units evaluate every term at the unit's output shape), and the
 /// weights have the declared shapes.
@@ -65,6 +66,7 @@ fn check_operands(
     params: &[&Tensor],
     out_shapes: &[Vec<usize>],
 ) -> Result<(), String> {
+    op.validate(usize::MAX)?;
     for t in inputs.iter().chain(params) {
         t.check()?;
     }

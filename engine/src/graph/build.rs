@@ -5,8 +5,9 @@
 //! sorting: names are looked up in maps, never by scanning nodes.
 
 use super::batch::{self, Batch};
+use super::check::check_document;
 use super::doc::GraphDoc;
-use super::limits::{check_document, echo, Limit, Limits};
+use super::limits::{echo, Limit, Limits};
 use super::problem::Collector;
 use super::{Edge, Graph, Node, NodeKind, OutputRef, Problem};
 use crate::ops::{self, Op, ParamSpec};

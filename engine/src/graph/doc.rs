@@ -135,7 +135,7 @@ pub(crate) fn decode_text_into(text: &str, limits: &Limits, p: &mut Collector) -
 fn too_long(limits: &Limits, limit: Limit, field: String, len: usize) -> Problem {
     let e = limits.error(
         limit,
-        format!("{field} ({len} entries)"),
+        format!("'{field}'"),
         "entries",
         u64::try_from(len).ok(),
     );
@@ -201,10 +201,12 @@ pub(crate) fn decode_into(value: &Value, limits: &Limits, p: &mut Collector) -> 
         }
     };
     let mut usable = true;
-    let mut count = |limit: Limit, key: &str, len: usize, p: &mut Collector| -> bool {
-        let fits = u64::try_from(len).is_ok_and(|n| n <= limits.get(limit));
+    let mut count = |limit: Limit, key: &'static str, len: usize, p: &mut Collector| -> bool {
+        let n = u64::try_from(len).ok();
+        let fits = n.is_some_and(|n| n <= limits.get(limit));
         if !fits {
-            p.push(too_long(limits, limit, key.to_string(), len));
+            let e = limits.error(limit, "the graph", key, n);
+            p.push(Problem::at(key, e.to_string()));
             usable = false;
         }
         fits
@@ -346,7 +348,7 @@ fn decode_inputs(
             Some(Value::Array(dims)) if dims.len() > limits.max_rank => {
                 let e = limits.error(
                     Limit::MaxRank,
-                    format!("input '{}' ({} axes)", echo(name), dims.len()),
+                    format!("input '{}'", echo(name)),
                     "axes",
                     u64::try_from(dims.len()).ok(),
                 );

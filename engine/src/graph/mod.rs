@@ -1,5 +1,6 @@
 //! Graphs: the document format ([`doc`]) parsed under a budget ([`json`]), the limits
-//! documents, graphs and runs stay within ([`limits`]), problems ([`problem`]), the
+//! documents, graphs and runs stay within ([`limits`]) and the cheap check of a
+//! document against them ([`check`]), problems ([`problem`]), the
 //! checked, typed petgraph graph built from a document ([`build`]), where the batch lives
 //! in every value ([`batch`]) and the live view of a document being edited
 //! ([`analysis`]).
@@ -7,6 +8,7 @@
 pub mod analysis;
 pub mod batch;
 pub mod build;
+pub mod check;
 pub mod doc;
 pub mod json;
 pub mod limits;
@@ -21,8 +23,9 @@ use std::collections::{BTreeSet, HashMap};
 
 pub use analysis::{analyse, Analysis};
 pub use batch::{Batch, BatchSemantics, Coupling};
+pub use check::check_document;
 pub use doc::{GraphDoc, FORMAT};
-pub use limits::{check_document, Limit, Limits};
+pub use limits::{Limit, Limits};
 pub use problem::{Problem, Problems};
 
 /// A node of the typed graph.

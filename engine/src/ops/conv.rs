@@ -166,7 +166,7 @@ fn pair(r: &mut AttrReader, name: &str, min: i64) -> [usize; 2] {
     if v.len() != 2 || v.iter().any(|&x| x < min || x > MAX_WINDOW as i64) {
         r.reject(
             name,
-            format!("{name} must be two integers ≥ {min}, got {v:?}"),
+            format!("{name} must be two integers in {min}..={MAX_WINDOW}, got {v:?}"),
         );
         return [min.max(1) as usize; 2];
     }
@@ -186,7 +186,12 @@ fn window(r: &mut AttrReader, ceil: bool) -> Window {
             [*a as usize, *b as usize, *c as usize, *d as usize]
         }
         _ => {
-            r.reject("pads", format!("pads must be [top, left, bottom, right] or [ph, pw] of non-negative integers, got {p:?}"));
+            r.reject(
+                "pads",
+                format!(
+                    "pads must be [top, left, bottom, right] or [ph, pw] of integers in 0..={MAX_WINDOW}, got {p:?}"
+                ),
+            );
             [0; 4]
         }
     };
