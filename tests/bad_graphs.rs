@@ -249,6 +249,132 @@ fn faults() -> Vec<(&'static str, String, Vec<&'static str>)> {
             vec!["all dimensions except axis 1 must match"],
         ),
         (
+            "linear of 2^33 features",
+            with(|v| node(v, 0)["attrs"]["out_features"] = json!(1u64 << 33)),
+            vec!["node 'fc1'", "out_features must be at most 2147483647"],
+        ),
+        (
+            "weight over the tensor limit",
+            with(|v| {
+                v["inputs"]["x"]["shape"] = json!(["N", 65536]);
+                node(v, 0)["attrs"]["out_features"] = json!(8192);
+            }),
+            vec![
+                "weight 'fc1.weight'",
+                "max_tensor_elements",
+                "--max-tensor-elements",
+            ],
+        ),
+        (
+            "weights together over the host memory limit",
+            with(|v| {
+                v["inputs"]["x"]["shape"] = json!(["N", 4096]);
+                let nodes = v["nodes"].as_array_mut().unwrap();
+                for i in 0..40 {
+                    nodes.push(
+                        json!({ "id": format!("big{i}"), "op": "linear", "inputs": ["x"],
+                                       "attrs": { "out_features": 4096 } }),
+                    );
+                }
+            }),
+            vec![
+                "weights and constants",
+                "max_host_bytes",
+                "--max-host-bytes",
+            ],
+        ),
+        (
+            "rank over the limit",
+            with(|v| v["inputs"]["x"]["shape"] = json!(["N", 1, 1, 1, 1, 1, 1, 1, 6])),
+            vec!["9 axes", "max_rank", "--max-rank"],
+        ),
+        (
+            "inferred rank over the limit",
+            with(|v| {
+                node(v, 1)["op"] = json!("unsqueeze");
+                node(v, 1)["attrs"] = json!({ "axes": [0, 1, 2, 3, 4, 5, 6] });
+            }),
+            vec!["node 'act'", "9 axes", "max_rank"],
+        ),
+        (
+            "list attribute over the limit",
+            with(|v| {
+                node(v, 1)["op"] = json!("unsqueeze");
+                node(v, 1)["attrs"] = json!({ "axes": (0..2000).collect::<Vec<i64>>() });
+            }),
+            vec!["node 'act'", "max_list_len", "--max-list-len"],
+        ),
+        (
+            "too many nodes",
+            with(|v| {
+                let nodes = v["nodes"].as_array_mut().unwrap();
+                for i in 0..10_000 {
+                    nodes.push(json!({ "id": format!("r{i}"), "op": "relu", "inputs": ["x"] }));
+                }
+            }),
+            vec!["10003 nodes", "max_nodes", "--max-nodes"],
+        ),
+        (
+            "too many outputs",
+            with(|v| v["outputs"] = json!(vec!["probs"; 300])),
+            vec!["300 outputs", "max_outputs", "--max-outputs"],
+        ),
+        (
+            "name too long",
+            with(|v| node(v, 2)["id"] = json!("p".repeat(200))),
+            vec!["node id", "max_name_len"],
+        ),
+        (
+            "dimension over the tensor limit",
+            with(|v| v["inputs"]["x"]["shape"] = json!(["N", u64::MAX])),
+            vec!["input 'x'", "max_tensor_elements"],
+        ),
+        (
+            "padding beyond the window limit",
+            with(|v| {
+                v["inputs"]["x"]["shape"] = json!(["N", 1, 8, 8]);
+                node(v, 0)["op"] = json!("conv2d");
+                node(v, 0)["attrs"] =
+                    json!({ "out_channels": 2, "kernel_size": [3, 3], "pads": [1u64 << 40, 0] });
+            }),
+            vec!["node 'fc1'", "pads must be"],
+        ),
+        (
+            "clip with min above max",
+            with(|v| {
+                node(v, 1)["op"] = json!("clip");
+                node(v, 1)["attrs"] = json!({ "min": 2, "max": 1 });
+            }),
+            vec!["node 'act'", "clip min 2 is above max 1"],
+        ),
+        (
+            "float attribute beyond f32",
+            with(|v| {
+                node(v, 1)["op"] = json!("clip");
+                node(v, 1)["attrs"] = json!({ "min": 1e300 });
+            }),
+            vec!["node 'act'", "within f32's range"],
+        ),
+        (
+            "axis of a scalar",
+            with(|v| {
+                v["inputs"]["s"] = json!({ "shape": [] });
+                node(v, 1)["op"] = json!("concat");
+                node(v, 1)["inputs"] = json!(["s", "s"]);
+                node(v, 1)["attrs"] = json!({ "axis": 0 });
+            }),
+            vec!["node 'act'", "does not exist in a tensor of rank 0"],
+        ),
+        (
+            "slice step of zero",
+            with(|v| {
+                node(v, 1)["op"] = json!("slice");
+                node(v, 1)["attrs"] =
+                    json!({ "starts": [0], "ends": [2], "axes": [1], "steps": [0] });
+            }),
+            vec!["node 'act'", "slice step must not be 0"],
+        ),
+        (
             "constant values do not fill shape",
             with(|v| {
                 node(v, 1)["op"] = json!("constant");
@@ -301,7 +427,7 @@ fn check(text: &str, expected: &[&str]) -> Result<(), String> {
 #[test]
 fn every_fault_is_reported_with_a_clear_message_and_exit_1() {
     let faults = faults();
-    assert!(faults.len() >= 25);
+    assert!(faults.len() >= 40);
     let failures: Vec<String> = faults
         .iter()
         .filter_map(|(name, text, expected)| {
@@ -315,6 +441,35 @@ fn every_fault_is_reported_with_a_clear_message_and_exit_1() {
         faults.len(),
         failures.join("\n\n")
     );
+}
+
+/// Graphs at the extremes of what is valid run to the end, from the file to the outputs.
+#[test]
+fn slices_at_the_i64_extremes_run() {
+    let dir = std::env::temp_dir().join(format!("sluice-extreme-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("slices.json");
+    let graph = json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": ["N", 5] } },
+        "nodes": [
+            { "id": "head", "op": "slice", "inputs": ["x"], "attrs": {
+                "starts": [i64::MIN], "ends": [i64::MAX], "axes": [1], "steps": [i64::MAX] } },
+            { "id": "tail", "op": "slice", "inputs": ["x"], "attrs": {
+                "starts": [i64::MAX], "ends": [i64::MIN], "axes": [1], "steps": [i64::MIN] } },
+            { "id": "flip", "op": "slice", "inputs": ["x"], "attrs": {
+                "starts": [-1], "ends": [i64::MIN], "axes": [-1], "steps": [-1] } }
+        ],
+        "outputs": ["head", "tail", "flip"]
+    });
+    std::fs::write(&file, graph.to_string()).unwrap();
+    let out = sluice()
+        .args(["run", "--device", "cpu", "--batch", "3"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
 }
 
 #[test]

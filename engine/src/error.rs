@@ -1,5 +1,35 @@
 //! The engine's run-time error: everything that can go wrong planning, compiling or
-//! running a graph, each naming what and where.
+//! running a graph, each naming what and where; and [`LimitError`], a size over one of
+//! the configured limits, which graphs, runs and readers all report the same way.
+
+/// A size over one of the configured limits (`crate::limits::Limits`), or too large to
+/// be counted at all. It names what is too large, by how much, the limit (its field in
+/// `Limits`) and the command-line flag that raises it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{subject} {}, over the limit of {limit} {unit} ({name}; raise it with {flag})", self.amount())]
+pub struct LimitError {
+    /// What is too large: "input 'x'", "weight 'fc.weight'", "the run's host memory".
+    pub subject: String,
+    /// What is counted: "elements", "bytes", "nodes", "axes", "characters", ...
+    pub unit: &'static str,
+    /// The amount asked for; `None` when counting it overflows.
+    pub value: Option<u64>,
+    /// The limit.
+    pub limit: u64,
+    /// The limit's field in `Limits` (`max_tensor_elements`).
+    pub name: &'static str,
+    /// The flag of `sluice` that sets it (`--max-tensor-elements`).
+    pub flag: &'static str,
+}
+
+impl LimitError {
+    fn amount(&self) -> String {
+        match self.value {
+            Some(v) => format!("needs {v} {}", self.unit),
+            None => format!("needs more {} than can be counted", self.unit),
+        }
+    }
+}
 
 /// Errors from planning or running a graph.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +101,14 @@ pub enum RunError {
         /// The driver's or validator's message.
         message: String,
     },
+    /// A graph, run or tensor over one of the configured limits: refused before anything
+    /// was allocated for it.
+    #[error("{0}")]
+    Limit(#[from] LimitError),
+    /// A plan from elsewhere (a server, a cache) is inconsistent: refused before a
+    /// device sees it.
+    #[error("invalid plan: {0}")]
+    Plan(String),
     /// The run was cancelled.
     #[error("cancelled")]
     Cancelled,

@@ -1,11 +1,64 @@
 //! `.npy` bytes as engine tensors (via `npyz`): f32, f64 (narrowed), f16 (widened), i32,
 //! i64 (range-checked to i32) and bool. Works on bytes, so the CLI, the server and the
-//! editor share it.
+//! editor share it. The header's length is read and checked against the bytes and
+//! [`MAX_HEADER_BYTES`] before `npyz` sees it, and the shape's size against the bytes
+//! before any element is allocated: a file can make the reader allocate at most about
+//! its own size.
 
 use crate::tensor::{Tensor, TensorData};
 
 /// Largest .npy array accepted, in elements.
 pub const MAX_ELEMENTS: u64 = 1 << 31;
+
+/// Largest .npy header accepted, in bytes (numpy writes a few hundred; it reads at most
+/// 10,000 by default).
+pub const MAX_HEADER_BYTES: usize = 1 << 16;
+
+/// Most axes of a .npy array (numpy's own maximum).
+pub const MAX_RANK: usize = 64;
+
+/// Where the data of .npy bytes starts: after the magic, the version, the header length
+/// and the header, all checked to be present and the header within
+/// [`MAX_HEADER_BYTES`].
+fn data_start(bytes: &[u8]) -> Result<usize, NpyError> {
+    if bytes.get(..6) != Some(b"\x93NUMPY".as_slice()) {
+        return Err(NpyError::Format(
+            "the magic string \\x93NUMPY is missing".into(),
+        ));
+    }
+    let (len_at, len_size) = match bytes.get(6) {
+        Some(1) => (8, 2),
+        Some(2 | 3) => (8, 4),
+        Some(v) => {
+            return Err(NpyError::Unsupported(format!(
+                "format version {v} is not supported (1, 2 and 3 are)"
+            )))
+        }
+        None => return Err(NpyError::Format("truncated header".into())),
+    };
+    let header = bytes
+        .get(len_at..len_at + len_size)
+        .ok_or_else(|| NpyError::Format("truncated header".into()))?
+        .iter()
+        .rev()
+        .fold(0u64, |a, &x| (a << 8) | u64::from(x));
+    let header = usize::try_from(header)
+        .ok()
+        .filter(|&h| h <= MAX_HEADER_BYTES)
+        .ok_or_else(|| {
+            NpyError::Unsupported(format!(
+                "the header claims {header} bytes, over the limit of {MAX_HEADER_BYTES}"
+            ))
+        })?;
+    let start = len_at + len_size + header;
+    if start > bytes.len() {
+        return Err(NpyError::Format(format!(
+            "the header claims {header} bytes but the file has {}",
+            bytes.len()
+        )));
+    }
+    Ok(start)
+}
 
 /// Why .npy bytes could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +77,7 @@ fn format_err(e: impl std::fmt::Display) -> NpyError {
 
 /// Parses .npy bytes.
 pub fn parse(bytes: &[u8]) -> Result<Tensor, NpyError> {
+    let start = data_start(bytes)?;
     let npy = npyz::NpyFile::new(bytes).map_err(format_err)?;
     if npy.order() != npyz::Order::C {
         return Err(NpyError::Unsupported(
@@ -31,6 +85,12 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor, NpyError> {
         ));
     }
     let shape: Vec<u64> = npy.shape().to_vec();
+    if shape.len() > MAX_RANK {
+        return Err(NpyError::Unsupported(format!(
+            "{} axes, over the limit of {MAX_RANK}",
+            shape.len()
+        )));
+    }
     let n = shape
         .iter()
         .try_fold(1u64, |a, &d| a.checked_mul(d))
@@ -51,13 +111,18 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor, NpyError> {
         )))
         }
     };
-    if (bytes.len() as u64) < n * width {
+    let data_bytes = bytes.len() - start;
+    let needed = n.checked_mul(width).and_then(|b| usize::try_from(b).ok());
+    if needed.is_none_or(|b| b > data_bytes) {
         return Err(NpyError::Format(format!(
-            "the header promises {n} elements but the file is {} bytes",
-            bytes.len()
+            "the header promises {n} elements but the file has {data_bytes} bytes of data"
         )));
     }
-    let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+    let dims: Vec<usize> = shape
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<_, _>>()
+        .map_err(|_| NpyError::Unsupported(format!("shape {shape:?} is too large")))?;
     let data = match descr.as_str() {
         "<f4" => TensorData::F32(npy.into_vec::<f32>().map_err(format_err)?),
         "<f8" => TensorData::F32(
@@ -69,23 +134,11 @@ pub fn parse(bytes: &[u8]) -> Result<Tensor, NpyError> {
         ),
         "<f2" => {
             // npyz has no f16 element type: read the raw data after the header.
-            let (len_at, len_size) = if bytes.get(6) == Some(&1) {
-                (8, 2)
-            } else {
-                (8, 4)
-            };
-            let hlen = bytes
-                .get(len_at..len_at + len_size)
-                .map(|b| {
-                    b.iter()
-                        .rev()
-                        .fold(0usize, |a, &x| (a << 8) | usize::from(x))
-                })
-                .ok_or_else(|| NpyError::Format("truncated header".into()))?;
-            let start = len_at + len_size + hlen;
-            let data = bytes.get(start..start + 2 * n as usize).ok_or_else(|| {
-                NpyError::Format("the data is shorter than the shape says".into())
-            })?;
+            let data = needed
+                .and_then(|b| bytes.get(start..start.checked_add(b)?))
+                .ok_or_else(|| {
+                    NpyError::Format("the data is shorter than the shape says".into())
+                })?;
             TensorData::F32(
                 data.chunks_exact(2)
                     .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
@@ -170,6 +223,55 @@ pub fn to_bytes_f16(t: &Tensor) -> Result<Vec<u8>, NpyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// .npy bytes of format version `version` with `header` (its length field as given,
+    /// or the header's real length) and `data`.
+    fn npy(version: u8, header: &str, claimed: Option<u32>, data: &[u8]) -> Vec<u8> {
+        let mut out = b"\x93NUMPY".to_vec();
+        out.extend([version, 0]);
+        let len = claimed.unwrap_or(header.len() as u32);
+        if version == 1 {
+            out.extend((len as u16).to_le_bytes());
+        } else {
+            out.extend(len.to_le_bytes());
+        }
+        out.extend(header.as_bytes());
+        out.extend(data);
+        out
+    }
+
+    #[test]
+    fn headers_and_shapes_are_checked_against_the_bytes_before_allocating() {
+        let header = |shape: &str| {
+            format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}\n")
+        };
+        // A valid tiny file for reference.
+        let ok = npy(1, &header("(2,)"), None, &[0; 8]);
+        assert_eq!(parse(&ok).unwrap().shape, vec![2]);
+        // 2^60 elements promised by a 100-byte file.
+        let e = parse(&npy(1, &header("(1152921504606846976,)"), None, &[0; 8])).unwrap_err();
+        assert!(
+            e.to_string().contains("exceeds") || e.to_string().contains("promises"),
+            "{e}"
+        );
+        // Elements within the cap but not in the file.
+        let e = parse(&npy(1, &header("(1000, 1000)"), None, &[0; 8])).unwrap_err();
+        assert!(e.to_string().contains("promises"), "{e}");
+        // A header length of 4 GiB, and one longer than the file.
+        let e = parse(&npy(2, &header("(2,)"), Some(u32::MAX), &[0; 8])).unwrap_err();
+        assert!(e.to_string().contains("over the limit"), "{e}");
+        let e = parse(&npy(1, &header("(2,)"), Some(60_000), &[0; 8])).unwrap_err();
+        assert!(e.to_string().contains("but the file has"), "{e}");
+        // Too many axes; float16 data cut short; an unknown version.
+        let many = format!("({})", vec!["1"; 100].join(", "));
+        assert!(parse(&npy(1, &header(&many), None, &[0; 4])).is_err());
+        let half = "{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }\n";
+        assert!(parse(&npy(1, half, None, &[0; 6])).is_err());
+        assert!(parse(&npy(9, &header("(2,)"), None, &[0; 8])).is_err());
+        for cut in 0..ok.len() {
+            assert!(parse(&ok[..cut]).is_err(), "{cut} bytes");
+        }
+    }
 
     #[test]
     fn round_trip_and_garbage() {

@@ -178,44 +178,63 @@ pub fn broadcast(a: &[Dim], b: &[Dim]) -> Result<Shape, String> {
 
 /// Resolves a possibly negative axis against a rank.
 pub fn axis(axis: i64, rank: usize) -> Result<usize, String> {
-    let r = rank as i64;
+    let r = i64::try_from(rank).map_err(|_| format!("rank {rank} is too large"))?;
     if axis < -r || axis >= r.max(1) && !(rank == 0 && axis == 0) {
         return Err(format!("axis {axis} is out of range for rank {rank}"));
     }
-    Ok(if axis < 0 {
-        (axis + r) as usize
-    } else {
-        axis as usize
-    })
+    let a = if axis < 0 { axis + r } else { axis };
+    usize::try_from(a).map_err(|_| format!("axis {axis} is out of range for rank {rank}"))
 }
 
-/// Row-major strides of a concrete shape.
-pub fn strides(dims: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; dims.len()];
-    for i in (0..dims.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * dims[i + 1];
+/// Resolves an axis that must exist: like [`axis`], except that a tensor of rank 0 has
+/// no axis 0 to index.
+pub fn existing_axis(axis: i64, rank: usize) -> Result<usize, String> {
+    let a = self::axis(axis, rank)?;
+    if a >= rank {
+        return Err(format!(
+            "axis {axis} does not exist in a tensor of rank {rank}"
+        ));
     }
-    s
+    Ok(a)
 }
 
-/// Strides of `input` read in an output of shape `out` under broadcasting (0 on broadcast axes).
-pub fn broadcast_strides(input: &[usize], out: &[usize]) -> Vec<usize> {
-    let own = strides(input);
-    let offset = out.len() - input.len();
-    (0..out.len())
-        .map(|i| {
-            if i < offset || input[i - offset] == 1 {
-                0
-            } else {
-                own[i - offset]
-            }
+/// The message of a size that does not fit in memory's address space.
+fn overflow(dims: &[usize]) -> String {
+    format!("shape {dims:?} has more elements than can be addressed")
+}
+
+/// Row-major strides of a concrete shape; an error when they overflow.
+pub fn strides(dims: &[usize]) -> Result<Vec<usize>, String> {
+    let mut s = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1]
+            .checked_mul(dims[i + 1])
+            .ok_or_else(|| overflow(dims))?;
+    }
+    Ok(s)
+}
+
+/// Strides of `input` read in an output of shape `out` under broadcasting (0 on broadcast
+/// axes); an error when `input` has more axes than `out` or the strides overflow.
+pub fn broadcast_strides(input: &[usize], out: &[usize]) -> Result<Vec<usize>, String> {
+    let own = strides(input)?;
+    let offset = out
+        .len()
+        .checked_sub(input.len())
+        .ok_or_else(|| format!("shape {input:?} has more axes than the output {out:?}"))?;
+    Ok((0..out.len())
+        .map(|i| match i.checked_sub(offset) {
+            Some(j) if input[j] != 1 => own[j],
+            _ => 0,
         })
-        .collect()
+        .collect())
 }
 
-/// The number of elements of a concrete shape.
-pub fn numel(dims: &[usize]) -> usize {
-    dims.iter().product()
+/// The number of elements of a concrete shape; an error when it overflows.
+pub fn numel(dims: &[usize]) -> Result<usize, String> {
+    dims.iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| overflow(dims))
 }
 
 #[cfg(test)]
@@ -250,7 +269,23 @@ mod tests {
     fn axes_and_strides() {
         assert_eq!(axis(-1, 3).unwrap(), 2);
         assert!(axis(3, 3).is_err());
-        assert_eq!(strides(&[2, 3, 4]), vec![12, 4, 1]);
-        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);
+        assert_eq!(strides(&[2, 3, 4]).unwrap(), vec![12, 4, 1]);
+        assert_eq!(
+            broadcast_strides(&[3, 1], &[2, 3, 4]).unwrap(),
+            vec![0, 1, 0]
+        );
+        assert!(axis(i64::MIN, 3).is_err() && axis(i64::MAX, 3).is_err());
+    }
+
+    #[test]
+    fn sizes_that_overflow_are_errors_not_wraps() {
+        let huge = [1usize << 40, 1 << 40];
+        assert!(numel(&huge).is_err());
+        assert!(strides(&[2, usize::MAX, 2]).is_err());
+        assert!(broadcast_strides(&[2, 3], &[3]).is_err());
+        assert_eq!(numel(&[]).unwrap(), 1);
+        assert!(Product::of(&[Dim::Known(usize::MAX), Dim::Known(2)]).is_none());
+        let sym = Dim::Sym(format!("N*{}", usize::MAX));
+        assert!(bind(&[sym], &HashMap::from([("N".to_string(), 2)])).is_err());
     }
 }

@@ -43,11 +43,16 @@ impl Storage {
         }
     }
 
-    /// Bytes for `n` elements, a multiple of 4 (16-bit storages round up to whole words).
+    /// Bytes for `n` elements, a multiple of 4 (16-bit storages round up to whole words);
+    /// saturating at `u64::MAX`, which no device can allocate.
     pub fn bytes(self, n: usize) -> u64 {
-        match self {
-            Storage::F16 | Storage::Packed => 4 * n.div_ceil(2) as u64,
-            _ => 4 * n as u64,
-        }
+        let words = match self {
+            Storage::F16 | Storage::Packed => n.div_ceil(2),
+            _ => n,
+        };
+        u64::try_from(words)
+            .ok()
+            .and_then(|w| w.checked_mul(4))
+            .unwrap_or(u64::MAX)
     }
 }

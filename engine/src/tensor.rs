@@ -26,19 +26,35 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// A float tensor; the caller guarantees `data.len() == numel(shape)`.
+    /// A float tensor; `data.len()` should be `numel(shape)` ([`Tensor::check`] says
+    /// whether it is, where tensors come from outside).
     pub fn f32(shape: Vec<usize>, data: Vec<f32>) -> Tensor {
-        debug_assert_eq!(numel(&shape), data.len());
         Tensor {
             shape,
             data: TensorData::F32(data),
         }
     }
 
-    /// A float tensor filled with one value.
+    /// A float tensor filled with one value (no elements when the shape's count
+    /// overflows, which [`Tensor::check`] refuses).
     pub fn full(shape: Vec<usize>, value: f32) -> Tensor {
-        let n = numel(&shape);
+        let n = numel(&shape).unwrap_or(0);
         Tensor::f32(shape, vec![value; n])
+    }
+
+    /// Checks that the tensor holds exactly the elements its shape says: what every
+    /// tensor from outside (an upload, a file, a worker, a server) must pass before it
+    /// is indexed.
+    pub fn check(&self) -> Result<(), String> {
+        let n = numel(&self.shape)?;
+        if n != self.len() {
+            return Err(format!(
+                "shape {:?} needs {n} elements but the tensor holds {}",
+                self.shape,
+                self.len()
+            ));
+        }
+        Ok(())
     }
 
     /// The element type.
@@ -122,7 +138,7 @@ impl Tensor {
     ) -> Tensor {
         match storage {
             Storage::F16 | Storage::Packed => {
-                let n: usize = shape.iter().product();
+                let n = numel(&shape).unwrap_or(usize::MAX);
                 let data = bytes
                     .chunks_exact(2)
                     .take(n)

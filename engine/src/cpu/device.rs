@@ -111,21 +111,18 @@ pub struct CpuExecutable {
 }
 
 impl CpuExecutable {
-    /// Checks the weights against the plan and keeps them (rounded to their storage).
+    /// Checks the plan ([`Plan::validate`]) and the weights against it, and keeps them
+    /// (rounded to their storage).
     pub fn new(plan: Plan, weights: &Weights) -> Result<CpuExecutable, RunError> {
         let started = now_ns();
+        plan.validate()?;
+        plan.check_weights(weights)?;
         let mut resident = HashMap::new();
         for (key, v) in &plan.params {
             let value = &plan.values[*v];
             let w = weights
                 .get(key)
                 .ok_or_else(|| RunError::MissingWeight(key.clone()))?;
-            if w.shape != value.shape {
-                return Err(RunError::Input {
-                    name: key.clone(),
-                    message: format!("weight has shape {:?}, expected {:?}", w.shape, value.shape),
-                });
-            }
             resident.insert(value.storage, stored(w.clone(), value.layout));
         }
         for (v, t) in &plan.constants {
@@ -147,15 +144,22 @@ impl CpuExecutable {
 
     /// The tensor of value `v` among computed storages (views reshape their source).
     fn value(&self, storages: &HashMap<usize, Tensor>, v: usize) -> Result<Tensor, RunError> {
-        let value = &self.plan.values[v];
+        let value = self
+            .plan
+            .values
+            .get(v)
+            .ok_or_else(|| RunError::Internal(format!("value {v} does not exist")))?;
         let t = storages
             .get(&value.storage)
             .or_else(|| self.resident.get(&value.storage))
             .ok_or_else(|| RunError::Internal(format!("value '{}' not computed", value.name)))?;
-        Ok(Tensor {
+        let t = Tensor {
             shape: value.shape.clone(),
             data: t.data.clone(),
-        })
+        };
+        t.check()
+            .map_err(|m| RunError::Internal(format!("value '{}': {m}", value.name)))?;
+        Ok(t)
     }
 
     /// Evaluates an expression's terms at the output's shape (pointwise operators commute

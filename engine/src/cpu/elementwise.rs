@@ -2,7 +2,7 @@
 
 use super::unravel;
 use crate::ops::elementwise::{Binary, ElementwiseOp, Unary};
-use crate::shape::broadcast_strides;
+use crate::shape::{broadcast_strides, numel};
 use crate::tensor::Tensor;
 
 /// erf with the same 1.5e-7 approximation family as the kernel, in f64.
@@ -57,33 +57,38 @@ pub fn binary(b: Binary, x: f32, y: f32) -> f32 {
     }
 }
 
-/// Evaluates an elementwise operator into an output of shape `out`.
-pub fn eval(op: &ElementwiseOp, inputs: &[&Tensor], out: &[usize]) -> Tensor {
-    let n: usize = out.iter().product();
+/// Evaluates an elementwise operator into an output of shape `out`; every input must
+/// broadcast to it.
+pub fn eval(op: &ElementwiseOp, inputs: &[&Tensor], out: &[usize]) -> Result<Tensor, String> {
+    let n = numel(out)?;
     let strides: Vec<Vec<usize>> = inputs
         .iter()
         .map(|t| broadcast_strides(&t.shape, out))
-        .collect();
+        .collect::<Result<_, _>>()?;
     let vals: Vec<Vec<f32>> = inputs.iter().map(|t| t.to_f32_vec()).collect();
     let mut idx = vec![0; out.len()];
     let mut data = Vec::with_capacity(n);
     for i in 0..n {
         unravel(i, out, &mut idx);
-        let arg = |k: usize| -> f32 {
-            let off: usize = idx.iter().zip(&strides[k]).map(|(a, b)| a * b).sum();
-            vals[k][off]
+        let arg = |k: usize| -> Result<f32, String> {
+            let off = idx
+                .iter()
+                .zip(strides.get(k).ok_or("an operand is missing")?)
+                .try_fold(0usize, |acc, (a, b)| a.checked_mul(*b)?.checked_add(acc));
+            off.and_then(|off| vals.get(k)?.get(off).copied())
+                .ok_or_else(|| format!("operand {k} does not broadcast to {out:?}"))
         };
         data.push(match op {
-            ElementwiseOp::Unary(u) => unary(*u, arg(0)),
-            ElementwiseOp::Binary(b) => binary(*b, arg(0), arg(1)),
+            ElementwiseOp::Unary(u) => unary(*u, arg(0)?),
+            ElementwiseOp::Binary(b) => binary(*b, arg(0)?, arg(1)?),
             ElementwiseOp::Where => {
-                if arg(0) != 0.0 {
-                    arg(1)
+                if arg(0)? != 0.0 {
+                    arg(1)?
                 } else {
-                    arg(2)
+                    arg(2)?
                 }
             }
         });
     }
-    Tensor::f32(out.to_vec(), data)
+    Ok(Tensor::f32(out.to_vec(), data))
 }

@@ -2,6 +2,11 @@
 //! Written for clarity, not speed. It is the oracle the GPU kernels are tested against
 //! ([`run`] interprets a bound graph directly) and, behind the execution seam
 //! ([`CpuDevice`]), the device where no adapter exists (`--device cpu`).
+//!
+//! [`eval`] checks its operands before a family sees them: every tensor holds the
+//! elements its shape says, and the shapes are what inference gives for them (the output
+//! shapes, the weights'). So inside the families, sizes and indices derived from the
+//! shapes fit the tensors they index.
 
 mod conv;
 mod device;
@@ -13,7 +18,7 @@ mod reduce;
 
 use crate::error::RunError;
 use crate::graph::{Graph, NodeKind};
-use crate::ops::Op;
+use crate::ops::{Op, TensorType};
 use crate::shape;
 use crate::tensor::Tensor;
 use crate::weights::Weights;
@@ -24,21 +29,80 @@ pub use device::session;
 pub use device::{CpuDevice, CpuExecutable};
 
 /// Applies one operator to host tensors; `out_shapes` are the inferred output shapes.
+/// The operands must be what inference typed (a checked graph or plan); every tensor is
+/// checked to hold its shape's elements, and a wrong number of operands is an error.
 pub fn eval(
     op: &Op,
     inputs: &[&Tensor],
     params: &[&Tensor],
     out_shapes: &[Vec<usize>],
 ) -> Result<Vec<Tensor>, String> {
+    check_operands(op, inputs, params, out_shapes)?;
+    let x = inputs.first().copied();
+    let (first, out) = match (x, out_shapes.first()) {
+        (Some(x), Some(out)) => (x, out),
+        _ if matches!(op, Op::Constant(_)) => return Ok(vec![op_constant(op)]),
+        _ => return Err("an operator needs an input and an output shape".into()),
+    };
     match op {
         Op::MatMul(o) => matmul::eval(o, inputs, params, out_shapes),
-        Op::Elementwise(o) => Ok(vec![elementwise::eval(o, inputs, &out_shapes[0])]),
-        Op::Reduce(o) => reduce::eval(o, inputs[0]).map(|t| vec![t]),
-        Op::Norm(o) => norm::eval(o, inputs[0], params).map(|t| vec![t]),
+        Op::Elementwise(o) => Ok(vec![elementwise::eval(o, inputs, out)?]),
+        Op::Reduce(o) => reduce::eval(o, first).map(|t| vec![t]),
+        Op::Norm(o) => norm::eval(o, first, params).map(|t| vec![t]),
         Op::Movement(o) => movement::eval(o, inputs, out_shapes),
-        Op::Conv(o) => conv::eval(o, inputs[0], params, &out_shapes[0]).map(|t| vec![t]),
-        Op::Constant(c) => Ok(vec![c.value.clone()]),
+        Op::Conv(o) => conv::eval(o, first, params, out).map(|t| vec![t]),
+        Op::Constant(_) => Ok(vec![op_constant(op)]),
     }
+}
+
+/// Checks operands against inference: the operator is valid (as parsing makes it), the
+/// tensors hold their shapes' elements, the
+/// output shapes are the inferred ones (for pointwise operators, ones the inferred shape
+/// broadcasts to: fused units evaluate every term at the unit's output shape), and the
+/// weights have the declared shapes.
+fn check_operands(
+    op: &Op,
+    inputs: &[&Tensor],
+    params: &[&Tensor],
+    out_shapes: &[Vec<usize>],
+) -> Result<(), String> {
+    op.validate(usize::MAX)?;
+    for t in inputs.iter().chain(params) {
+        t.check()?;
+    }
+    let types: Vec<TensorType> = inputs
+        .iter()
+        .map(|t| TensorType {
+            shape: shape::known(&t.shape),
+            dtype: t.dtype(),
+        })
+        .collect();
+    let inferred = op.infer(&types)?;
+    let pointwise = op.capabilities().pointwise;
+    let fits = inferred.len() == out_shapes.len()
+        && inferred.iter().zip(out_shapes).all(|(t, s)| {
+            let s = shape::known(s);
+            t.shape == s || pointwise && shape::broadcast(&t.shape, &s).is_ok_and(|b| b == s)
+        });
+    if !fits {
+        return Err(format!(
+            "'{}' cannot produce {out_shapes:?} from {:?}",
+            op.name(),
+            types.iter().map(|t| t.to_string()).collect::<Vec<_>>()
+        ));
+    }
+    let specs = op.params(&types)?;
+    if specs.len() != params.len() || specs.iter().zip(params).any(|(p, t)| p.shape != t.shape) {
+        return Err(format!("'{}' got weights of the wrong shapes", op.name()));
+    }
+    Ok(())
+}
+
+/// A constant operator's value.
+fn op_constant(op: &Op) -> Tensor {
+    op.constant_value()
+        .cloned()
+        .unwrap_or_else(|| Tensor::f32(vec![0], Vec::new()))
 }
 
 /// Runs a bound graph (all shapes concrete) on the CPU. Returns the outputs in order.
@@ -108,10 +172,113 @@ pub(crate) fn floats(t: &Tensor) -> Result<&[f32], String> {
         .ok_or_else(|| format!("expected an f32 tensor, got {}", t.dtype()))
 }
 
-/// Row-major multi-index of a linear index.
+/// Row-major multi-index of a linear index (`out` has one entry per dimension).
 pub(crate) fn unravel(mut i: usize, dims: &[usize], out: &mut [usize]) {
     for d in (0..dims.len()).rev() {
         out[d] = i % dims[d].max(1);
         i /= dims[d].max(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::exec::{dataset, RunConfig, RunContext};
+    use crate::graph::testing::{random_document, Mode};
+    use crate::graph::{load_graph, Graph};
+    use crate::ops::TensorType;
+    use crate::shape;
+    use crate::weights::init_weights;
+    use proptest::prelude::*;
+
+    /// The inferred concrete shapes of a bound graph's outputs.
+    fn inferred(g: &Graph) -> Vec<Option<Vec<usize>>> {
+        g.outputs
+            .iter()
+            .map(|o| {
+                let t: Option<&TensorType> = g.dag[o.node].outputs.get(o.port);
+                t.and_then(|t| shape::concrete(&t.shape))
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// For small accepted graphs, the CPU reference computes outputs of exactly the
+        /// inferred shapes, and so does the same graph planned and run as a session on
+        /// the CPU device (when the run is allowed at all); nothing panics on the way.
+        #[test]
+        fn the_reference_computes_the_inferred_shapes(seed in any::<u64>()) {
+            let doc = random_document(seed, Mode::Tame);
+            let Ok(g) = load_graph(&doc.to_string()) else { return Ok(()) };
+            let Ok(bound) = dataset::bind(&g, 2) else { return Ok(()) };
+            let weights = init_weights(&g, 1);
+            let inputs = dataset::random_inputs(&bound, 2)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let want = inferred(&bound);
+            if let Ok(outs) = super::run(&bound, &weights, &inputs) {
+                let got: Vec<Option<Vec<usize>>> =
+                    outs.iter().map(|(_, t)| Some(t.shape.clone())).collect();
+                prop_assert_eq!(&got, &want);
+                for (_, t) in &outs {
+                    prop_assert!(t.check().is_ok());
+                }
+            }
+            let config = RunConfig { batch: 2, ..RunConfig::default() };
+            if let Ok(mut session) = super::session(&g, &weights, &config) {
+                if let Ok(report) = session.run_blocking(&inputs, &RunContext::new("p")) {
+                    let got: Vec<Option<Vec<usize>>> =
+                        report.outputs.iter().map(|(_, t)| Some(t.shape.clone())).collect();
+                    prop_assert_eq!(&got, &want);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn slices_at_the_i64_extremes_run() {
+        let text = r#"{ "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": [5, 3] } },
+            "nodes": [
+              { "id": "a", "op": "slice", "inputs": ["x"], "attrs":
+                { "starts": [-9223372036854775808], "ends": [9223372036854775807], "axes": [0],
+                  "steps": [9223372036854775807] } },
+              { "id": "b", "op": "slice", "inputs": ["x"], "attrs":
+                { "starts": [9223372036854775807], "ends": [-9223372036854775808], "axes": [0],
+                  "steps": [-9223372036854775808] } },
+              { "id": "c", "op": "slice", "inputs": ["x"], "attrs":
+                { "starts": [9223372036854775807], "ends": [-9223372036854775808], "axes": [1],
+                  "steps": [-1] } }
+            ],
+            "outputs": ["a", "b", "c"] }"#;
+        let g = load_graph(text).unwrap();
+        let x = crate::Tensor::f32(vec![5, 3], (0..15).map(|v| v as f32).collect());
+        let inputs = std::collections::HashMap::from([("x".to_string(), x)]);
+        let outs = super::run(&g, &Default::default(), &inputs).unwrap();
+        // a: row 0 only; b: the last row only; c: columns reversed.
+        assert_eq!(outs[0].1.as_f32().unwrap(), &[0.0, 1.0, 2.0]);
+        assert_eq!(outs[1].1.as_f32().unwrap(), &[12.0, 13.0, 14.0]);
+        assert_eq!(outs[2].1.shape, vec![5, 3]);
+        assert_eq!(&outs[2].1.as_f32().unwrap()[..3], &[2.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn operands_that_do_not_fit_inference_are_errors_not_panics() {
+        use crate::ops::parse;
+        let relu = parse("relu", &Default::default()).unwrap();
+        let lying = crate::Tensor::f32(vec![4, 4], vec![1.0; 3]);
+        assert!(super::eval(&relu, &[&lying], &[], &[vec![4, 4]]).is_err());
+        let x = crate::Tensor::f32(vec![2, 2], vec![1.0; 4]);
+        assert!(super::eval(&relu, &[&x], &[], &[vec![3, 3]]).is_err());
+        assert!(super::eval(&relu, &[], &[], &[vec![2, 2]]).is_err());
+        let linear = parse(
+            "linear",
+            serde_json::json!({ "out_features": 3 })
+                .as_object()
+                .unwrap(),
+        )
+        .unwrap();
+        let w = crate::Tensor::f32(vec![5, 3], vec![0.0; 15]);
+        assert!(super::eval(&linear, &[&x], &[&w], &[vec![2, 3]]).is_err());
     }
 }

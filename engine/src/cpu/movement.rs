@@ -1,4 +1,6 @@
-//! CPU reference of the movement family: views keep the data, copies index it.
+//! CPU reference of the movement family: views keep the data, copies index it. Every
+//! index is computed in `i64` from checked offsets and read with a bounds check, so a
+//! wrong shape is an error, never a panic.
 
 use super::unravel;
 use crate::ops::movement::{permutation, MovementOp};
@@ -6,14 +8,39 @@ use crate::shape;
 use crate::tensor::{Tensor, TensorData};
 
 /// Builds a tensor of `shape` whose element i is element `pick(i)` of `src`.
-fn gather_elems(src: &Tensor, shape: Vec<usize>, pick: impl Fn(usize) -> usize) -> Tensor {
-    let n: usize = shape.iter().product();
+fn gather_elems(
+    src: &Tensor,
+    shape: Vec<usize>,
+    pick: impl Fn(usize) -> Option<usize>,
+) -> Result<Tensor, String> {
+    let n = shape::numel(&shape)?;
+    fn take<T: Copy>(
+        v: &[T],
+        n: usize,
+        pick: impl Fn(usize) -> Option<usize>,
+    ) -> Result<Vec<T>, String> {
+        (0..n)
+            .map(|i| {
+                pick(i)
+                    .and_then(|j| v.get(j).copied())
+                    .ok_or_else(|| format!("element {i} reads outside the input"))
+            })
+            .collect()
+    }
     let data = match &src.data {
-        TensorData::F32(v) => TensorData::F32((0..n).map(|i| v[pick(i)]).collect()),
-        TensorData::I32(v) => TensorData::I32((0..n).map(|i| v[pick(i)]).collect()),
-        TensorData::Bool(v) => TensorData::Bool((0..n).map(|i| v[pick(i)]).collect()),
+        TensorData::F32(v) => TensorData::F32(take(v, n, pick)?),
+        TensorData::I32(v) => TensorData::I32(take(v, n, pick)?),
+        TensorData::Bool(v) => TensorData::Bool(take(v, n, pick)?),
     };
-    Tensor { shape, data }
+    Ok(Tensor { shape, data })
+}
+
+/// Strides (in elements) as `i64`.
+fn signed(strides: &[usize]) -> Result<Vec<i64>, String> {
+    strides
+        .iter()
+        .map(|&s| i64::try_from(s).map_err(|_| format!("stride {s} is too large")))
+        .collect()
 }
 
 /// Evaluates a movement operator.
@@ -22,20 +49,22 @@ pub fn eval(
     inputs: &[&Tensor],
     out: &[Vec<usize>],
 ) -> Result<Vec<Tensor>, String> {
-    let x = inputs[0];
-    let xs = shape::strides(&x.shape);
-    let o = out[0].clone();
+    let (Some(x), Some(o)) = (inputs.first().copied(), out.first().cloned()) else {
+        return Err("a movement needs an input and an output shape".into());
+    };
+    let xs = shape::strides(&x.shape)?;
     let strided = |src_strides: Vec<i64>, base: i64| {
         let dims = o.clone();
         gather_elems(x, o.clone(), move |i| {
             let mut idx = vec![0; dims.len()];
             unravel(i, &dims, &mut idx);
-            (base
-                + idx
-                    .iter()
-                    .zip(&src_strides)
-                    .map(|(&c, &s)| c as i64 * s)
-                    .sum::<i64>()) as usize
+            let offset = idx
+                .iter()
+                .zip(&src_strides)
+                .try_fold(base, |acc, (&c, &s)| {
+                    i64::try_from(c).ok()?.checked_mul(s)?.checked_add(acc)
+                })?;
+            usize::try_from(offset).ok()
         })
     };
     Ok(match op {
@@ -49,76 +78,54 @@ pub fn eval(
         }],
         MovementOp::Transpose { perm } => {
             let p = permutation(perm, x.shape.len())?;
-            vec![strided(p.iter().map(|&i| xs[i] as i64).collect(), 0)]
+            let xs = signed(&xs)?;
+            vec![strided(p.iter().map(|&i| xs[i]).collect(), 0)?]
         }
         MovementOp::Expand { .. } => {
             vec![strided(
-                shape::broadcast_strides(&x.shape, &o)
-                    .iter()
-                    .map(|&s| s as i64)
-                    .collect(),
+                signed(&shape::broadcast_strides(&x.shape, &o)?)?,
                 0,
-            )]
+            )?]
         }
-        MovementOp::Slice {
-            starts,
-            axes,
-            steps,
-            ..
-        } => {
+        MovementOp::Slice { .. } => {
             // Element j of the output along a sliced axis is start + j*step of the input.
-            let mut src: Vec<i64> = xs.iter().map(|&s| s as i64).collect();
-            let mut base = 0i64;
-            let n = starts.len();
-            for k in 0..n {
-                let a = match axes {
-                    Some(list) => shape::axis(list[k], x.shape.len())?,
-                    None => k,
-                };
-                let d = x.shape[a] as i64;
-                let step = steps.as_ref().map_or(1, |s| s[k]);
-                let mut s = starts[k];
-                if s < 0 {
-                    s += d;
-                }
-                let s = if step > 0 {
-                    s.clamp(0, d)
-                } else {
-                    s.clamp(0, (d - 1).max(0))
-                };
-                base += s * xs[a] as i64;
-                src[a] = step * xs[a] as i64;
-            }
-            vec![strided(src, base)]
+            let (base, src) = op.slice_offsets(&x.shape)?;
+            vec![strided(src, base)?]
         }
         MovementOp::Concat { axis } => {
-            let a = shape::axis(*axis, x.shape.len())?;
-            let mut pieces: Vec<(usize, usize, &Tensor)> = Vec::new();
-            let mut offset = 0;
+            let a = shape::existing_axis(*axis, x.shape.len())?;
+            let mut pieces: Vec<(usize, usize, Vec<usize>)> = Vec::new();
+            let mut offset = 0usize;
             for (k, t) in inputs.iter().enumerate() {
-                pieces.push((offset, k, t));
-                offset += t.shape[a];
+                pieces.push((offset, k, shape::strides(&t.shape)?));
+                let len = t
+                    .shape
+                    .get(a)
+                    .copied()
+                    .ok_or("concat input lacks the axis")?;
+                offset = offset.checked_add(len).ok_or("concat length overflows")?;
             }
-            let n: usize = o.iter().product();
+            let n = shape::numel(&o)?;
             let all: Vec<Vec<f32>> = inputs.iter().map(|t| t.to_f32_vec()).collect();
             let mut values = Vec::with_capacity(n);
             let mut idx = vec![0; o.len()];
             for i in 0..n {
                 unravel(i, &o, &mut idx);
-                let (start, k, t) = pieces
+                let (start, k, strides) = pieces
                     .iter()
                     .rev()
                     .find(|(s, _, _)| idx[a] >= *s)
-                    .copied()
-                    .unwrap_or(pieces[0]);
+                    .ok_or("concat output outside its inputs")?;
                 let mut local = idx.clone();
                 local[a] -= start;
-                let off: usize = local
+                let off = local
                     .iter()
-                    .zip(shape::strides(&t.shape))
-                    .map(|(c, s)| c * s)
-                    .sum();
-                values.push(all[k][off]);
+                    .zip(strides)
+                    .try_fold(0usize, |acc, (c, s)| c.checked_mul(*s)?.checked_add(acc));
+                let value = off
+                    .and_then(|off| all.get(*k)?.get(off))
+                    .ok_or("concat reads outside an input")?;
+                values.push(*value);
             }
             let t = Tensor::f32(o, values);
             vec![match x.data {
@@ -127,51 +134,67 @@ pub fn eval(
             }]
         }
         MovementOp::Split { axis, .. } => {
-            let a = shape::axis(*axis, x.shape.len())?;
-            let mut offset = 0;
+            let a = shape::existing_axis(*axis, x.shape.len())?;
+            let src = signed(&xs)?;
+            let mut offset = 0usize;
             let mut parts = Vec::new();
             for shape_j in out {
-                let base = (offset * xs[a]) as i64;
+                let base = offset
+                    .checked_mul(xs[a])
+                    .and_then(|b| i64::try_from(b).ok())
+                    .ok_or("split offsets overflow")?;
                 let dims = shape_j.clone();
-                let src: Vec<i64> = xs.iter().map(|&s| s as i64).collect();
+                let src = src.clone();
                 parts.push(gather_elems(x, shape_j.clone(), move |i| {
                     let mut idx = vec![0; dims.len()];
                     unravel(i, &dims, &mut idx);
-                    (base
-                        + idx
-                            .iter()
-                            .zip(&src)
-                            .map(|(&c, &s)| c as i64 * s)
-                            .sum::<i64>()) as usize
-                }));
-                offset += shape_j[a];
+                    let offset = idx.iter().zip(&src).try_fold(base, |acc, (&c, &s)| {
+                        i64::try_from(c).ok()?.checked_mul(s)?.checked_add(acc)
+                    })?;
+                    usize::try_from(offset).ok()
+                })?);
+                let len = shape_j
+                    .get(a)
+                    .copied()
+                    .ok_or("split output lacks the axis")?;
+                offset = offset.checked_add(len).ok_or("split offsets overflow")?;
             }
             parts
         }
         MovementOp::Gather { axis } => {
-            let a = shape::axis(*axis, x.shape.len())?;
+            let a = shape::existing_axis(*axis, x.shape.len())?;
             let len = x.shape[a];
-            let TensorData::I32(indices) = &inputs[1].data else {
+            let Some(TensorData::I32(indices)) = inputs.get(1).map(|t| &t.data) else {
                 return Err("gather indices must be i32".into());
             };
             let mut resolved = Vec::with_capacity(indices.len());
             for &k in indices {
-                let kk = if k < 0 { k + len as i32 } else { k };
-                if kk < 0 || kk as usize >= len {
-                    return Err(format!(
-                        "gather index {k} is out of range for axis length {len}"
-                    ));
+                let kk = if k < 0 {
+                    i64::from(k) + i64::try_from(len).unwrap_or(i64::MAX)
+                } else {
+                    i64::from(k)
+                };
+                match usize::try_from(kk) {
+                    Ok(r) if r < len => resolved.push(r),
+                    _ => {
+                        return Err(format!(
+                            "gather index {k} is out of range for axis length {len}"
+                        ))
+                    }
                 }
-                resolved.push(kk as usize);
             }
-            let inner: usize = x.shape[a + 1..].iter().product();
+            let inner = shape::numel(&x.shape[a + 1..])?.max(1);
             let count = resolved.len().max(1);
             vec![gather_elems(x, o, |i| {
-                let r = i % inner.max(1);
-                let j = (i / inner.max(1)) % count;
-                let outer = i / (inner.max(1) * count);
-                (outer * len + resolved[j]) * inner + r
-            })]
+                let r = i % inner;
+                let j = (i / inner) % count;
+                let outer = i / inner.checked_mul(count)?;
+                outer
+                    .checked_mul(len)?
+                    .checked_add(*resolved.get(j)?)?
+                    .checked_mul(inner)?
+                    .checked_add(r)
+            })?]
         }
     })
 }

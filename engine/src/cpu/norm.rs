@@ -12,7 +12,7 @@ pub fn eval(op: &NormOp, x: &Tensor, params: &[&Tensor]) -> Result<Tensor, Strin
     let mut out = vec![0.0f32; v.len()];
     match op {
         NormOp::Softmax { axis, log } => {
-            let a = shape::axis(*axis, dims.len())?;
+            let a = shape::existing_axis(*axis, dims.len())?;
             let len = dims[a];
             let inner: usize = dims[a + 1..].iter().product();
             let outer: usize = dims[..a].iter().product();

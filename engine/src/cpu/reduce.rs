@@ -13,10 +13,10 @@ pub fn reduce(x: &Tensor, axes: &[usize], mean: bool, keepdims: bool) -> Result<
         .enumerate()
         .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
         .collect();
-    let n_out: usize = kept_shape.iter().product();
+    let n_out = crate::shape::numel(&kept_shape)?;
     let count: usize = axes.iter().map(|&a| dims[a]).product();
     let mut acc = vec![0.0f64; n_out];
-    let out_strides = crate::shape::strides(&kept_shape);
+    let out_strides = crate::shape::strides(&kept_shape)?;
     let mut idx = vec![0; dims.len()];
     for (i, &v) in data.iter().enumerate() {
         unravel(i, dims, &mut idx);

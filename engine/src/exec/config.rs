@@ -5,7 +5,8 @@
 
 use super::device::Device;
 use crate::error::RunError;
-use crate::graph::BatchSemantics;
+use crate::graph::{BatchSemantics, Graph};
+use crate::limits::{footprint, Footprint, Limit, Limits};
 use crate::plan::{HalfStorage, PlanOptions, Precision};
 use crate::telemetry::{metrics, Event, TimingSource};
 use crate::tensor::Tensor;
@@ -68,6 +69,67 @@ impl RunConfig {
         }
         Ok(self.batch / self.microbatches)
     }
+}
+
+/// Checks a run before anything is compiled, read or generated, the same way on every
+/// front: the configuration against the limits (batch, micro-batches, stages, prefetch
+/// slots), the graph's node count, and the run's [`Footprint`] on a dataset of `samples`
+/// samples (`None`: one batch) — its largest tensor, its host bytes, and its device bytes
+/// spread over its stages (each stage's plan is checked exactly when it is compiled).
+/// Errors name the limit, the value and the flag that raises it.
+pub fn check_run(
+    graph: &Graph,
+    config: &RunConfig,
+    samples: Option<usize>,
+    limits: &Limits,
+) -> Result<Footprint, RunError> {
+    let wide = |v: usize| u64::try_from(v).ok();
+    for (limit, what, unit, v) in [
+        (Limit::MaxBatch, "the batch", "samples", config.batch),
+        (
+            Limit::MaxMicrobatches,
+            "the micro-batches",
+            "micro-batches",
+            config.microbatches,
+        ),
+        (Limit::MaxStages, "the pipeline", "stages", config.stages),
+        (Limit::MaxPrefetch, "prefetching", "slots", config.prefetch),
+        (Limit::MaxNodes, "the graph", "nodes", graph.doc.nodes.len()),
+    ] {
+        limits.check(limit, what, unit, wide(v))?;
+    }
+    let micro = config.micro_batch_size()?;
+    let n = samples.unwrap_or(config.batch);
+    let in_flight = config
+        .prefetch
+        .saturating_mul(config.stages)
+        .saturating_add(1);
+    let f = footprint(graph, n, micro, in_flight)?;
+    limits.check(
+        Limit::MaxTensorElements,
+        format!("tensor '{}'", f.largest.0),
+        "elements",
+        Some(f.largest.1),
+    )?;
+    limits.check(
+        Limit::MaxHostBytes,
+        format!("the run's host memory ({n} samples)"),
+        "bytes",
+        Some(f.host_bytes),
+    )?;
+    let per_device = f
+        .device_bytes
+        .div_ceil(wide(config.stages).unwrap_or(1).max(1));
+    limits.check(
+        Limit::MaxDeviceBytes,
+        format!(
+            "the run's device memory (micro-batches of {micro}, {} device(s))",
+            config.stages
+        ),
+        "bytes",
+        Some(per_device),
+    )?;
+    Ok(f)
 }
 
 /// Refuses a configuration that would cut the batch where the graph combines samples:

@@ -8,6 +8,8 @@ use super::device::Values;
 use crate::dtype::DType;
 use crate::error::RunError;
 use crate::graph::{Batch, BatchSemantics, Graph};
+use crate::limits;
+use crate::ops::TensorType;
 use crate::plan::Plan;
 use crate::rng::Rng;
 use crate::shape;
@@ -23,20 +25,58 @@ pub fn bind(graph: &Graph, n: usize) -> Result<Graph, RunError> {
     })
 }
 
-/// Seeded random inputs for a bound graph: floats uniform in [-1, 1), integers in [0, 4),
-/// booleans fair. The same graph, batch and seed give the same values everywhere
-/// (browsers included).
-pub fn random_inputs(graph: &Graph, seed: u64) -> Result<Values, RunError> {
-    random_inputs_except(graph, seed, &Values::new())
+/// The graph's input types with every symbol bound to `n` samples: what a dataset of
+/// `n` samples holds, without binding (and checking) the whole graph at that size.
+fn input_types(graph: &Graph, n: usize) -> Result<Vec<(String, TensorType)>, RunError> {
+    let bindings: HashMap<String, usize> = graph.symbols().into_iter().map(|s| (s, n)).collect();
+    graph
+        .doc
+        .inputs
+        .iter()
+        .map(|(name, decl)| {
+            let shape = shape::bind(&decl.shape, &bindings).map_err(|message| RunError::Input {
+                name: name.clone(),
+                message,
+            })?;
+            Ok((
+                name.clone(),
+                TensorType {
+                    shape,
+                    dtype: decl.dtype,
+                },
+            ))
+        })
+        .collect()
 }
 
-/// [`random_inputs`] for the inputs `given` lacks.
-fn random_inputs_except(graph: &Graph, seed: u64, given: &Values) -> Result<Values, RunError> {
+/// Seeded random inputs for a bound graph: floats uniform in [-1, 1), integers in [0, 4),
+/// booleans fair. The same graph, batch and seed give the same values everywhere
+/// (browsers included). Refused, before anything is allocated, when the inputs are over
+/// the graph's limits.
+pub fn random_inputs(graph: &Graph, seed: u64) -> Result<Values, RunError> {
+    limits::check_dataset(graph, 1, &graph.limits)?;
+    let types: Vec<(String, TensorType)> = graph
+        .inputs
+        .iter()
+        .map(|(name, ix)| {
+            let t = graph.dag[*ix].outputs.first().cloned();
+            t.map(|t| (name.clone(), t))
+                .ok_or_else(|| RunError::Unbound(name.clone()))
+        })
+        .collect::<Result<_, _>>()?;
+    generate(&types, seed, &Values::new())
+}
+
+/// Seeded random values for the inputs of `types` that `given` lacks (their sizes are
+/// checked by the caller).
+fn generate(types: &[(String, TensorType)], seed: u64, given: &Values) -> Result<Values, RunError> {
     let mut out = HashMap::new();
-    for (name, ix) in graph.inputs.iter().filter(|(n, _)| !given.contains_key(n)) {
-        let ty = &graph.dag[*ix].outputs[0];
+    for (name, ty) in types.iter().filter(|(n, _)| !given.contains_key(n)) {
         let dims = shape::concrete(&ty.shape).ok_or_else(|| RunError::Unbound(name.clone()))?;
-        let n = shape::numel(&dims);
+        let n = shape::numel(&dims).map_err(|message| RunError::Input {
+            name: name.clone(),
+            message,
+        })?;
         let mut rng = Rng::for_name(seed, name);
         let data = match ty.dtype {
             DType::F32 => TensorData::F32((0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()),
@@ -48,20 +88,29 @@ fn random_inputs_except(graph: &Graph, seed: u64, given: &Values) -> Result<Valu
     Ok(out)
 }
 
-/// The dataset of a run without uploaded inputs: `batch` samples of seeded random inputs.
+/// The dataset of a run without uploaded inputs: `batch` samples of seeded random inputs
+/// (refused before allocating when over the graph's limits).
 pub fn seeded(graph: &Graph, batch: usize, seed: u64) -> Result<Values, RunError> {
-    random_inputs(&bind(graph, batch)?, seed)
+    complete(graph, Values::new(), seed, batch)
 }
 
 /// A run's dataset: the `given` inputs, and seeded random values for every other input,
 /// with as many samples as the given batched inputs hold (`default_samples` when none
-/// is given), all checked against the graph bound to that many samples.
+/// is given), all checked against the graph's inputs at that many samples. The inputs'
+/// sizes at that many samples are checked against the graph's limits
+/// ([`limits::check_dataset`]) before anything is generated.
 pub fn complete(
     graph: &Graph,
     given: Values,
     seed: u64,
     default_samples: usize,
 ) -> Result<Values, RunError> {
+    for (name, t) in &given {
+        t.check().map_err(|message| RunError::Input {
+            name: name.clone(),
+            message,
+        })?;
+    }
     let semantics = graph.batch_semantics();
     let n = samples(&semantics, &given)?.unwrap_or(default_samples);
     if n == 0 {
@@ -70,27 +119,40 @@ pub fn complete(
             message: "the inputs hold no samples".into(),
         });
     }
-    let bound = bind(graph, n)?;
-    let mut all = random_inputs_except(&bound, seed, &given)?;
+    limits::check_dataset(graph, n, &graph.limits)?;
+    let types = input_types(graph, n)?;
+    let mut all = generate(&types, seed, &given)?;
     all.extend(given);
-    check_inputs(&bound, &all)?;
+    check_typed(&types, &all)?;
     Ok(all)
 }
 
 /// Checks that `inputs` provides every graph input of a bound graph with its declared
-/// dtype and shape, and nothing else.
+/// dtype and shape (and the elements the shape says), and nothing else.
 pub fn check_inputs(graph: &Graph, inputs: &Values) -> Result<(), RunError> {
+    let types: Vec<(String, TensorType)> = graph
+        .inputs
+        .iter()
+        .filter_map(|(name, ix)| {
+            let t = graph.dag[*ix].outputs.first()?;
+            Some((name.clone(), t.clone()))
+        })
+        .collect();
+    check_typed(&types, inputs)
+}
+
+/// [`check_inputs`] against a list of input types.
+fn check_typed(types: &[(String, TensorType)], inputs: &Values) -> Result<(), RunError> {
     for name in inputs.keys() {
-        if graph.input_type(name).is_none() {
-            let known: Vec<&str> = graph.inputs.iter().map(|(n, _)| n.as_str()).collect();
+        if !types.iter().any(|(n, _)| n == name) {
+            let known: Vec<&str> = types.iter().map(|(n, _)| n.as_str()).collect();
             return Err(RunError::Input {
                 name: name.clone(),
                 message: format!("the graph has no such input (inputs: {})", known.join(", ")),
             });
         }
     }
-    for (name, ix) in &graph.inputs {
-        let ty = &graph.dag[*ix].outputs[0];
+    for (name, ty) in types {
         let t = inputs.get(name).ok_or_else(|| RunError::Input {
             name: name.clone(),
             message: format!("missing (expected {ty})"),
@@ -107,6 +169,10 @@ pub fn check_inputs(graph: &Graph, inputs: &Values) -> Result<(), RunError> {
                 message: format!("has shape {:?} but the graph declares {ty}", t.shape),
             });
         }
+        t.check().map_err(|message| RunError::Input {
+            name: name.clone(),
+            message,
+        })?;
     }
     Ok(())
 }
@@ -120,7 +186,10 @@ pub fn check_plan_inputs(plan: &Plan, inputs: &Values) -> Result<(), RunError> {
             name: name.clone(),
             message: "missing".into(),
         })?;
-        let value = &plan.values[*v];
+        let value = plan
+            .values
+            .get(*v)
+            .ok_or_else(|| RunError::Internal(format!("plan input '{name}' has no value")))?;
         if t.shape != value.shape || t.dtype() != value.dtype {
             return Err(RunError::Input {
                 name: name.clone(),
@@ -133,12 +202,16 @@ pub fn check_plan_inputs(plan: &Plan, inputs: &Values) -> Result<(), RunError> {
                 ),
             });
         }
+        t.check().map_err(|message| RunError::Input {
+            name: name.clone(),
+            message,
+        })?;
     }
     for check in &plan.index_checks {
         let Some(TensorData::I32(idx)) = inputs.get(&check.input).map(|t| &t.data) else {
             continue;
         };
-        let len = check.axis_len as i64;
+        let len = i64::try_from(check.axis_len).unwrap_or(i64::MAX);
         if let Some(bad) = idx
             .iter()
             .find(|&&k| i64::from(k) < -len || i64::from(k) >= len)
@@ -181,14 +254,29 @@ pub fn samples(semantics: &BatchSemantics, data: &Values) -> Result<Option<usize
     Ok(n.map(|(rows, _)| rows))
 }
 
-/// Elements [from, to) of `t` along `axis`, as a tensor.
-pub fn slice_axis(t: &Tensor, axis: usize, from: usize, to: usize) -> Tensor {
-    let outer: usize = t.shape[..axis].iter().product();
-    let len = t.shape[axis];
-    let inner: usize = t.shape[axis + 1..].iter().product();
+/// The (outer, length, inner) blocks of a tensor around `axis`, checked.
+fn blocks(t: &Tensor, axis: usize) -> Result<(usize, usize, usize), RunError> {
+    let bad = |message: String| RunError::Input {
+        name: "dataset".into(),
+        message,
+    };
+    t.check().map_err(bad)?;
+    let len = *t
+        .shape
+        .get(axis)
+        .ok_or_else(|| bad(format!("shape {:?} has no axis {axis}", t.shape)))?;
+    let outer = shape::numel(&t.shape[..axis]).map_err(bad)?;
+    let inner = shape::numel(&t.shape[axis + 1..]).map_err(bad)?;
+    Ok((outer, len, inner))
+}
+
+/// Elements [from, to) of `t` along `axis` (clamped to the axis), as a tensor.
+pub fn slice_axis(t: &Tensor, axis: usize, from: usize, to: usize) -> Result<Tensor, RunError> {
+    let (outer, len, inner) = blocks(t, axis)?;
     let (from, to) = (from.min(len), to.min(len).max(from.min(len)));
     let mut shape = t.shape.clone();
     shape[axis] = to - from;
+    // Every index below is inside the tensor: outer·len·inner is its checked length.
     fn pick<T: Copy>(
         v: &[T],
         outer: usize,
@@ -209,18 +297,36 @@ pub fn slice_axis(t: &Tensor, axis: usize, from: usize, to: usize) -> Tensor {
         TensorData::I32(v) => TensorData::I32(pick(v, outer, len, inner, from, to)),
         TensorData::Bool(v) => TensorData::Bool(pick(v, outer, len, inner, from, to)),
     };
-    Tensor { shape, data }
+    Ok(Tensor { shape, data })
 }
 
 /// Tensors of one dtype joined along `axis` (their other dimensions equal).
-pub fn concat_axis(parts: &[&Tensor], axis: usize) -> Tensor {
+pub fn concat_axis(parts: &[&Tensor], axis: usize) -> Result<Tensor, RunError> {
     let Some(first) = parts.first() else {
-        return Tensor::f32(vec![0], Vec::new());
+        return Ok(Tensor::f32(vec![0], Vec::new()));
     };
-    let outer: usize = first.shape[..axis].iter().product();
-    let inner: usize = first.shape[axis + 1..].iter().product();
+    let (outer, _, inner) = blocks(first, axis)?;
     let mut shape = first.shape.clone();
-    shape[axis] = parts.iter().map(|t| t.shape[axis]).sum();
+    let mut total = 0usize;
+    for t in parts {
+        let (o, len, i) = blocks(t, axis)?;
+        let mut same = t.shape.clone();
+        same[axis] = shape[axis];
+        if (o, i) != (outer, inner) || same != shape || t.dtype() != first.dtype() {
+            return Err(RunError::Internal(format!(
+                "cannot join {} {:?} to {} {:?} along axis {axis}",
+                t.dtype(),
+                t.shape,
+                first.dtype(),
+                first.shape
+            )));
+        }
+        total = total
+            .checked_add(len)
+            .ok_or_else(|| RunError::Internal(format!("joining along axis {axis} overflows")))?;
+    }
+    shape[axis] = total;
+    // Every part was checked: its blocks lie inside it.
     fn join<'a, T: Copy + 'a>(
         parts: &[&'a Tensor],
         axis: usize,
@@ -253,7 +359,7 @@ pub fn concat_axis(parts: &[&Tensor], axis: usize) -> Tensor {
             _ => None,
         })),
     };
-    Tensor { shape, data }
+    Ok(Tensor { shape, data })
 }
 
 /// How a dataset of `samples` samples is cut into micro-batches of `micro` samples and
@@ -297,32 +403,38 @@ impl Cutter {
         self.samples.div_ceil(self.micro).max(1)
     }
 
+    /// The first sample of micro-batch `m` (saturating past the end).
+    fn start(&self, m: usize) -> usize {
+        m.saturating_mul(self.micro)
+    }
+
     /// Samples of micro-batch `m` that are real (the rest of it is padding).
     pub fn real(&self, m: usize) -> usize {
-        self.samples.saturating_sub(m * self.micro).min(self.micro)
+        self.samples.saturating_sub(self.start(m)).min(self.micro)
     }
 
     /// Micro-batch `m`: batched inputs cut along their batch axis, a partial last one
     /// padded to `micro` samples by repeating its last sample; the other inputs whole.
-    pub fn cut(&self, data: &Values, m: usize) -> Values {
-        let from = m * self.micro;
+    pub fn cut(&self, data: &Values, m: usize) -> Result<Values, RunError> {
+        let from = self.start(m);
         let real = self.real(m);
         data.iter()
             .map(|(name, t)| {
                 let v = match self.inputs.get(name) {
                     Some(&axis) if real == self.micro || real == 0 => {
-                        slice_axis(t, axis, from, from + self.micro)
+                        slice_axis(t, axis, from, from.saturating_add(self.micro))?
                     }
                     Some(&axis) => {
-                        let part = slice_axis(t, axis, from, from + real);
-                        let last = slice_axis(t, axis, from + real - 1, from + real);
+                        let end = from + real;
+                        let part = slice_axis(t, axis, from, end)?;
+                        let last = slice_axis(t, axis, end - 1, end)?;
                         let mut parts = vec![&part];
                         parts.extend(std::iter::repeat_n(&last, self.micro - real));
-                        concat_axis(&parts, axis)
+                        concat_axis(&parts, axis)?
                     }
                     None => t.clone(),
                 };
-                (name.clone(), v)
+                Ok((name.clone(), v))
             })
             .collect()
     }
@@ -351,12 +463,12 @@ impl Cutter {
                         .enumerate()
                         .map(|(m, t)| {
                             // A piece holds `per` rows per sample along the axis.
-                            let per = t.shape[*axis] / self.micro;
-                            slice_axis(t, *axis, 0, per * self.real(m))
+                            let per = t.shape.get(*axis).copied().unwrap_or(0) / self.micro;
+                            slice_axis(t, *axis, 0, per.saturating_mul(self.real(m)))
                         })
-                        .collect();
+                        .collect::<Result<_, _>>()?;
                     let refs: Vec<&Tensor> = trimmed.iter().collect();
-                    concat_axis(&refs, *axis)
+                    concat_axis(&refs, *axis)?
                 }
                 _ => (*first).clone(),
             };

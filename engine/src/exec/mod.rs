@@ -11,7 +11,7 @@ pub mod driver;
 pub mod schedule;
 pub mod session;
 
-pub use config::{RunConfig, RunReport};
+pub use config::{check_run, RunConfig, RunReport};
 pub use device::{Device, Executable, Values};
 pub use driver::Concurrency;
 pub use session::{RunContext, Session};

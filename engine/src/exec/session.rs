@@ -10,7 +10,7 @@
 //! Configurations that would change the answer (cutting where the graph combines
 //! samples) are refused before any work, naming the node.
 
-use super::config::{check_batching, plan_options, RunConfig, RunReport};
+use super::config::{check_batching, check_run, plan_options, RunConfig, RunReport};
 use super::dataset::{self, bind, Cutter};
 use super::device::{CompileStats, Device, Executable, TraceContext, Values};
 use super::driver::{drive, Concurrency, StageRun};
@@ -102,8 +102,9 @@ fn output_key(graph: &Graph, o: &crate::graph::OutputRef) -> String {
 
 impl Session {
     /// Plans `graph` (unbound) for `config` and compiles stage s on `devices[s]` (one
-    /// device per stage). Refuses configurations that would change the answer.
-    /// `progress` hears what is being done, for a status line.
+    /// device per stage). Refuses configurations that would change the answer, and runs
+    /// over the graph's limits ([`check_run`] first, then each stage's plan, before it
+    /// reaches a device). `progress` hears what is being done, for a status line.
     pub async fn compile(
         graph: &Graph,
         weights: &Weights,
@@ -111,6 +112,7 @@ impl Session {
         devices: Vec<Box<dyn Device>>,
         progress: &dyn Fn(&str),
     ) -> Result<Session, RunError> {
+        check_run(graph, config, None, &graph.limits)?;
         let micro = config.micro_batch_size()?;
         let semantics = graph.batch_semantics();
         check_batching(&semantics, config, None)?;
@@ -133,6 +135,7 @@ impl Session {
         let (output_keys, partition) = if config.stages == 1 {
             progress("compiling kernels");
             let plan = Plan::with_options(&bound, options)?;
+            plan.check_limits(&graph.limits)?;
             let io = StageIo {
                 inputs: plan
                     .inputs
@@ -170,6 +173,7 @@ impl Session {
             for (s, (spec, device)) in specs.iter().zip(&devices).enumerate() {
                 progress(&format!("compiling stage {} of {}", s + 1, config.stages));
                 let plan = Plan::with_options(&spec.graph, options)?;
+                plan.check_limits(&graph.limits)?;
                 let later: BTreeSet<String> = specs[s + 1..]
                     .iter()
                     .flat_map(|sp| sp.inputs.iter().map(|(_, k)| k.clone()))
@@ -280,6 +284,12 @@ impl Session {
         data: &Values,
         ctx: &RunContext<'_>,
     ) -> Result<RunReport, RunError> {
+        for (name, t) in data {
+            t.check().map_err(|message| RunError::Input {
+                name: name.clone(),
+                message,
+            })?;
+        }
         let samples = dataset::samples(&self.semantics, data)?;
         check_batching(&self.semantics, &self.config, samples)?;
         if samples == Some(0) {
@@ -320,11 +330,11 @@ impl Session {
             .collect();
         let semantics_batched = self.semantics.batched();
         let source = |m: usize| -> Result<Values, RunError> {
-            Ok(if semantics_batched {
+            if semantics_batched {
                 cutter.cut(data, m)
             } else {
-                data.clone()
-            })
+                Ok(data.clone())
+            }
         };
         let mut per_mb: Vec<Values> = Vec::with_capacity(count);
         let mut first_result_ns = 0;

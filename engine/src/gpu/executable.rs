@@ -170,6 +170,8 @@ impl GpuExecutable {
     ) -> Result<GpuExecutable, RunError> {
         let started = now_ns();
         let device = &ctx.device;
+        plan.validate()?;
+        plan.check_weights(weights)?;
         let program = lower_plan(&plan)?;
         check_limits(&plan, &program, &ctx.limits)?;
         if plan.values.iter().any(|v| v.layout == Storage::F16)
@@ -211,15 +213,6 @@ impl GpuExecutable {
             let w = weights
                 .get(key)
                 .ok_or_else(|| RunError::MissingWeight(key.clone()))?;
-            if w.shape != plan.values[*v].shape {
-                return Err(RunError::Input {
-                    name: key.clone(),
-                    message: format!(
-                        "weight has shape {:?}, expected {:?}",
-                        w.shape, plan.values[*v].shape
-                    ),
-                });
-            }
             // Weights are converted to their device storage once, here.
             let bytes = w.to_storage_bytes(plan.values[*v].layout);
             ctx.queue

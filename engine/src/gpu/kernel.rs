@@ -143,9 +143,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 }
 
 impl Concrete {
-    /// Number of elements.
+    /// Number of elements (`usize::MAX` when the count overflows, which a checked plan
+    /// never has; [`word`] then refuses it).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        crate::shape::numel(&self.shape).unwrap_or(usize::MAX)
     }
 }
 

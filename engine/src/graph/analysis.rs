@@ -4,9 +4,10 @@
 //! calls this on each edit, so what it shows is exactly what the CLI would report.
 
 use super::batch::{self, Batch, Coupling};
-use super::build::build_partial;
-use super::doc::decode_value_partial;
-use super::problem::Problem;
+use super::build::build_into;
+use super::doc::decode_into;
+use super::limits::Limits;
+use super::problem::{Collector, Problem};
 use crate::ops::TensorType;
 use serde::Serialize;
 use serde_json::Value;
@@ -38,18 +39,21 @@ impl Analysis {
     }
 }
 
-/// Checks a document given as JSON and infers every type it can.
+/// Checks a document given as JSON and infers every type it can, within the default
+/// [`Limits`]: a document over them gets its problems and no types, before any large or
+/// quadratic work.
 pub fn analyse(value: &Value) -> Analysis {
-    let (doc, mut problems) = decode_value_partial(value);
-    let Some(doc) = doc else {
+    let limits = Limits::default();
+    let mut p = Collector::new(limits.max_problems);
+    let Some(doc) = decode_into(value, &limits, &mut p) else {
         return Analysis {
-            problems,
+            problems: p.finish(),
             ..Analysis::default()
         };
     };
-    let partial = build_partial(doc);
-    problems.extend(partial.problems);
-    let (types, batch, couplings) = match &partial.graph {
+    let (graph, type_errors) = build_into(doc, &limits, &mut p);
+    let problems = p.finish();
+    let (types, batch, couplings) = match &graph {
         Some(g) => {
             let typed = || g.dag.node_weights().filter(|n| !n.outputs.is_empty());
             (
@@ -63,7 +67,7 @@ pub fn analyse(value: &Value) -> Analysis {
     Analysis {
         types,
         problems,
-        type_errors: partial.type_errors,
+        type_errors,
         batch,
         couplings,
     }

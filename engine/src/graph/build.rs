@@ -1,17 +1,25 @@
-//! Builds the typed petgraph graph from a document: names, operators and attributes,
-//! references, arity, cycles, shape and dtype inference, weights, outputs, editor hints.
-//! Every problem is collected; nothing stops at the first.
+//! Builds the typed petgraph graph from a document: limits first, then names, operators
+//! and attributes, references, arity, cycles, shape and dtype inference (every inferred
+//! type and every weight checked against the limits), outputs, editor hints. Every
+//! problem is collected; nothing stops at the first. Linear in the document apart from
+//! sorting: names are looked up in maps, never by scanning nodes.
 
 use super::batch::{self, Batch};
+use super::check::check_document;
 use super::doc::GraphDoc;
+use super::limits::{echo, Limit, Limits};
+use super::problem::Collector;
 use super::{Edge, Graph, Node, NodeKind, OutputRef, Problem};
-use crate::ops::{self, Op};
+use crate::ops::{self, Op, ParamSpec};
 use petgraph::algo::{tarjan_scc, toposort};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use std::collections::{BTreeMap, HashMap};
 
-/// Largest number of nodes a graph may have.
-pub const MAX_NODES: usize = 100_000;
+/// "Did you mean" hints are looked for this many times at most (each scans every name).
+const MAX_SUGGESTIONS: usize = 16;
+
+/// Bytes of an f32 weight or constant element.
+const F32_BYTES: u64 = 4;
 
 /// A parsed input reference: name and output port.
 fn parse_ref(r: &str) -> (&str, Option<usize>) {
@@ -24,8 +32,10 @@ fn parse_ref(r: &str) -> (&str, Option<usize>) {
     }
 }
 
+/// Whether a name is usable as an id or input name (its length is a limit, checked
+/// first by [`check_document`]).
 fn valid_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 128 && !s.contains(':') && s.chars().all(|c| !c.is_control())
+    !s.is_empty() && !s.contains(':') && s.chars().all(|c| !c.is_control())
 }
 
 /// Closest known name, for "did you mean" hints.
@@ -41,41 +51,57 @@ fn suggest<'a>(name: &str, known: impl Iterator<Item = &'a String>) -> String {
         .unwrap_or_default()
 }
 
-/// Checks and types a document.
-pub fn build(doc: GraphDoc) -> Result<Graph, Vec<Problem>> {
-    let partial = build_partial(doc);
-    match partial.graph {
-        Some(g) if partial.problems.is_empty() => Ok(g),
-        _ => Err(partial.problems),
+/// Checks and types a document within `limits`.
+pub fn build(doc: GraphDoc, limits: &Limits) -> Result<Graph, Vec<Problem>> {
+    let mut p = Collector::new(limits.max_problems);
+    match build_into(doc, limits, &mut p) {
+        (Some(g), _) if p.is_empty() => Ok(g),
+        _ => Err(p.finish()),
     }
 }
 
-/// What checking a document found, even when it has problems: the graph as far as it
-/// could be typed (absent only when it is too large or has a cycle), every problem, and
-/// the nodes whose shape/dtype inference failed.
-pub struct Partial {
-    /// The graph; nodes that could not be typed have no output types.
-    pub graph: Option<Graph>,
-    /// Every problem found.
-    pub problems: Vec<Problem>,
-    /// Node id → the inference error of that node (its inputs' shapes or dtypes do not fit).
-    pub type_errors: BTreeMap<String, String>,
+/// The size of one weight, checked: its elements against the limit.
+fn weight_elements(limits: &Limits, key: &str, spec: &ParamSpec) -> Result<u64, String> {
+    let n = spec
+        .shape
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(u64::try_from(d).ok()?));
+    limits
+        .check(
+            Limit::MaxTensorElements,
+            format!("weight '{key}' {:?}", spec.shape),
+            "elements",
+            n,
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(n.unwrap_or(0))
 }
 
-/// Checks and types a document as far as possible (the editor's live view).
-pub fn build_partial(doc: GraphDoc) -> Partial {
-    let mut p = Vec::new();
+/// Checks and types a document as far as possible (the editor's live view) within
+/// `limits`, adding its problems to `p` (after the decoder's, so one cap covers both): a
+/// document over the limits ([`check_document`]) is refused before anything is built.
+/// Returns the graph as far as it could be typed (absent only when the document is over
+/// the limits or has a cycle; nodes that could not be typed have no output types) and
+/// node id → the inference error of each node whose inputs' shapes or dtypes do not fit.
+pub(crate) fn build_into(
+    doc: GraphDoc,
+    limits: &Limits,
+    p: &mut Collector,
+) -> (Option<Graph>, BTreeMap<String, String>) {
     let mut type_errors = BTreeMap::new();
-    if doc.nodes.len() > MAX_NODES {
-        return Partial {
-            graph: None,
-            problems: vec![Problem::at(
-                "nodes",
-                format!("{} nodes exceed the limit of {MAX_NODES}", doc.nodes.len()),
-            )],
-            type_errors,
-        };
+    let over = check_document(&doc, limits);
+    if !over.is_empty() {
+        p.extend(over);
+        return (None, type_errors);
     }
+    let mut suggestions = 0;
+    let mut suggest_once = |name: &str, known: &HashMap<String, NodeIndex>| {
+        suggestions += 1;
+        if suggestions > MAX_SUGGESTIONS {
+            return String::new();
+        }
+        suggest(name, known.keys())
+    };
     let mut dag: StableDiGraph<Node, Edge> = StableDiGraph::new();
     let mut by_name: HashMap<String, NodeIndex> = HashMap::new();
     let mut inputs = Vec::new();
@@ -83,7 +109,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         if !valid_name(name) {
             p.push(Problem::at(
                 format!("inputs.{name}"),
-                "input names must be 1-128 characters without ':'",
+                "input names must be non-empty, without ':' or control characters",
             ));
         }
         let ix = dag.add_node(Node {
@@ -105,7 +131,10 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         if !valid_name(&n.id) {
             p.push(Problem::at(
                 format!("nodes[{i}].id"),
-                format!("'{}' is not a valid id: 1-128 characters without ':'", n.id),
+                format!(
+                    "'{}' is not a valid id: non-empty, without ':' or control characters",
+                    n.id
+                ),
             ));
         }
         if by_name.contains_key(&n.id) {
@@ -168,7 +197,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
                         format!("nodes[{i}].inputs[{k}]"),
                         format!(
                             "'{r}' is neither a graph input nor a node{}",
-                            suggest(name, by_name.keys())
+                            suggest_once(name, &by_name)
                         ),
                     ));
                 }
@@ -200,11 +229,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
                     }
                 }
             }
-            return Partial {
-                graph: None,
-                problems: p,
-                type_errors,
-            };
+            return (None, type_errors);
         }
     };
     // Inference (types, then where the batch lives) in topological order.
@@ -223,7 +248,10 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         order: order.clone(),
         inputs,
         outputs: Vec::new(),
+        limits: limits.clone(),
     };
+    // Bytes of every weight and constant, checked against the limits at the end.
+    let mut weight_bytes: Option<u64> = Some(0);
     for &ix in &order {
         let Some((i, op)) = ops_by_ix.get(&ix) else {
             continue;
@@ -269,8 +297,42 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         }
         match op.infer(&types) {
             Ok(outs) => {
+                let oversized: Vec<String> = outs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, t)| {
+                        let subject = format!("output {k} of '{id}', {t}");
+                        limits.check_type(&subject, t).err().map(|e| e.to_string())
+                    })
+                    .collect();
+                if !oversized.is_empty() {
+                    for message in oversized {
+                        p.push(Problem::node(&id, format!("nodes[{i}]"), message));
+                    }
+                    continue;
+                }
+                if let Some(c) = op.constant_value() {
+                    let n = u64::try_from(c.len()).ok();
+                    weight_bytes = weight_bytes
+                        .zip(n)
+                        .and_then(|(a, n)| a.checked_add(n.checked_mul(F32_BYTES)?));
+                }
                 match op.params(&types) {
-                    Ok(params) => graph.dag[ix].params = params,
+                    Ok(params) => {
+                        for spec in &params {
+                            let key = format!("{id}.{}", spec.name);
+                            match weight_elements(limits, &key, spec) {
+                                Ok(n) => {
+                                    weight_bytes = weight_bytes
+                                        .and_then(|a| a.checked_add(n.checked_mul(F32_BYTES)?));
+                                }
+                                Err(e) => {
+                                    p.push(Problem::node(&id, format!("nodes[{i}].attrs"), e))
+                                }
+                            }
+                        }
+                        graph.dag[ix].params = params;
+                    }
                     Err(e) => p.push(Problem::node(&id, format!("nodes[{i}].inputs"), e)),
                 }
                 graph.dag[ix].batch = batch::of_node(op, &id, &types, &batches, &outs, |n| {
@@ -286,23 +348,23 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
             }
         }
     }
+    for limit in [Limit::MaxHostBytes, Limit::MaxDeviceBytes] {
+        if let Err(e) = limits.check(
+            limit,
+            "the graph's weights and constants",
+            "bytes",
+            weight_bytes,
+        ) {
+            p.push(Problem::at("nodes", e.to_string()));
+        }
+    }
     // Outputs.
     if graph.doc.outputs.is_empty() {
         p.push(Problem::at("outputs", "a graph needs at least one output"));
     }
-    for (k, r) in graph.doc.outputs.clone().iter().enumerate() {
+    for (k, r) in graph.doc.outputs.iter().enumerate() {
         let (name, port) = parse_ref(r);
-        match graph
-            .inputs
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|x| x.1)
-            .or_else(|| {
-                graph
-                    .dag
-                    .node_indices()
-                    .find(|&ix| graph.dag[ix].id == name)
-            }) {
+        match by_name.get(name).copied() {
             Some(ix) => {
                 let port = port.unwrap_or(0);
                 let node = &graph.dag[ix];
@@ -322,7 +384,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
                 format!("outputs[{k}]"),
                 format!(
                     "output '{r}' names nothing: no node or input is called '{name}'{}",
-                    suggest(name, by_name.keys())
+                    suggest_once(name, &by_name)
                 ),
             )),
         }
@@ -331,7 +393,7 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
         if !by_name.contains_key(key) {
             p.push(Problem::at(
                 format!("layout.{key}"),
-                format!("layout names '{key}', which is not a node"),
+                format!("layout names '{}', which is not a node", echo(key)),
             ));
         }
     }
@@ -348,9 +410,244 @@ pub fn build_partial(doc: GraphDoc) -> Partial {
             ));
         }
     }
-    Partial {
-        graph: Some(graph),
-        problems: p,
-        type_errors,
+    (Some(graph), type_errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::testing::{random_document, Mode};
+    use crate::graph::{analyse, load_graph};
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    fn problems(doc: &Value) -> Vec<String> {
+        match load_graph(&doc.to_string()) {
+            Ok(_) => Vec::new(),
+            Err(p) => p.0.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// Decoding, building, analysing, binding and planning a random document (any
+        /// operator, extreme attributes and shapes) never panics, and every plan the
+        /// builder makes passes the check devices apply to plans from elsewhere.
+        #[test]
+        fn random_documents_are_refused_or_planned_never_panic(seed in any::<u64>()) {
+            for mode in [Mode::Hostile, Mode::Tame] {
+                let doc = random_document(seed, mode);
+                let analysis = analyse(&doc);
+                match load_graph(&doc.to_string()) {
+                    Ok(g) => {
+                        prop_assert!(analysis.problems.is_empty());
+                        if let Ok(bound) = crate::exec::dataset::bind(&g, 3) {
+                            if let Ok(plan) = crate::plan::Plan::new(&bound) {
+                                prop_assert!(plan.validate().is_ok(), "{:?}", plan.validate());
+                                let text = serde_json::to_string(&plan).unwrap_or_default();
+                                let back: crate::plan::Plan = serde_json::from_str(&text)
+                                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                                prop_assert!(back.validate().is_ok());
+                            }
+                        }
+                    }
+                    Err(p) => prop_assert!(!p.0.is_empty()),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_linear_of_two_to_the_33_features_is_refused_naming_node_and_limit() {
+        let p = problems(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 4] } },
+            "nodes": [{ "id": "fc", "op": "linear", "inputs": ["x"],
+                        "attrs": { "out_features": 1u64 << 33 } }],
+            "outputs": ["fc"]
+        }));
+        assert!(
+            p.iter()
+                .any(|m| m.contains("node 'fc'") && m.contains("out_features must be at most")),
+            "{p:#?}"
+        );
+        // Within the attribute's range but over the tensor limit: the output is refused.
+        let p = problems(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 4096] } },
+            "nodes": [{ "id": "fc", "op": "linear", "inputs": ["x"],
+                        "attrs": { "out_features": i32::MAX } }],
+            "outputs": ["fc"]
+        }));
+        assert!(
+            p.iter().any(|m| m.contains("node 'fc'")
+                && m.contains("max_tensor_elements")
+                && m.contains("--max-tensor-elements")),
+            "{p:#?}"
+        );
+        // And a weight alone over it (its output is small).
+        let p = problems(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 65536] } },
+            "nodes": [{ "id": "fc", "op": "linear", "inputs": ["x"],
+                        "attrs": { "out_features": 8192 } }],
+            "outputs": ["fc"]
+        }));
+        assert!(
+            p.iter()
+                .any(|m| m.contains("weight 'fc.weight'") && m.contains("max_tensor_elements")),
+            "{p:#?}"
+        );
+    }
+
+    #[test]
+    fn weights_together_over_the_memory_limits_are_refused() {
+        let nodes: Vec<Value> = (0..40)
+            .map(|i| {
+                json!({ "id": format!("fc{i}"), "op": "linear", "inputs": ["x"],
+                             "attrs": { "out_features": 4096 } })
+            })
+            .collect();
+        let p = problems(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 4096] } },
+            "nodes": nodes,
+            "outputs": ["fc0"]
+        }));
+        assert!(p.iter().any(|m| m.contains("max_host_bytes")), "{p:#?}");
+    }
+
+    #[test]
+    fn inferred_types_over_the_limits_are_refused_where_they_arise() {
+        // Unsqueezing past the rank limit, and expanding past the element limit.
+        let p = problems(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 4] } },
+            "nodes": [
+                { "id": "u", "op": "unsqueeze", "inputs": ["x"], "attrs": { "axes": [0, 1, 2, 3, 4, 5, 6] } },
+                { "id": "e", "op": "expand", "inputs": ["x"], "attrs": { "shape": [65536, 65536, 1, 4] } },
+                { "id": "after", "op": "relu", "inputs": ["u"] }
+            ],
+            "outputs": ["after", "e"]
+        }));
+        assert!(
+            p.iter()
+                .any(|m| m.contains("node 'u'") && m.contains("max_rank")),
+            "{p:#?}"
+        );
+        assert!(
+            p.iter()
+                .any(|m| m.contains("node 'e'") && m.contains("max_tensor_elements")),
+            "{p:#?}"
+        );
+        assert!(!p.iter().any(|m| m.contains("node 'after'")), "{p:#?}");
+    }
+
+    /// A ~288 KB document of huge ranks and lists (what grew the server to 7.7 GB) is
+    /// refused by the cheap checks, with a bounded list of problems.
+    #[test]
+    fn a_validate_bomb_is_refused_cheaply() {
+        let ones = vec![1; 30_000];
+        let axes: Vec<i64> = (0..30_000).collect();
+        let nodes: Vec<Value> = (0..3)
+            .map(|i| {
+                json!({ "id": format!("u{i}"), "op": "unsqueeze", "inputs": ["x"],
+                             "attrs": { "axes": axes } })
+            })
+            .collect();
+        let doc = json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ones } },
+            "nodes": nodes,
+            "outputs": (0..3000).map(|i| format!("u{i}")).collect::<Vec<_>>()
+        });
+        let text = doc.to_string();
+        assert!(text.len() > 250_000, "{}", text.len());
+        let started = std::time::Instant::now();
+        let p = problems(&doc);
+        let analysis = analyse(&doc);
+        eprintln!(
+            "validate bomb of {} bytes: {:?}",
+            text.len(),
+            started.elapsed()
+        );
+        assert!(!p.is_empty() && p.len() < 20, "{p:#?}");
+        assert!(p.iter().any(|m| m.contains("max_rank")), "{p:#?}");
+        assert!(p.iter().any(|m| m.contains("max_outputs")), "{p:#?}");
+        assert!(analysis.types.is_empty());
+    }
+
+    /// Problems are capped however many a document has.
+    #[test]
+    fn problem_lists_are_capped() {
+        let nodes: Vec<Value> = (0..5000)
+            .map(|i| json!({ "id": format!("n{i}"), "op": "relu", "inputs": ["missing"] }))
+            .collect();
+        let doc =
+            json!({ "format": "sluice/graph@1", "inputs": {}, "nodes": nodes, "outputs": ["n0"] });
+        let p = problems(&doc);
+        assert_eq!(p.len(), Limits::default().max_problems + 1);
+        assert!(
+            p.last()
+                .is_some_and(|m| m.contains("more problems not listed")),
+            "{:?}",
+            p.last()
+        );
+    }
+
+    /// A 10,000-node graph (an ~800 KB document) builds, analyses, binds, plans and
+    /// partitions in time linear in its size (up to sorting and the partitioner's
+    /// O(S·n²)). The figures are printed, never asserted.
+    #[test]
+    fn ten_thousand_nodes_build_and_analyse_in_linear_time() {
+        let mut nodes = Vec::new();
+        let mut prev = vec!["x".to_string(), "x".to_string()];
+        for i in 0..10_000 {
+            let id = format!("node_with_a_longish_name_{i:05}");
+            let node = match i % 4 {
+                0 => json!({ "id": id, "op": "add", "inputs": [prev[0], prev[1]] }),
+                1 => json!({ "id": id, "op": "relu", "inputs": [prev[0]] }),
+                2 => json!({ "id": id, "op": "mul", "inputs": [prev[0], prev[1]] }),
+                _ => {
+                    json!({ "id": id, "op": "linear", "inputs": [prev[0]], "attrs": { "out_features": 16 } })
+                }
+            };
+            nodes.push(node);
+            prev = vec![id, prev[0].clone()];
+        }
+        let outputs: Vec<String> = (0..256)
+            .map(|i| format!("node_with_a_longish_name_{:05}", 9999 - i * 4))
+            .collect();
+        let doc = json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 16] } },
+            "nodes": nodes,
+            "outputs": outputs
+        });
+        let text = doc.to_string();
+        let t = std::time::Instant::now();
+        let g = load_graph(&text).unwrap();
+        let built = t.elapsed();
+        let t = std::time::Instant::now();
+        let a = analyse(&doc);
+        let analysed = t.elapsed();
+        assert!(a.problems.is_empty());
+        let t = std::time::Instant::now();
+        let bound = crate::exec::dataset::bind(&g, 4).unwrap();
+        let plan = crate::plan::Plan::new(&bound).unwrap();
+        plan.validate().unwrap();
+        let planned = t.elapsed();
+        let t = std::time::Instant::now();
+        let options = crate::plan::PlanOptions::default();
+        let rates = crate::plan::cost::Rates::ASSUMED;
+        let part = crate::exec::session::partition_for(&bound, 4, &rates, &options).unwrap();
+        let specs = crate::plan::stages::split(&bound, &part).unwrap();
+        let split = t.elapsed();
+        assert_eq!(specs.len(), 4);
+        eprintln!(
+            "10,000 nodes, {} bytes: load {built:?}, analyse {analysed:?}, bind+plan {planned:?}, partition+split into 4 {split:?}",
+            text.len()
+        );
     }
 }

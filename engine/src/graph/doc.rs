@@ -1,8 +1,12 @@
 //! The `sluice/graph@1` document: its serde types, and a decoder that checks the JSON
 //! structure field by field and reports every problem at once (serde alone stops at the
-//! first).
+//! first). The decoder stays within the [`Limits`]: it parses text under a budget and
+//! does not decode lists (nodes, inputs, outputs, shapes, a node's inputs) longer than
+//! their limits, reporting them instead.
 
-use super::problem::Problem;
+use super::json;
+use super::limits::{echo, Limit, Limits};
+use super::problem::{Collector, Problem};
 use crate::dtype::DType;
 use crate::shape::Dim;
 use serde::{Deserialize, Serialize};
@@ -81,14 +85,16 @@ pub struct ParamsDoc {
     pub file: Option<String>,
 }
 
-/// Parses and structurally checks a graph file. Reports every problem found.
+/// Parses and structurally checks a graph file within the default [`Limits`]. Reports
+/// every problem found.
 pub fn decode(text: &str) -> Result<GraphDoc, Vec<Problem>> {
     strict(decode_partial(text))
 }
 
-/// Structurally checks a parsed JSON value as a graph document.
+/// Structurally checks a parsed JSON value as a graph document, within the default
+/// [`Limits`].
 pub fn decode_value(value: &Value) -> Result<GraphDoc, Vec<Problem>> {
-    strict(decode_value_partial(value))
+    strict(decode_value_partial(value, &Limits::default()))
 }
 
 fn strict((doc, problems): (Option<GraphDoc>, Vec<Problem>)) -> Result<GraphDoc, Vec<Problem>> {
@@ -100,31 +106,58 @@ fn strict((doc, problems): (Option<GraphDoc>, Vec<Problem>)) -> Result<GraphDoc,
 
 /// Parses a graph file, returning the problems found and, when its structure is usable
 /// despite them (an unknown field, a malformed node), the document, so that checking can
-/// go on and report the graph's other problems in the same pass.
+/// go on and report the graph's other problems in the same pass. Within the default
+/// [`Limits`]; see [`decode_partial_with`].
 pub fn decode_partial(text: &str) -> (Option<GraphDoc>, Vec<Problem>) {
-    match serde_json::from_str::<Value>(text) {
-        Ok(value) => decode_value_partial(&value),
-        Err(e) => (
-            None,
-            vec![Problem::at(
-                format!("line {}, column {}", e.line(), e.column()),
-                format!("malformed JSON: {e}"),
-            )],
-        ),
+    decode_partial_with(text, &Limits::default())
+}
+
+/// [`decode_partial`] within `limits`: the text is parsed under its budget, and a
+/// document over the limits' counts (nodes, inputs, outputs) is not usable.
+pub fn decode_partial_with(text: &str, limits: &Limits) -> (Option<GraphDoc>, Vec<Problem>) {
+    let mut p = Collector::new(limits.max_problems);
+    let doc = decode_text_into(text, limits, &mut p);
+    (doc, p.finish())
+}
+
+/// [`decode_partial_with`] adding its problems to `p`.
+pub(crate) fn decode_text_into(text: &str, limits: &Limits, p: &mut Collector) -> Option<GraphDoc> {
+    match json::parse(text, limits) {
+        Ok(value) => decode_into(&value, limits, p),
+        Err(problem) => {
+            p.push(problem);
+            None
+        }
     }
 }
 
+/// A list of `len` entries at `field` over a limit, as a problem.
+fn too_long(limits: &Limits, limit: Limit, field: String, len: usize) -> Problem {
+    let e = limits.error(
+        limit,
+        format!("'{field}'"),
+        "entries",
+        u64::try_from(len).ok(),
+    );
+    Problem::at(field, e.to_string())
+}
+
 /// [`decode_partial`] on a parsed value.
-pub fn decode_value_partial(value: &Value) -> (Option<GraphDoc>, Vec<Problem>) {
-    let mut p = Vec::new();
+pub fn decode_value_partial(value: &Value, limits: &Limits) -> (Option<GraphDoc>, Vec<Problem>) {
+    let mut p = Collector::new(limits.max_problems);
+    let doc = decode_into(value, limits, &mut p);
+    (doc, p.finish())
+}
+
+/// [`decode_value_partial`] adding its problems to `p` (so that building can add its own
+/// under the same cap).
+pub(crate) fn decode_into(value: &Value, limits: &Limits, p: &mut Collector) -> Option<GraphDoc> {
     let Some(obj) = value.as_object() else {
-        return (
-            None,
-            vec![Problem::at(
-                "document",
-                "a graph file must be a JSON object",
-            )],
-        );
+        p.push(Problem::at(
+            "document",
+            "a graph file must be a JSON object",
+        ));
+        return None;
     };
     unknown_fields(
         obj,
@@ -133,7 +166,7 @@ pub fn decode_value_partial(value: &Value) -> (Option<GraphDoc>, Vec<Problem>) {
         ],
         "",
         None,
-        &mut p,
+        p,
     );
     let format = match obj.get("format") {
         Some(Value::String(s)) if s == FORMAT => s.clone(),
@@ -167,9 +200,29 @@ pub fn decode_value_partial(value: &Value) -> (Option<GraphDoc>, Vec<Problem>) {
             String::new()
         }
     };
-    let inputs = decode_inputs(obj.get("inputs"), &mut p);
-    let nodes = decode_nodes(obj.get("nodes"), &mut p);
+    let mut usable = true;
+    let mut count = |limit: Limit, key: &'static str, len: usize, p: &mut Collector| -> bool {
+        let n = u64::try_from(len).ok();
+        let fits = n.is_some_and(|n| n <= limits.get(limit));
+        if !fits {
+            let e = limits.error(limit, "the graph", key, n);
+            p.push(Problem::at(key, e.to_string()));
+            usable = false;
+        }
+        fits
+    };
+    let inputs = match obj.get("inputs") {
+        Some(Value::Object(m)) if !count(Limit::MaxInputs, "inputs", m.len(), p) => BTreeMap::new(),
+        v => decode_inputs(v, limits, p),
+    };
+    let nodes = match obj.get("nodes") {
+        Some(Value::Array(items)) if !count(Limit::MaxNodes, "nodes", items.len(), p) => Vec::new(),
+        v => decode_nodes(v, limits, p),
+    };
     let outputs = match obj.get("outputs") {
+        Some(Value::Array(items)) if !count(Limit::MaxOutputs, "outputs", items.len(), p) => {
+            Vec::new()
+        }
         Some(Value::Array(items)) => items
             .iter()
             .enumerate()
@@ -199,12 +252,12 @@ pub fn decode_value_partial(value: &Value) -> (Option<GraphDoc>, Vec<Problem>) {
             Vec::new()
         }
     };
-    let params = typed_field::<ParamsDoc>(obj, "params", &mut p).unwrap_or_default();
-    let layout = typed_field(obj, "layout", &mut p).unwrap_or_default();
-    let stages = typed_field(obj, "stages", &mut p).unwrap_or_default();
-    // A document of another format version is not checked further.
-    let usable = format == FORMAT;
-    let doc = usable.then_some(GraphDoc {
+    let params = typed_field::<ParamsDoc>(obj, "params", p).unwrap_or_default();
+    let layout = typed_field(obj, "layout", p).unwrap_or_default();
+    let stages = typed_field(obj, "stages", p).unwrap_or_default();
+    // A document of another format version, or over the limits, is not checked further.
+    let usable = usable && format == FORMAT;
+    usable.then_some(GraphDoc {
         format,
         name,
         inputs,
@@ -213,17 +266,16 @@ pub fn decode_value_partial(value: &Value) -> (Option<GraphDoc>, Vec<Problem>) {
         params,
         layout,
         stages,
-    });
-    (doc, p)
+    })
 }
 
 fn typed_field<T: serde::de::DeserializeOwned>(
     obj: &Map<String, Value>,
     key: &str,
-    p: &mut Vec<Problem>,
+    p: &mut Collector,
 ) -> Option<T> {
     let v = obj.get(key)?;
-    match serde_json::from_value(v.clone()) {
+    match T::deserialize(v) {
         Ok(t) => Some(t),
         Err(e) => {
             p.push(Problem::at(key, format!("invalid: {e}")));
@@ -232,26 +284,44 @@ fn typed_field<T: serde::de::DeserializeOwned>(
     }
 }
 
+/// Unknown fields reported one by one, at most this many per object.
+const UNKNOWN_LISTED: usize = 8;
+
 fn unknown_fields(
     obj: &Map<String, Value>,
     known: &[&str],
     prefix: &str,
     node: Option<&str>,
-    p: &mut Vec<Problem>,
+    p: &mut Collector,
 ) {
-    for key in obj.keys() {
-        if !known.contains(&key.as_str()) {
-            let field = format!("{prefix}{key}");
-            let message = format!("unknown field '{key}' (known: {})", known.join(", "));
-            p.push(match node {
-                Some(n) => Problem::node(n, field, message),
-                None => Problem::at(field, message),
-            });
-        }
+    let unknown: Vec<&String> = obj
+        .keys()
+        .filter(|k| !known.contains(&k.as_str()))
+        .collect();
+    let at = |field: String, message: String| match node {
+        Some(n) => Problem::node(n, field, message),
+        None => Problem::at(field, message),
+    };
+    for key in unknown.iter().take(UNKNOWN_LISTED) {
+        let key = echo(key);
+        p.push(at(
+            format!("{prefix}{key}"),
+            format!("unknown field '{key}' (known: {})", known.join(", ")),
+        ));
+    }
+    if unknown.len() > UNKNOWN_LISTED {
+        p.push(at(
+            prefix.trim_end_matches('.').to_string(),
+            format!("{} more unknown fields", unknown.len() - UNKNOWN_LISTED),
+        ));
     }
 }
 
-fn decode_inputs(v: Option<&Value>, p: &mut Vec<Problem>) -> BTreeMap<String, InputDecl> {
+fn decode_inputs(
+    v: Option<&Value>,
+    limits: &Limits,
+    p: &mut Collector,
+) -> BTreeMap<String, InputDecl> {
     let mut out = BTreeMap::new();
     let Some(v) = v else {
         p.push(Problem::at(
@@ -275,13 +345,28 @@ fn decode_inputs(v: Option<&Value>, p: &mut Vec<Problem>) -> BTreeMap<String, In
         };
         unknown_fields(d, &["shape", "dtype"], &format!("{field}."), None, p);
         let shape = match d.get("shape") {
+            Some(Value::Array(dims)) if dims.len() > limits.max_rank => {
+                let e = limits.error(
+                    Limit::MaxRank,
+                    format!("input '{}'", echo(name)),
+                    "axes",
+                    u64::try_from(dims.len()).ok(),
+                );
+                p.push(Problem::at(format!("{field}.shape"), e.to_string()));
+                Vec::new()
+            }
             Some(Value::Array(dims)) => {
                 let mut shape = Vec::new();
                 for (i, dim) in dims.iter().enumerate() {
+                    let known = dim.as_u64().map(usize::try_from);
                     match dim {
-                        Value::Number(n) if n.as_u64().is_some() => {
-                            shape.push(Dim::Known(n.as_u64().unwrap_or(0) as usize))
+                        Value::Number(_) if known.as_ref().is_some_and(Result::is_ok) => {
+                            shape.push(Dim::Known(known.and_then(Result::ok).unwrap_or(0)))
                         }
+                        Value::Number(_) if known.is_some() => p.push(Problem::at(
+                            format!("{field}.shape[{i}]"),
+                            format!("dimension {dim} is too large for this machine"),
+                        )),
                         Value::String(s) if is_symbol(s) => shape.push(Dim::Sym(s.clone())),
                         _ => p.push(Problem::at(
                             format!("{field}.shape[{i}]"),
@@ -330,7 +415,7 @@ pub fn is_symbol(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn decode_nodes(v: Option<&Value>, p: &mut Vec<Problem>) -> Vec<NodeDoc> {
+fn decode_nodes(v: Option<&Value>, limits: &Limits, p: &mut Collector) -> Vec<NodeDoc> {
     let Some(v) = v else {
         p.push(Problem::at("nodes", "missing: a graph needs a node list"));
         return Vec::new();
@@ -352,7 +437,7 @@ fn decode_nodes(v: Option<&Value>, p: &mut Vec<Problem>) -> Vec<NodeDoc> {
         let id = obj.get("id").and_then(Value::as_str).map(str::to_string);
         let node_name = id.clone();
         let node_ref = node_name.as_deref();
-        let push = |p: &mut Vec<Problem>, f: String, m: String| {
+        let push = |p: &mut Collector, f: String, m: String| {
             p.push(match node_ref {
                 Some(n) => Problem::node(n, f, m),
                 None => Problem::at(f, m),
@@ -381,6 +466,16 @@ fn decode_nodes(v: Option<&Value>, p: &mut Vec<Problem>) -> Vec<NodeDoc> {
         };
         let inputs = match obj.get("inputs") {
             None => Vec::new(),
+            Some(Value::Array(refs)) if refs.len() > limits.max_list_len => {
+                let problem = too_long(
+                    limits,
+                    Limit::MaxListLen,
+                    format!("{field}.inputs"),
+                    refs.len(),
+                );
+                push(p, problem.field, problem.message);
+                Vec::new()
+            }
             Some(Value::Array(refs)) => refs
                 .iter()
                 .enumerate()

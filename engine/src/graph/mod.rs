@@ -1,12 +1,20 @@
-//! Graphs: the document format ([`doc`]), problems ([`problem`]), the checked, typed
-//! petgraph graph built from a document ([`build`]), where the batch lives in every value
-//! ([`batch`]) and the live view of a document being edited ([`analysis`]).
+//! Graphs: the document format ([`doc`]) parsed under a budget ([`json`]), the limits
+//! documents, graphs and runs stay within ([`limits`]) and the cheap check of a
+//! document against them ([`check`]), problems ([`problem`]), the
+//! checked, typed petgraph graph built from a document ([`build`]), where the batch lives
+//! in every value ([`batch`]) and the live view of a document being edited
+//! ([`analysis`]).
 
 pub mod analysis;
 pub mod batch;
 pub mod build;
+pub mod check;
 pub mod doc;
+pub mod json;
+pub mod limits;
 pub mod problem;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use crate::ops::{Op, ParamSpec, TensorType};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
@@ -15,7 +23,9 @@ use std::collections::{BTreeSet, HashMap};
 
 pub use analysis::{analyse, Analysis};
 pub use batch::{Batch, BatchSemantics, Coupling};
+pub use check::check_document;
 pub use doc::{GraphDoc, FORMAT};
+pub use limits::{Limit, Limits};
 pub use problem::{Problem, Problems};
 
 /// A node of the typed graph.
@@ -85,31 +95,42 @@ pub struct Graph {
     pub inputs: Vec<(String, NodeIndex)>,
     /// Graph outputs.
     pub outputs: Vec<OutputRef>,
+    /// The limits it was built within; binding it and cutting it into stages keep them.
+    pub limits: Limits,
 }
 
-/// Parses, checks and types a graph file. Reports every problem at once.
+/// Parses, checks and types a graph file within the default [`Limits`]. Reports every
+/// problem at once.
 pub fn load_graph(text: &str) -> Result<Graph, Problems> {
-    let (doc, mut problems) = doc::decode_partial(text);
-    let Some(doc) = doc else {
-        return Err(Problems(problems));
-    };
-    match build::build(doc) {
-        Ok(g) if problems.is_empty() => Ok(g),
-        Ok(_) => Err(Problems(problems)),
-        Err(more) => {
-            problems.extend(more);
-            Err(Problems(problems))
-        }
+    load_graph_with(text, &Limits::default())
+}
+
+/// Parses, checks and types a graph file within `limits`: the text is parsed under its
+/// budget and the document checked against the limits ([`check_document`]) before it is
+/// built. Reports every problem at once (at most [`Limits::max_problems`]).
+pub fn load_graph_with(text: &str, limits: &Limits) -> Result<Graph, Problems> {
+    let mut p = problem::Collector::new(limits.max_problems);
+    let graph = doc::decode_text_into(text, limits, &mut p)
+        .and_then(|doc| build::build_into(doc, limits, &mut p).0);
+    match graph {
+        Some(g) if p.is_empty() => Ok(g),
+        _ => Err(Problems(p.finish())),
     }
 }
 
 impl Graph {
-    /// Checks and types a document.
+    /// Checks and types a document within the default [`Limits`].
     pub fn build(doc: GraphDoc) -> Result<Graph, Problems> {
-        build::build(doc).map_err(Problems)
+        Graph::build_with(doc, &Limits::default())
     }
 
-    /// The same graph with every symbolic dimension bound (all shapes concrete).
+    /// Checks and types a document within `limits` ([`check_document`] first).
+    pub fn build_with(doc: GraphDoc, limits: &Limits) -> Result<Graph, Problems> {
+        build::build(doc, limits).map_err(Problems)
+    }
+
+    /// The same graph with every symbolic dimension bound (all shapes concrete), checked
+    /// again within the graph's limits at its real sizes.
     pub fn bind(&self, bindings: &HashMap<String, usize>) -> Result<Graph, Problems> {
         let mut doc = self.doc.clone();
         let mut problems = Vec::new();
@@ -122,7 +143,7 @@ impl Graph {
         if !problems.is_empty() {
             return Err(Problems(problems));
         }
-        Graph::build(doc)
+        Graph::build_with(doc, &self.limits)
     }
 
     /// The symbolic dimension names of the graph inputs.

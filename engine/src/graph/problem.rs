@@ -60,3 +60,59 @@ impl Problems {
         )
     }
 }
+
+/// Problems collected up to a cap: past it they are only counted, so no document can make
+/// the list (or the memory it takes) grow without bound. [`Collector::finish`] ends the
+/// list with one line saying how many were left out.
+#[derive(Debug)]
+pub(crate) struct Collector {
+    problems: Vec<Problem>,
+    max: usize,
+    dropped: usize,
+}
+
+impl Collector {
+    /// An empty collector keeping at most `max` problems.
+    pub(crate) fn new(max: usize) -> Collector {
+        Collector {
+            problems: Vec::new(),
+            max,
+            dropped: 0,
+        }
+    }
+
+    /// Keeps a problem, or counts it once the cap is reached.
+    pub(crate) fn push(&mut self, p: Problem) {
+        if self.problems.len() < self.max {
+            self.problems.push(p);
+        } else {
+            self.dropped = self.dropped.saturating_add(1);
+        }
+    }
+
+    /// Keeps several problems.
+    pub(crate) fn extend(&mut self, ps: impl IntoIterator<Item = Problem>) {
+        for p in ps {
+            self.push(p);
+        }
+    }
+
+    /// Whether nothing was found.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.problems.is_empty() && self.dropped == 0
+    }
+
+    /// The problems, ending with a note of how many were left out.
+    pub(crate) fn finish(mut self) -> Vec<Problem> {
+        if self.dropped > 0 {
+            self.problems.push(Problem::at(
+                "document",
+                format!(
+                    "{} more problems not listed (at most {} are; max_problems)",
+                    self.dropped, self.max
+                ),
+            ));
+        }
+        self.problems
+    }
+}

@@ -60,6 +60,11 @@ pub const fn optional(
     }
 }
 
+/// Largest size an attribute may give (a dimension, a channel or feature count): 2^31 − 1,
+/// which `usize` holds on every target (wasm32 included) and WGSL's `i32` too. The
+/// graph's limits refine it when the graph is built.
+pub const MAX_SIZE: i64 = i32::MAX as i64;
+
 /// Reads attributes of one node, recording problems as (attribute, message) pairs.
 pub struct AttrReader<'a> {
     attrs: &'a Map<String, Value>,
@@ -135,6 +140,23 @@ impl<'a> AttrReader<'a> {
         self.opt_int(name).unwrap_or(0)
     }
 
+    /// A size in `min..=`[`MAX_SIZE`] (`min` when missing or out of range; the problem is
+    /// recorded).
+    pub fn size(&mut self, name: &str, min: i64) -> usize {
+        let fallback = usize::try_from(min.max(1)).unwrap_or(1);
+        let Some(v) = self.opt_int(name) else {
+            return fallback;
+        };
+        if v < min {
+            self.reject(name, format!("{name} must be at least {min}, got {v}"));
+        } else if v > MAX_SIZE {
+            self.reject(name, format!("{name} must be at most {MAX_SIZE}, got {v}"));
+        } else if let Ok(n) = usize::try_from(v) {
+            return n;
+        }
+        fallback
+    }
+
     /// A float.
     pub fn float(&mut self, name: &str) -> f32 {
         self.opt_float(name).unwrap_or(0.0)
@@ -143,10 +165,10 @@ impl<'a> AttrReader<'a> {
     /// An optional float.
     pub fn opt_float(&mut self, name: &str) -> Option<f32> {
         let v = self.value(name)?;
-        match v.as_f64() {
-            Some(f) if f.is_finite() || v.is_number() => Some(f as f32),
+        match v.as_f64().map(|f| f as f32) {
+            Some(f) if f.is_finite() => Some(f),
             _ => {
-                self.bad(name, "a number", &v);
+                self.bad(name, "a number within f32's range", &v);
                 None
             }
         }
@@ -191,13 +213,11 @@ impl<'a> AttrReader<'a> {
         let Some(v) = self.value(name) else {
             return Vec::new();
         };
-        match v
-            .as_array()
-            .and_then(|a| a.iter().map(|x| x.as_f64().map(|f| f as f32)).collect())
-        {
+        let finite = |x: &Value| x.as_f64().map(|f| f as f32).filter(|f| f.is_finite());
+        match v.as_array().and_then(|a| a.iter().map(finite).collect()) {
             Some(list) => list,
             None => {
-                self.bad(name, "a list of numbers", &v);
+                self.bad(name, "a list of numbers within f32's range", &v);
                 Vec::new()
             }
         }

@@ -3,7 +3,9 @@
 //! Kernels: `shaders/conv.wgsl`; `global_avg_pool` uses the reduce kernel.
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
-use super::{need_f32, Anchor, Arity, Capabilities, Init, OpSchema, ParamSpec, TensorType};
+use super::{
+    need_f32, product, widen, Anchor, Arity, Capabilities, Init, OpSchema, ParamSpec, TensorType,
+};
 use crate::shape::{show, Dim};
 
 /// Family tag.
@@ -156,12 +158,15 @@ pub enum ConvOp {
     GlobalAvgPool,
 }
 
+/// Largest kernel size, stride, dilation or padding (2^20).
+pub const MAX_WINDOW: usize = 1 << 20;
+
 fn pair(r: &mut AttrReader, name: &str, min: i64) -> [usize; 2] {
     let v = r.ints(name);
-    if v.len() != 2 || v.iter().any(|&x| x < min || x > 1 << 20) {
+    if v.len() != 2 || v.iter().any(|&x| x < min || x > MAX_WINDOW as i64) {
         r.reject(
             name,
-            format!("{name} must be two integers ≥ {min}, got {v:?}"),
+            format!("{name} must be two integers in {min}..={MAX_WINDOW}, got {v:?}"),
         );
         return [min.max(1) as usize; 2];
     }
@@ -174,12 +179,19 @@ fn window(r: &mut AttrReader, ceil: bool) -> Window {
     let dilations = pair(r, "dilations", 1);
     let p = r.ints("pads");
     let pads = match p.as_slice() {
-        [a, b] if *a >= 0 && *b >= 0 => [*a as usize, *b as usize, *a as usize, *b as usize],
-        [a, b, c, d] if p.iter().all(|&x| (0..1 << 20).contains(&x)) => {
+        [a, b] if *a >= 0 && *b >= 0 && *a <= MAX_WINDOW as i64 && *b <= MAX_WINDOW as i64 => {
+            [*a as usize, *b as usize, *a as usize, *b as usize]
+        }
+        [a, b, c, d] if p.iter().all(|&x| (0..=MAX_WINDOW as i64).contains(&x)) => {
             [*a as usize, *b as usize, *c as usize, *d as usize]
         }
         _ => {
-            r.reject("pads", format!("pads must be [top, left, bottom, right] or [ph, pw] of non-negative integers, got {p:?}"));
+            r.reject(
+                "pads",
+                format!(
+                    "pads must be [top, left, bottom, right] or [ph, pw] of integers in 0..={MAX_WINDOW}, got {p:?}"
+                ),
+            );
             [0; 4]
         }
     };
@@ -197,24 +209,18 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvOp> {
     Some(match name {
         "conv2d" => {
             let w = window(r, false);
-            let oc = r.int("out_channels");
-            let groups = r.int("groups");
-            if oc < 1 {
-                r.reject(
-                    "out_channels",
-                    format!("out_channels must be at least 1, got {oc}"),
-                );
-            }
-            if groups < 1 || oc % groups.max(1) != 0 {
+            let oc = r.size("out_channels", 1);
+            let groups = r.size("groups", 1);
+            if !oc.is_multiple_of(groups) {
                 r.reject(
                     "groups",
-                    format!("groups must be ≥ 1 and divide out_channels ({oc}), got {groups}"),
+                    format!("groups must divide out_channels ({oc}), got {groups}"),
                 );
             }
             ConvOp::Conv2d {
                 window: w,
-                out_channels: oc.max(1) as usize,
-                groups: groups.max(1) as usize,
+                out_channels: oc,
+                groups,
                 bias: r.bool("bias"),
             }
         }
@@ -229,23 +235,39 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvOp> {
 }
 
 impl Window {
-    /// Output size along one spatial axis (ONNX rules, including ceil mode).
+    /// Output size along one spatial axis (ONNX rules, including ceil mode), computed
+    /// with checked arithmetic: a window or padding too large to count is an error.
     pub fn out_size(&self, input: usize, axis: usize) -> Result<usize, String> {
-        let span = (self.kernel[axis] - 1) * self.dilations[axis] + 1;
-        let padded = input + self.pads[axis] + self.pads[axis + 2];
-        if padded < span {
+        let get = |v: &[usize], i: usize| v.get(i).copied().ok_or("axis out of range");
+        let (k, d) = (get(&self.kernel, axis)?, get(&self.dilations, axis)?);
+        let (s, before, after) = (
+            get(&self.strides, axis)?.max(1),
+            get(&self.pads, axis)?,
+            get(&self.pads, axis + 2)?,
+        );
+        let overflow = || format!("the window or padding along axis {axis} is too large");
+        let span = k
+            .saturating_sub(1)
+            .checked_mul(d)
+            .and_then(|x| x.checked_add(1))
+            .ok_or_else(overflow)?;
+        let padded = input
+            .checked_add(before)
+            .and_then(|x| x.checked_add(after))
+            .ok_or_else(overflow)?;
+        let Some(room) = padded.checked_sub(span) else {
             return Err(format!(
                 "window span {span} exceeds the padded input size {padded}"
             ));
-        }
-        let s = self.strides[axis];
+        };
         let mut out = if self.ceil_mode {
-            (padded - span).div_ceil(s) + 1
+            room.div_ceil(s) + 1
         } else {
-            (padded - span) / s + 1
+            room / s + 1
         };
         // In ceil mode, the last window must start inside the input or the leading padding.
-        if self.ceil_mode && (out - 1) * s >= input + self.pads[axis] {
+        let last_start = (out - 1).checked_mul(s).ok_or_else(overflow)?;
+        if self.ceil_mode && last_start >= input.saturating_add(before) {
             out -= 1;
         }
         Ok(out)
@@ -253,6 +275,38 @@ impl Window {
 }
 
 impl ConvOp {
+    /// Checks what parsing guarantees, for operators that arrive already parsed (a plan
+    /// from a server): window sizes within [`MAX_WINDOW`], channels and groups at least 1
+    /// with groups dividing the output channels.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(w) = self.window() {
+            let sizes = w.kernel.iter().chain(&w.strides).chain(&w.dilations);
+            if sizes.clone().any(|&x| x == 0 || x > MAX_WINDOW)
+                || w.pads.iter().any(|&x| x > MAX_WINDOW)
+            {
+                return Err(format!("{}: window {w:?} is out of range", self.name()));
+            }
+        }
+        if let ConvOp::Conv2d {
+            out_channels,
+            groups,
+            ..
+        } = self
+        {
+            let max = usize::try_from(super::attrs::MAX_SIZE).unwrap_or(usize::MAX);
+            if *groups == 0
+                || *out_channels == 0
+                || *out_channels > max
+                || out_channels % groups != 0
+            {
+                return Err(format!(
+                    "conv2d: {out_channels} output channels in {groups} groups"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// A convolution takes scalar epilogues; pooling takes none.
     pub fn capabilities(&self) -> Capabilities {
         Capabilities {
@@ -323,7 +377,7 @@ impl ConvOp {
                     show(s)
                 ));
             };
-            if c % groups != 0 {
+            if c.checked_rem(*groups) != Some(0) {
                 return Err(format!(
                     "groups {groups} does not divide the {c} input channels"
                 ));
@@ -370,14 +424,26 @@ impl ConvOp {
         else {
             return Ok(Vec::new());
         };
-        let c = inputs[0].shape.get(1).and_then(Dim::known).unwrap_or(1);
-        let fan_in = (c / groups) * window.kernel[0] * window.kernel[1];
+        let c = inputs
+            .first()
+            .and_then(|x| x.shape.get(1))
+            .and_then(Dim::known)
+            .unwrap_or(1);
+        let fan_in = (c / groups.max(&1))
+            .checked_mul(window.kernel[0])
+            .and_then(|x| x.checked_mul(window.kernel[1]))
+            .ok_or_else(|| {
+                format!(
+                    "conv2d fan-in of {c} channels and kernel {:?} overflows",
+                    window.kernel
+                )
+            })?;
         let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
         let mut v = vec![ParamSpec {
             name: "weight",
             shape: vec![
                 *out_channels,
-                c / groups,
+                c / groups.max(&1),
                 window.kernel[0],
                 window.kernel[1],
             ],
@@ -393,26 +459,71 @@ impl ConvOp {
         Ok(v)
     }
 
-    /// Multiply-adds of a convolution, counted as 2 FLOPs.
+    /// Multiply-adds of a convolution, counted as 2 FLOPs (saturating: a cost, never a
+    /// size).
     pub fn flops(&self, inputs: &[Vec<usize>], outputs: &[Vec<usize>]) -> u64 {
-        let out: usize = outputs[0].iter().product();
+        let out = outputs.first().map_or(0, |o| product(o));
+        let x = inputs.first().map(Vec::as_slice).unwrap_or_default();
+        let window = |w: &Window| widen(w.kernel[0]).saturating_mul(widen(w.kernel[1]));
         match self {
-            ConvOp::Conv2d { window, groups, .. } => {
-                let c = inputs[0].get(1).copied().unwrap_or(1);
-                2 * (out * (c / groups) * window.kernel[0] * window.kernel[1]) as u64
+            ConvOp::Conv2d {
+                window: w, groups, ..
+            } => {
+                let c = x.get(1).copied().unwrap_or(1) / (*groups).max(1);
+                2u64.saturating_mul(out)
+                    .saturating_mul(widen(c))
+                    .saturating_mul(window(w))
             }
-            ConvOp::GlobalAvgPool => inputs[0].iter().product::<usize>() as u64,
-            ConvOp::MaxPool(w) | ConvOp::AvgPool { window: w, .. } => {
-                (out * w.kernel[0] * w.kernel[1]) as u64
-            }
+            ConvOp::GlobalAvgPool => product(x),
+            ConvOp::MaxPool(w) | ConvOp::AvgPool { window: w, .. } => out.saturating_mul(window(w)),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::ops::testing::{couples, rule};
     use serde_json::json;
+
+    #[test]
+    fn windows_and_padding_that_overflow_are_errors() {
+        let w = Window {
+            kernel: [MAX_WINDOW, 3],
+            strides: [1, 1],
+            pads: [usize::MAX, 0, usize::MAX, 0],
+            dilations: [MAX_WINDOW, 1],
+            ceil_mode: true,
+        };
+        assert!(w.out_size(8, 0).is_err());
+        let op = ConvOp::MaxPool(w);
+        assert!(op.validate().is_err());
+        let x = TensorType::f32(vec![
+            Dim::Known(1),
+            Dim::Known(1),
+            Dim::Known(8),
+            Dim::Known(8),
+        ]);
+        assert!(op.infer(std::slice::from_ref(&x)).is_err());
+        // Groups of 0 arriving in a plan are refused, not divided by.
+        let conv = ConvOp::Conv2d {
+            window: Window {
+                kernel: [1, 1],
+                strides: [1, 1],
+                pads: [0; 4],
+                dilations: [1, 1],
+                ceil_mode: false,
+            },
+            out_channels: 2,
+            groups: 0,
+            bias: true,
+        };
+        assert!(conv.validate().is_err());
+        assert!(conv.infer(&[x]).is_err());
+        // Pads past the window limit are refused at parse.
+        let attrs = json!({ "out_channels": 1, "kernel_size": [1, 1], "pads": [1u64 << 40, 0] });
+        assert!(crate::ops::parse("conv2d", attrs.as_object().unwrap()).is_err());
+    }
 
     #[test]
     fn conv_and_pooling_keep_the_sample_axis() {

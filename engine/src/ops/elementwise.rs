@@ -172,10 +172,15 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ElementwiseOp> {
         "log" => U(Unary::Log),
         "sqrt" => U(Unary::Sqrt),
         "erf" => U(Unary::Erf),
-        "clip" => U(Unary::Clip {
-            min: r.opt_float("min"),
-            max: r.opt_float("max"),
-        }),
+        "clip" => {
+            let (min, max) = (r.opt_float("min"), r.opt_float("max"));
+            if let (Some(lo), Some(hi)) = (min, max) {
+                if lo > hi {
+                    r.reject("min", format!("clip min {lo} is above max {hi}"));
+                }
+            }
+            U(Unary::Clip { min, max })
+        }
         "where" => ElementwiseOp::Where,
         _ => return None,
     })
@@ -276,6 +281,24 @@ impl ElementwiseOp {
 mod tests {
     use crate::ops::testing::{couples, rule};
     use serde_json::json;
+
+    #[test]
+    fn clip_with_min_above_max_is_refused_at_parse() {
+        let attrs = json!({ "min": 2.0, "max": 1.0 });
+        let e = crate::ops::parse("clip", attrs.as_object().unwrap()).unwrap_err();
+        assert!(
+            e.iter().any(|(f, m)| f == "min" && m.contains("above max")),
+            "{e:?}"
+        );
+        let fine = json!({ "min": 1.0, "max": 1.0 });
+        assert!(crate::ops::parse("clip", fine.as_object().unwrap()).is_ok());
+        // A clip that arrives parsed (in a plan) is validated too.
+        let op = crate::ops::Op::Elementwise(super::ElementwiseOp::Unary(super::Unary::Clip {
+            min: Some(f32::NAN),
+            max: Some(0.0),
+        }));
+        assert!(op.validate(16).is_err());
+    }
 
     #[test]
     fn broadcasting_aligns_batch_axes_from_the_right() {

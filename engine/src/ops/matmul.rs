@@ -3,7 +3,7 @@
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
 use super::{need_f32, Arity, Init, OpSchema, ParamSpec, TensorType};
-use crate::shape::{broadcast, broadcast_strides, show, Dim};
+use crate::shape::{broadcast, broadcast_strides, numel, show, Dim};
 
 /// Family tag.
 pub const FAMILY: &str = "matmul";
@@ -56,15 +56,8 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<MatMulOp> {
         "linear" => {}
         _ => return None,
     }
-    let out = r.int("out_features");
-    if out < 1 {
-        r.reject(
-            "out_features",
-            format!("out_features must be at least 1, got {out}"),
-        );
-    }
     Some(MatMulOp::Linear {
-        out_features: out.max(1) as usize,
+        out_features: r.size("out_features", 1),
         bias: r.bool("bias"),
     })
 }
@@ -232,10 +225,14 @@ impl MatMulOp {
         Ok(specs)
     }
 
-    /// 2·M·N·K per product.
+    /// 2·M·N·K per product (saturating: a cost, never a size).
     pub fn flops(&self, inputs: &[Vec<usize>], outputs: &[Vec<usize>]) -> u64 {
-        let k = inputs[0].last().copied().unwrap_or(1);
-        2 * k as u64 * outputs[0].iter().product::<usize>() as u64
+        let k = inputs
+            .first()
+            .and_then(|a| a.last())
+            .map_or(1, |&k| super::widen(k));
+        let out = outputs.first().map_or(0, |o| super::product(o));
+        2u64.saturating_mul(k).saturating_mul(out)
     }
 }
 
@@ -252,17 +249,17 @@ pub struct Problem {
     pub offsets: Vec<(usize, usize)>,
 }
 
-/// The batched problem of numpy matmul on concrete shapes.
+/// The batched problem of numpy matmul on concrete shapes (offsets checked).
 pub fn batched_problem(a: &[usize], b: &[usize]) -> Result<Problem, String> {
-    let a2: Vec<usize> = if a.len() == 1 {
-        vec![1, a[0]]
-    } else {
-        a.to_vec()
+    let a2: Vec<usize> = match a {
+        [] => return Err("matmul needs inputs of rank 1 or more".into()),
+        [k] => vec![1, *k],
+        _ => a.to_vec(),
     };
-    let b2: Vec<usize> = if b.len() == 1 {
-        vec![b[0], 1]
-    } else {
-        b.to_vec()
+    let b2: Vec<usize> = match b {
+        [] => return Err("matmul needs inputs of rank 1 or more".into()),
+        [k] => vec![*k, 1],
+        _ => b.to_vec(),
     };
     let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let n = b2[b2.len() - 1];
@@ -282,19 +279,32 @@ pub fn batched_problem(a: &[usize], b: &[usize]) -> Result<Problem, String> {
         };
         out_batch[i] = da.max(db);
     }
-    let sa = broadcast_strides(ab, &out_batch);
-    let sb = broadcast_strides(bb, &out_batch);
-    let count: usize = out_batch.iter().product();
+    let sa = broadcast_strides(ab, &out_batch)?;
+    let sb = broadcast_strides(bb, &out_batch)?;
+    let count = numel(&out_batch)?;
+    let overflow = || format!("matmul of {a:?} and {b:?} overflows");
+    let (mk, kn) = (
+        m.checked_mul(k).ok_or_else(overflow)?,
+        k.checked_mul(n).ok_or_else(overflow)?,
+    );
     let mut offsets = Vec::with_capacity(count);
     for idx in 0..count {
-        let (mut rem, mut oa, mut ob) = (idx, 0, 0);
+        let (mut rem, mut oa, mut ob) = (idx, 0usize, 0usize);
         for d in (0..rank).rev() {
-            let c = rem % out_batch[d];
-            rem /= out_batch[d];
-            oa += c * sa[d];
-            ob += c * sb[d];
+            let len = out_batch[d].max(1);
+            let c = rem % len;
+            rem /= len;
+            oa = c
+                .checked_mul(sa[d])
+                .and_then(|x| x.checked_add(oa))
+                .ok_or_else(overflow)?;
+            ob = c
+                .checked_mul(sb[d])
+                .and_then(|x| x.checked_add(ob))
+                .ok_or_else(overflow)?;
         }
-        offsets.push((oa * m * k, ob * k * n));
+        let offset = oa.checked_mul(mk).zip(ob.checked_mul(kn));
+        offsets.push(offset.ok_or_else(overflow)?);
     }
     Ok(Problem { m, n, k, offsets })
 }

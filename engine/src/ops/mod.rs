@@ -209,6 +209,59 @@ impl Op {
         }
     }
 
+    /// Checks what parsing guarantees, for operators that arrive already parsed (plans
+    /// deserialized from a server or a cache): sizes and counts in range, lists at most
+    /// `max_list` long, a clip's bounds in order, a constant's values filling its shape.
+    pub fn validate(&self, max_list: usize) -> Result<(), String> {
+        let name = self.name();
+        let list = |what: &str, len: usize| {
+            if len > max_list {
+                Err(format!("{name}: {what} has {len} entries, over {max_list}"))
+            } else {
+                Ok(())
+            }
+        };
+        match self {
+            Op::MatMul(matmul::MatMulOp::Linear { out_features, .. }) => {
+                let max = usize::try_from(attrs::MAX_SIZE).unwrap_or(usize::MAX);
+                if *out_features == 0 || *out_features > max {
+                    return Err(format!(
+                        "linear: out_features {out_features} is out of range"
+                    ));
+                }
+                Ok(())
+            }
+            Op::MatMul(matmul::MatMulOp::MatMul) | Op::Norm(_) => Ok(()),
+            Op::Elementwise(elementwise::ElementwiseOp::Unary(elementwise::Unary::Clip {
+                min: Some(lo),
+                max: Some(hi),
+            })) if matches!(lo.partial_cmp(hi), Some(std::cmp::Ordering::Greater) | None) => {
+                Err(format!("clip: min {lo} is not at most max {hi}"))
+            }
+            Op::Elementwise(_) => Ok(()),
+            Op::Reduce(r) => list("axes", r.axes.as_ref().map_or(0, Vec::len)),
+            Op::Movement(m) => {
+                for (what, len) in m.lists() {
+                    list(what, len)?;
+                }
+                m.validate()
+            }
+            Op::Conv(c) => c.validate(),
+            Op::Constant(c) => {
+                c.value.check()?;
+                if c.value.dtype() != DType::F32 || c.value.len() > constant::MAX_ELEMENTS {
+                    return Err(format!(
+                        "constant: {} {} elements (f32, at most {})",
+                        c.value.len(),
+                        c.value.dtype(),
+                        constant::MAX_ELEMENTS
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Checks the number of inputs.
     pub fn check_arity(&self, n: usize) -> Result<(), String> {
         match self.schema().inputs {
@@ -227,8 +280,10 @@ impl Op {
         }
     }
 
-    /// Infers output types from input types. Errors name the offending shapes.
+    /// Infers output types from input types (a wrong number of inputs is an error too).
+    /// Errors name the offending shapes.
     pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        self.check_arity(inputs.len())?;
         match self {
             Op::MatMul(o) => o.infer(inputs),
             Op::Elementwise(o) => o.infer(inputs),
@@ -299,6 +354,7 @@ impl Op {
 
     /// The weights this operator declares, given its (inferred) input types.
     pub fn params(&self, inputs: &[TensorType]) -> Result<Vec<ParamSpec>, String> {
+        self.check_arity(inputs.len())?;
         match self {
             Op::MatMul(o) => o.params(inputs),
             Op::Norm(o) => o.params(inputs),
@@ -308,26 +364,25 @@ impl Op {
     }
 
     /// Predicted cost on concrete operands (bytes counted with each operand's real
-    /// element size).
+    /// element size). Costs saturate: they weigh work, they never size an allocation.
     pub fn cost(&self, inputs: &[CostOperand], outputs: &[CostOperand]) -> Cost {
         let shapes = |ops: &[CostOperand]| -> Vec<Vec<usize>> {
             ops.iter().map(|o| o.shape.to_vec()).collect()
         };
         let elements = |ops: &[CostOperand]| -> u64 {
             ops.iter()
-                .map(|o| o.shape.iter().product::<usize>() as u64)
-                .sum()
+                .fold(0u64, |a, o| a.saturating_add(product(o.shape)))
         };
         let bytes = |ops: &[CostOperand]| -> u64 {
-            ops.iter()
-                .map(|o| o.element_bytes * o.shape.iter().product::<usize>() as u64)
-                .sum()
+            ops.iter().fold(0u64, |a, o| {
+                a.saturating_add(o.element_bytes.saturating_mul(product(o.shape)))
+            })
         };
         let (read, written) = (elements(inputs), elements(outputs));
         let flops = match self {
             Op::MatMul(o) => o.flops(&shapes(inputs), &shapes(outputs)),
             Op::Conv(o) => o.flops(&shapes(inputs), &shapes(outputs)),
-            Op::Norm(_) => 8 * read,
+            Op::Norm(_) => read.saturating_mul(8),
             Op::Movement(_) | Op::Constant(_) => 0,
             _ => read.max(written),
         };
@@ -411,6 +466,16 @@ pub struct IndexInput {
     pub data: usize,
     /// The indexed axis of `data` (negative counts from the end).
     pub axis: i64,
+}
+
+/// A size as a `u64` (lossless: `usize` is at most 64 bits on every target).
+pub(crate) fn widen(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// The saturating product of a concrete shape, for costs.
+pub(crate) fn product(dims: &[usize]) -> u64 {
+    dims.iter().fold(1u64, |a, &d| a.saturating_mul(widen(d)))
 }
 
 /// Checks that an input is a float tensor.

@@ -146,6 +146,9 @@ pub const SCHEMAS: &[OpSchema] = &[
     },
 ];
 
+/// Most parts a split may have.
+pub const MAX_SPLIT_PARTS: usize = 1024;
+
 /// A parsed movement operator.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum MovementOp {
@@ -253,8 +256,12 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<MovementOp> {
             let sizes = r.opt_ints("sizes");
             let num = r.opt_int("num_outputs");
             let parts = match (&sizes, num) {
-                (Some(s), None) if !s.is_empty() && s.iter().all(|&x| x >= 0) => s.len(),
-                (None, Some(n)) if (1..=1024).contains(&n) => n as usize,
+                (Some(s), None)
+                    if !s.is_empty() && s.len() <= MAX_SPLIT_PARTS && s.iter().all(|&x| x >= 0) =>
+                {
+                    s.len()
+                }
+                (None, Some(n)) if (1..=MAX_SPLIT_PARTS as i64).contains(&n) => n as usize,
                 (Some(_), Some(_)) => {
                     r.reject("sizes", "give either sizes or num_outputs, not both");
                     1
@@ -296,8 +303,8 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<MovementOp> {
     })
 }
 
-/// One sliced axis: (axis, start, step, output length).
-pub type SliceAxis = (usize, i64, i64, usize);
+/// One sliced axis: (axis, start, step, output length); `start` is clamped into the axis.
+pub type SliceAxis = (usize, usize, i64, usize);
 
 impl MovementOp {
     /// Reshapes and identities are views of their input; the rest copy.
@@ -384,7 +391,7 @@ impl MovementOp {
                     Some(list) => {
                         let mut v = Vec::new();
                         for &a in list {
-                            let i = shape::axis(a, dims.len())?;
+                            let i = shape::existing_axis(a, dims.len())?;
                             if dims[i] != Dim::Known(1) {
                                 return Err(format!(
                                     "cannot squeeze axis {a} of size {} in {}",
@@ -434,7 +441,7 @@ impl MovementOp {
                 same(p.iter().map(|&i| dims[i].clone()).collect())
             }
             MovementOp::Concat { axis } => {
-                let a = shape::axis(*axis, dims.len())?;
+                let a = shape::existing_axis(*axis, dims.len())?;
                 let mut total = 0usize;
                 for (k, t) in inputs.iter().enumerate() {
                     if t.dtype != x.dtype {
@@ -463,14 +470,16 @@ impl MovementOp {
                             t.shape[a]
                         ));
                     }
-                    total += p.coeff;
+                    total = total.checked_add(p.coeff).ok_or_else(|| {
+                        format!("concat along axis {a}: the total length overflows")
+                    })?;
                 }
                 let mut out = dims.clone();
                 out[a] = Dim::Known(total);
                 same(out)
             }
             MovementOp::Split { axis, .. } => {
-                let a = shape::axis(*axis, dims.len())?;
+                let a = shape::existing_axis(*axis, dims.len())?;
                 let Some(len) = dims[a].known() else {
                     return Err(format!(
                         "split along symbolic dimension {} is not supported",
@@ -513,7 +522,7 @@ impl MovementOp {
                 if idx.dtype != DType::I32 {
                     return Err(format!("gather indices must be i32, got {idx}"));
                 }
-                let a = shape::axis(*axis, dims.len())?;
+                let a = shape::existing_axis(*axis, dims.len())?;
                 let mut out: Shape = dims[..a].to_vec();
                 out.extend(idx.shape.iter().cloned());
                 out.extend(dims[a + 1..].iter().cloned());
@@ -583,7 +592,7 @@ impl MovementOp {
                 outputs[0].shape.len(),
             )?),
             MovementOp::Gather { axis } => {
-                let a = shape::axis(*axis, dims.len())?;
+                let a = shape::existing_axis(*axis, dims.len())?;
                 let index_rank = inputs.get(1).map_or(0, |t| t.shape.len());
                 match (batch[0], batch.get(1).copied().flatten()) {
                     (Some(_), Some(_)) => Err(format!(
@@ -601,6 +610,47 @@ impl MovementOp {
         }
     }
 
+    /// The lengths of the operator's list attributes, by name.
+    pub fn lists(&self) -> Vec<(&'static str, usize)> {
+        let len = |v: &Option<Vec<i64>>| v.as_ref().map_or(0, Vec::len);
+        match self {
+            MovementOp::Reshape { shape, .. } | MovementOp::Expand { shape } => {
+                vec![("shape", shape.len())]
+            }
+            MovementOp::Squeeze { axes } => vec![("axes", len(axes))],
+            MovementOp::Unsqueeze { axes } => vec![("axes", axes.len())],
+            MovementOp::Transpose { perm } => vec![("perm", len(perm))],
+            MovementOp::Split { sizes, .. } => vec![("sizes", len(sizes))],
+            MovementOp::Slice {
+                starts,
+                ends,
+                axes,
+                steps,
+            } => vec![
+                ("starts", starts.len()),
+                ("ends", ends.len()),
+                ("axes", len(axes)),
+                ("steps", len(steps)),
+            ],
+            MovementOp::Flatten { .. }
+            | MovementOp::Identity { .. }
+            | MovementOp::Concat { .. }
+            | MovementOp::Gather { .. } => Vec::new(),
+        }
+    }
+
+    /// Checks what parsing guarantees beyond list lengths: a split has 1 to
+    /// [`MAX_SPLIT_PARTS`] parts, one per size when sizes are given.
+    pub fn validate(&self) -> Result<(), String> {
+        if let MovementOp::Split { sizes, parts, .. } = self {
+            let sizes_fit = sizes.as_ref().is_none_or(|s| s.len() == *parts);
+            if *parts == 0 || *parts > MAX_SPLIT_PARTS || !sizes_fit {
+                return Err(format!("split into {parts} parts with sizes {sizes:?}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Sizes of the parts of a split of an axis of length `len`.
     pub fn split_sizes(&self, len: usize) -> Result<Vec<usize>, String> {
         let MovementOp::Split { sizes, parts, .. } = self else {
@@ -608,8 +658,13 @@ impl MovementOp {
         };
         match sizes {
             Some(s) => {
-                let v: Vec<usize> = s.iter().map(|&x| x.max(0) as usize).collect();
-                if v.iter().sum::<usize>() != len {
+                let v: Vec<usize> = s
+                    .iter()
+                    .map(|&x| usize::try_from(x))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| format!("split sizes {s:?} must be non-negative"))?;
+                let total = v.iter().try_fold(0usize, |a, &x| a.checked_add(x));
+                if v.len() != *parts || total != Some(len) {
                     return Err(format!(
                         "split sizes {s:?} do not add up to the axis length {len}"
                     ));
@@ -617,20 +672,29 @@ impl MovementOp {
                 Ok(v)
             }
             None => {
+                if *parts == 0 {
+                    return Err("split needs at least one part".into());
+                }
                 let chunk = len.div_ceil(*parts);
-                if chunk * (parts - 1) >= len && *parts > 1 && len > 0 {
+                let before_last = chunk.checked_mul(parts - 1);
+                if *parts > 1 && len > 0 && before_last.is_none_or(|b| b >= len) {
                     return Err(format!(
                         "cannot split length {len} into {parts} non-empty parts"
                     ));
                 }
                 Ok((0..*parts)
-                    .map(|i| chunk.min(len.saturating_sub(i * chunk)))
+                    .map(|i| {
+                        let start = i.checked_mul(chunk).unwrap_or(len);
+                        chunk.min(len.saturating_sub(start))
+                    })
                     .collect())
             }
         }
     }
 
-    /// The resolved slice per axis (ONNX clamping rules).
+    /// The resolved slice per axis (ONNX clamping rules), computed in 128-bit integers so
+    /// that starts, ends and steps at the `i64` extremes and axes of any length clamp
+    /// instead of overflowing.
     pub fn slice_axes(&self, dims: &[Dim]) -> Result<Vec<SliceAxis>, String> {
         let MovementOp::Slice {
             starts,
@@ -652,9 +716,9 @@ impl MovementOp {
         }
         let mut out = Vec::new();
         let mut seen = Vec::new();
-        for k in 0..n {
+        for (k, (&start, &end)) in starts.iter().zip(ends).enumerate() {
             let a = match axes {
-                Some(list) => shape::axis(list[k], dims.len())?,
+                Some(list) => shape::existing_axis(list[k], dims.len())?,
                 None if k < dims.len() => k,
                 None => return Err(format!("{n} starts for a tensor of rank {}", dims.len())),
             };
@@ -667,7 +731,7 @@ impl MovementOp {
                 return Err("slice step must not be 0".into());
             }
             let Some(d) = dims[a].known() else {
-                if starts[k] == 0 && ends[k] >= i64::from(i32::MAX) && step == 1 {
+                if start == 0 && end >= i64::from(i32::MAX) && step == 1 {
                     continue;
                 }
                 return Err(format!(
@@ -675,8 +739,8 @@ impl MovementOp {
                     dims[a]
                 ));
             };
-            let d = d as i64;
-            let (mut s, mut e) = (starts[k], ends[k]);
+            let d = i128::try_from(d).map_err(|_| format!("axis length {d} is too large"))?;
+            let (mut s, mut e, step128) = (i128::from(start), i128::from(end), i128::from(step));
             if s < 0 {
                 s += d;
             }
@@ -686,22 +750,53 @@ impl MovementOp {
             let (s, e) = if step > 0 {
                 (s.clamp(0, d), e.clamp(0, d))
             } else {
-                (s.clamp(0, (d - 1).max(0)), e.clamp(-1, d - 1))
+                (s.clamp(0, (d - 1).max(0)), e.clamp(-1, (d - 1).max(-1)))
             };
-            let len = if step > 0 {
+            let len = if d == 0 {
+                0
+            } else if step > 0 {
                 if e > s {
-                    (e - s + step - 1) / step
+                    (e - s + step128 - 1) / step128
                 } else {
                     0
                 }
             } else if s > e {
-                (s - e + (-step) - 1) / (-step)
+                (s - e - step128 - 1) / (-step128)
             } else {
                 0
             };
-            out.push((a, s, step, len as usize));
+            let fit =
+                |v: i128| usize::try_from(v).map_err(|_| format!("slice of axis {a} overflows"));
+            out.push((a, fit(s)?, step, fit(len)?));
         }
         Ok(out)
+    }
+
+    /// Where a slice of a tensor of concrete shape `dims` reads its input, in input
+    /// elements: the offset of its first element and, per axis, the step between
+    /// neighbours along it (0 along sliced axes of length 1 or less, whose step never
+    /// matters). Checked: an offset that does not fit is an error.
+    pub fn slice_offsets(&self, dims: &[usize]) -> Result<(i64, Vec<i64>), String> {
+        let strides = shape::strides(dims)?;
+        let wide = |v: usize| i128::try_from(v).unwrap_or(i128::MAX);
+        let mut src: Vec<i128> = strides.iter().map(|&s| wide(s)).collect();
+        let mut base = 0i128;
+        for (a, start, step, len) in self.slice_axes(&shape::known(dims))? {
+            let stride = wide(strides[a]);
+            base = base
+                .checked_add(wide(start).saturating_mul(stride))
+                .ok_or("slice offsets overflow")?;
+            src[a] = if len <= 1 {
+                0
+            } else {
+                i128::from(step).saturating_mul(stride)
+            };
+        }
+        let fit = |v: i128| i64::try_from(v).map_err(|_| "slice offsets overflow".to_string());
+        Ok((
+            fit(base)?,
+            src.into_iter().map(fit).collect::<Result<_, _>>()?,
+        ))
     }
 }
 
@@ -769,7 +864,10 @@ pub fn reshape_target(dims: &[Dim], target: &[i64], allowzero: bool) -> Result<S
                     ))
                 }
             },
-            t if t >= 0 => out.push(Some(Dim::Known(t as usize))),
+            t if t >= 0 => out
+                .push(Some(Dim::Known(usize::try_from(t).map_err(|_| {
+                    format!("shape {target:?}: size {t} is too large")
+                })?))),
             _ => return Err(format!("shape {target:?} has an invalid size {t}")),
         }
     }
@@ -795,8 +893,179 @@ pub fn reshape_target(dims: &[Dim], target: &[i64], allowzero: bool) -> Result<S
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::ops::testing::{couples, rule};
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// ONNX slicing by brute force: walk from the clamped start by `step` while short of
+    /// the clamped end.
+    fn slice_model(d: usize, start: i64, end: i64, step: i64) -> (usize, usize) {
+        let d = d as i128;
+        let (mut s, mut e, st) = (start as i128, end as i128, step as i128);
+        if s < 0 {
+            s += d;
+        }
+        if e < 0 {
+            e += d;
+        }
+        let (s, e) = if st > 0 {
+            (s.clamp(0, d), e.clamp(0, d))
+        } else {
+            (s.clamp(0, (d - 1).max(0)), e.clamp(-1, d - 1))
+        };
+        let mut n = 0;
+        let mut i = s;
+        while d > 0 && ((st > 0 && i < e) || (st < 0 && i > e)) {
+            n += 1;
+            i += st;
+        }
+        (s as usize, n)
+    }
+
+    fn extreme() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            -8i64..8,
+            Just(i64::MIN),
+            Just(i64::MAX),
+            Just(i64::MIN + 1),
+            Just(i64::MAX - 1),
+            Just(i64::from(i32::MAX)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(600))]
+
+        #[test]
+        fn slices_agree_with_brute_force(
+            d in 0usize..7,
+            start in extreme(),
+            end in extreme(),
+            step in extreme().prop_filter("non-zero", |s| *s != 0),
+        ) {
+            let op = MovementOp::Slice {
+                starts: vec![start],
+                ends: vec![end],
+                axes: None,
+                steps: Some(vec![step]),
+            };
+            let got = op.slice_axes(&[Dim::Known(d)]).unwrap();
+            let (s, n) = slice_model(d, start, end, step);
+            prop_assert_eq!(got, vec![(0, s, step, n)]);
+            // Offsets stay inside the input whatever the step.
+            let (base, src) = op.slice_offsets(&[d]).unwrap();
+            if n > 0 {
+                let last = base as i128 + (n as i128 - 1) * src[0] as i128;
+                prop_assert!(base >= 0 && (base as usize) < d && last >= 0 && (last as usize) < d);
+            }
+        }
+
+        #[test]
+        fn reshapes_agree_with_a_model(
+            dims in proptest::collection::vec(0usize..5, 0..4),
+            target in proptest::collection::vec(-1i64..6, 0..4),
+        ) {
+            let total: usize = dims.iter().product();
+            let input = shape::known(&dims);
+            let got = reshape_target(&input, &target, true);
+            let known: Vec<i64> = target.iter().copied().filter(|&t| t != -1).collect();
+            let inferred = target.iter().filter(|&&t| t == -1).count();
+            let fixed: usize = known.iter().map(|&t| t as usize).product();
+            let want: Option<Vec<usize>> = match inferred {
+                0 if fixed == total => Some(known.iter().map(|&t| t as usize).collect()),
+                1 if fixed != 0 && total.is_multiple_of(fixed) => Some(
+                    target.iter().map(|&t| if t == -1 { total / fixed } else { t as usize }).collect(),
+                ),
+                _ => None,
+            };
+            match want {
+                Some(w) if inferred == 1 && fixed == 0 => prop_assert!(got.is_err() || got == Ok(shape::known(&w))),
+                Some(w) => prop_assert_eq!(got, Ok(shape::known(&w))),
+                None => prop_assert!(got.is_err()),
+            }
+        }
+
+        #[test]
+        fn broadcasting_agrees_with_a_model(
+            a in proptest::collection::vec(1usize..4, 0..4),
+            b in proptest::collection::vec(1usize..4, 0..4),
+        ) {
+            let rank = a.len().max(b.len());
+            let pad = |v: &[usize]| {
+                let mut p = vec![1; rank - v.len()];
+                p.extend_from_slice(v);
+                p
+            };
+            let (pa, pb) = (pad(&a), pad(&b));
+            let want: Option<Vec<usize>> = pa
+                .iter()
+                .zip(&pb)
+                .map(|(&x, &y)| match (x, y) {
+                    (x, y) if x == y => Some(x),
+                    (1, y) => Some(y),
+                    (x, 1) => Some(x),
+                    _ => None,
+                })
+                .collect();
+            let got = shape::broadcast(&shape::known(&a), &shape::known(&b)).ok();
+            prop_assert_eq!(got, want.map(|w| shape::known(&w)));
+        }
+    }
+
+    #[test]
+    fn slicing_axes_of_two_to_the_63_and_more_clamps() {
+        let huge = usize::MAX;
+        let op = MovementOp::Slice {
+            starts: vec![-3],
+            ends: vec![-1],
+            axes: None,
+            steps: Some(vec![1]),
+        };
+        assert_eq!(
+            op.slice_axes(&[Dim::Known(huge)]).unwrap(),
+            vec![(0, huge - 3, 1, 2)]
+        );
+        // An end of i64::MAX is not open on an axis longer than it.
+        let op = MovementOp::Slice {
+            starts: vec![-1],
+            ends: vec![i64::MAX],
+            axes: None,
+            steps: Some(vec![1]),
+        };
+        assert_eq!(
+            op.slice_axes(&[Dim::Known(huge)]).unwrap(),
+            vec![(0, huge - 1, 1, 0)]
+        );
+        let op = MovementOp::Slice {
+            starts: vec![0],
+            ends: vec![i64::MAX],
+            axes: None,
+            steps: Some(vec![2]),
+        };
+        let len = op.slice_axes(&[Dim::Known(1 << 63)]).unwrap()[0].3;
+        assert_eq!(len, (i64::MAX as usize).div_ceil(2));
+    }
+
+    #[test]
+    fn concat_and_split_totals_that_overflow_are_errors() {
+        let t = |n: usize| TensorType::f32(vec![Dim::Known(n), Dim::Known(2)]);
+        let concat = MovementOp::Concat { axis: 0 };
+        let e = concat.infer(&[t(usize::MAX), t(2)]).unwrap_err();
+        assert!(e.contains("overflows"), "{e}");
+        let split = MovementOp::Split {
+            axis: 0,
+            sizes: Some(vec![i64::MAX, i64::MAX, 4]),
+            parts: 3,
+        };
+        assert!(split.infer(&[t(6)]).is_err());
+        let parts = MovementOp::Split {
+            axis: 0,
+            sizes: None,
+            parts: 0,
+        };
+        assert!(parts.infer(&[t(6)]).is_err() && parts.validate().is_err());
+    }
 
     #[test]
     fn reshapes_keep_a_batch_whose_samples_stay_one_block() {

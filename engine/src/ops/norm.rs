@@ -129,7 +129,10 @@ impl NormOp {
         let x = &inputs[0];
         need_f32(self.name(), "input", x)?;
         match self {
-            NormOp::Softmax { axis, .. } | NormOp::LayerNorm { axis, .. } => {
+            NormOp::Softmax { axis, .. } => {
+                shape::existing_axis(*axis, x.shape.len())?;
+            }
+            NormOp::LayerNorm { axis, .. } => {
                 shape::axis(*axis, x.shape.len())?;
             }
             NormOp::BatchNorm { .. } => {

@@ -8,6 +8,7 @@
 //! The planner asks operators what they can do ([`crate::ops::Capabilities`]: pointwise,
 //! epilogue anchor, view, index inputs); it never names them.
 
+pub mod check;
 pub mod cost;
 pub mod expr;
 pub mod fusion;
@@ -127,12 +128,13 @@ pub struct PlannedValue {
 }
 
 impl PlannedValue {
-    /// Number of elements.
+    /// Number of elements (`usize::MAX` when the count overflows, which
+    /// [`Plan::validate`] refuses).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        shape::numel(&self.shape).unwrap_or(usize::MAX)
     }
 
-    /// Size in bytes.
+    /// Size in bytes (saturating, like [`PlannedValue::numel`]).
     pub fn bytes(&self) -> u64 {
         self.layout.bytes(self.numel())
     }
@@ -468,10 +470,11 @@ impl<'g> Builder<'g> {
             if let (Some(data), Some(indices)) = (data, indices) {
                 if let Some(input) = self.root_input.get(&indices).cloned() {
                     let dims = &self.plan.values[data].shape;
-                    let a = shape::axis(index.axis, dims.len()).map_err(|m| RunError::Op {
-                        node: node.id.clone(),
-                        message: m,
-                    })?;
+                    let a =
+                        shape::existing_axis(index.axis, dims.len()).map_err(|m| RunError::Op {
+                            node: node.id.clone(),
+                            message: m,
+                        })?;
                     self.plan.index_checks.push(IndexCheck {
                         input,
                         node: node.id.clone(),

@@ -13,7 +13,7 @@ use crate::ops::CostOperand;
 use crate::shape;
 use petgraph::stable_graph::NodeIndex;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// One stage: its subgraph and how its inputs and outputs map to the run's values.
 #[derive(Debug, Clone)]
@@ -58,10 +58,16 @@ fn is_constant(graph: &Graph, ix: NodeIndex) -> bool {
     }
 }
 
-/// Bytes of a node output in the storage the options give its dtype.
+/// Bytes of a node output in the storage the options give its dtype (saturating: a
+/// cost, never a size).
 fn value_bytes(graph: &Graph, node: NodeIndex, port: usize, options: &PlanOptions) -> u64 {
-    let t = &graph.dag[node].outputs[port];
-    shape::concrete(&t.shape).map_or(0, |s| storage_for(t.dtype, options).bytes(shape::numel(&s)))
+    let Some(t) = graph.dag[node].outputs.get(port) else {
+        return 0;
+    };
+    shape::concrete(&t.shape).map_or(0, |s| {
+        let n = shape::numel(&s).unwrap_or(usize::MAX);
+        storage_for(t.dtype, options).bytes(n)
+    })
 }
 
 /// Operator nodes that take part in partitioning (constants go with their consumers).
@@ -144,22 +150,33 @@ pub fn choose(
     })
 }
 
-/// Cuts a bound graph into the stages of a partition.
+/// Cuts a bound graph into the stages of a partition (linear in the graph per stage:
+/// every lookup goes through a map).
 pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError> {
     let nodes = partition_nodes(graph);
     let stages = part.stage_costs.len();
+    if part.stage_of.len() != nodes.len() {
+        return Err(RunError::Internal(
+            "the partition does not match the graph".into(),
+        ));
+    }
     let mut stage_of: HashMap<NodeIndex, usize> = nodes
         .iter()
         .zip(&part.stage_of)
         .map(|(&n, &s)| (n, s))
         .collect();
-    // Stage that first reads each value (for constants) and last stage reading it.
+    // The stages reading each value, and the stages reading each node's outputs.
     let mut readers: HashMap<(NodeIndex, usize), Vec<usize>> = HashMap::new();
+    let mut node_readers: HashMap<NodeIndex, Vec<usize>> = HashMap::new();
     for &n in &nodes {
+        let s = stage_of.get(&n).copied().unwrap_or(0);
         for src in graph.node_inputs(n) {
-            readers.entry(src).or_default().push(stage_of[&n]);
+            readers.entry(src).or_default().push(s);
+            node_readers.entry(src.0).or_default().push(s);
         }
     }
+    let documents: HashMap<&str, &crate::graph::doc::NodeDoc> =
+        graph.doc.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
     let graph_outputs: Vec<(NodeIndex, usize)> =
         graph.outputs.iter().map(|o| (o.node, o.port)).collect();
     let mut specs = Vec::new();
@@ -183,8 +200,7 @@ pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError
             .filter(|ix| match stage_of.get(ix) {
                 Some(&st) => st == s,
                 None => {
-                    is_constant(graph, *ix)
-                        && readers_of_node(graph, *ix, &nodes, &stage_of).contains(&s)
+                    is_constant(graph, *ix) && node_readers.get(ix).is_some_and(|r| r.contains(&s))
                 }
             })
             .collect();
@@ -193,14 +209,12 @@ pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError
                 stage_of.entry(ix).or_insert(s);
             }
         }
-        let local = |ix: NodeIndex| members.contains(&ix);
+        let member_set: HashSet<NodeIndex> = members.iter().copied().collect();
+        let local = |ix: NodeIndex| member_set.contains(&ix);
         for &ix in &members {
             let node = &graph.dag[ix];
-            let original = graph
-                .doc
-                .nodes
-                .iter()
-                .find(|n| n.id == node.id)
+            let original = documents
+                .get(node.id.as_str())
                 .ok_or_else(|| RunError::Internal("node missing from its document".into()))?;
             let mut refs = Vec::new();
             for (src, port) in graph.node_inputs(ix) {
@@ -226,7 +240,7 @@ pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError
                 }
                 refs.push(input_name);
             }
-            let mut n = original.clone();
+            let mut n = (*original).clone();
             n.inputs = refs;
             doc.nodes.push(n);
         }
@@ -252,7 +266,7 @@ pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError
                 }
             }
         }
-        let sub = Graph::build(doc)
+        let sub = Graph::build_with(doc, &graph.limits)
             .map_err(|p| RunError::Internal(format!("stage {s} subgraph: {p}")))?;
         specs.push(StageSpec {
             index: s,
@@ -266,25 +280,14 @@ pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError
     Ok(specs)
 }
 
-fn readers_of_node(
-    graph: &Graph,
-    ix: NodeIndex,
-    nodes: &[NodeIndex],
-    stage_of: &HashMap<NodeIndex, usize>,
-) -> Vec<usize> {
-    nodes
-        .iter()
-        .filter(|&&n| graph.node_inputs(n).iter().any(|&(src, _)| src == ix))
-        .filter_map(|n| stage_of.get(n).copied())
-        .collect()
-}
-
 /// Node ids per stage, for printing.
 pub fn summary(graph: &Graph, part: &Partition) -> StagePlanSummary {
     let nodes = partition_nodes(graph);
     let mut per: Vec<Vec<String>> = vec![Vec::new(); part.stage_costs.len()];
     for (n, &s) in nodes.iter().zip(&part.stage_of) {
-        per[s].push(graph.dag[*n].id.clone());
+        if let Some(stage) = per.get_mut(s) {
+            stage.push(graph.dag[*n].id.clone());
+        }
     }
     StagePlanSummary {
         nodes: per,

@@ -69,26 +69,26 @@ pub fn gpipe_bubble(stages: usize, micro_batches: usize) -> f64 {
     if stages == 0 || micro_batches == 0 {
         return 0.0;
     }
-    (stages - 1) as f64 / (micro_batches + stages - 1) as f64
+    (stages - 1) as f64 / micro_batches.saturating_add(stages - 1) as f64
 }
 
 /// Total length of the union of intervals.
 pub fn union_ns(spans: &mut [(u64, u64)]) -> u64 {
     spans.sort_unstable();
-    let mut total = 0;
+    let mut total = 0u64;
     let mut cur: Option<(u64, u64)> = None;
     for &(s, e) in spans.iter() {
         match cur {
             Some((cs, ce)) if s <= ce => cur = Some((cs, ce.max(e))),
             Some((cs, ce)) => {
-                total += ce - cs;
+                total = total.saturating_add(ce.saturating_sub(cs));
                 cur = Some((s, e));
             }
             None => cur = Some((s, e)),
         }
     }
     if let Some((cs, ce)) = cur {
-        total += ce - cs;
+        total = total.saturating_add(ce.saturating_sub(cs));
     }
     total
 }
@@ -97,7 +97,7 @@ fn overlap_with(span: (u64, u64), merged: &[(u64, u64)]) -> u64 {
     merged
         .iter()
         .map(|&(s, e)| e.min(span.1).saturating_sub(s.max(span.0)))
-        .sum()
+        .fold(0u64, u64::saturating_add)
 }
 
 fn merged(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
@@ -176,8 +176,9 @@ pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: u
         });
         let m = merged(compute);
         for u in evs.iter().filter(|e| e.kind == EventKind::Upload) {
-            upload_total += u.duration_ns();
-            overlap_hidden += overlap_with((u.start_ns, u.end_ns), &m);
+            upload_total = upload_total.saturating_add(u.duration_ns());
+            overlap_hidden =
+                overlap_hidden.saturating_add(overlap_with((u.start_ns, u.end_ns), &m));
         }
     }
     // Latency per micro-batch: first event to last event of that micro-batch.
@@ -187,13 +188,17 @@ pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: u
         s.0 = s.0.min(e.start_ns);
         s.1 = s.1.max(e.end_ns);
     }
-    let mut lat: Vec<u64> = spans.values().map(|(s, e)| e - s).collect();
+    let mut lat: Vec<u64> = spans.values().map(|(s, e)| e.saturating_sub(*s)).collect();
     lat.sort_unstable();
     let mut node_totals: BTreeMap<&str, u64> = BTreeMap::new();
     for e in events.iter().filter(|e| e.kind == EventKind::Compute) {
-        *node_totals.entry(e.node.as_str()).or_default() += e.duration_ns();
+        let total = node_totals.entry(e.node.as_str()).or_default();
+        *total = total.saturating_add(e.duration_ns());
     }
-    let all: u64 = node_totals.values().sum::<u64>().max(1);
+    let all: u64 = node_totals
+        .values()
+        .fold(0u64, |a, &b| a.saturating_add(b))
+        .max(1);
     let mut top_nodes: Vec<NodeTime> = node_totals
         .into_iter()
         .map(|(node, total_ns)| NodeTime {
@@ -205,7 +210,10 @@ pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: u
     top_nodes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.node.cmp(&b.node)));
     top_nodes.truncate(10);
     let (bubble_fraction, ideal_bubble) = if stages >= 2 {
-        let idle: u64 = devices.iter().map(|d| wall.saturating_sub(d.busy_ns)).sum();
+        let idle: u64 = devices
+            .iter()
+            .map(|d| wall.saturating_sub(d.busy_ns))
+            .fold(0u64, u64::saturating_add);
         (
             Some(idle as f64 / (stages as f64 * wall as f64)),
             Some(gpipe_bubble(stages, micro_batches)),
@@ -231,6 +239,9 @@ pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: u
     }
 }
 
+/// Most devices live utilisation follows.
+pub const MAX_LIVE_DEVICES: usize = 1024;
+
 /// Utilisation per device while a run goes, one event at a time: compute time seen so far
 /// over the run's elapsed time (the latest event end), the definition [`compute`] applies
 /// to the finished run (passes on one device do not overlap, so their sum is the busy
@@ -242,15 +253,16 @@ pub struct LiveUtilisation {
 }
 
 impl LiveUtilisation {
-    /// Takes one event into account.
+    /// Takes one event into account (events of devices numbered past
+    /// [`MAX_LIVE_DEVICES`] are ignored: they cannot make the list grow without bound).
     pub fn record(&mut self, e: &Event) {
-        if e.kind != EventKind::Compute {
+        if e.kind != EventKind::Compute || e.device >= MAX_LIVE_DEVICES {
             return;
         }
         if self.busy.len() <= e.device {
             self.busy.resize(e.device + 1, 0);
         }
-        self.busy[e.device] += e.duration_ns();
+        self.busy[e.device] = self.busy[e.device].saturating_add(e.duration_ns());
         self.wall = self.wall.max(e.end_ns);
     }
 

@@ -497,7 +497,13 @@ pub fn check_runnable(graph: &sluice_engine::Graph, batch: usize) -> Result<(), 
              use seeded weights (\"params\": {{\"seed\": ...}}) or `sluice run` on the command line"
         ));
     }
-    sluice_engine::limits::check_run(graph, batch)
+    let config = sluice_engine::exec::RunConfig {
+        batch,
+        ..sluice_engine::exec::RunConfig::default()
+    };
+    sluice_engine::exec::check_run(graph, &config, None, &graph.limits)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// The request's uploaded inputs, decoded from base64 `.npy`.

@@ -114,7 +114,7 @@ pub fn elementwise_kernel(
             info.push(word(d)?);
         }
         for t in inputs {
-            for s in broadcast_strides(&t.shape, out) {
+            for s in broadcast_strides(&t.shape, out)? {
                 info.push(word(s)?);
             }
         }

@@ -1,6 +1,11 @@
 //! Lowering to WGSL, one file per operator family mirroring `crate::ops` (as `crate::cpu`
 //! does for the CPU reference): each family turns its operators into kernels for concrete
 //! values, and the elementwise family also writes the expressions fused units compose.
+//!
+//! Lowering sees only checked plans (`Plan::validate`: every value's element count fits,
+//! every step's values are what inference gives), so products of a value's dimensions
+//! fit too; every size and stride reaches a kernel through `word`/`signed_word`, which
+//! refuse what does not fit 32 bits.
 
 mod conv;
 pub mod elementwise;

@@ -11,15 +11,13 @@ impl Lower for MovementOp {
     /// GPU kernels.
     fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
         let (inputs, outputs) = (ctx.inputs, ctx.outputs);
-        let x = &inputs[0].shape;
-        let xs = shape::strides(x);
-        let out = &outputs[0].shape;
-        let contiguous = |s: &[usize]| {
-            shape::strides(s)
-                .iter()
-                .map(|&v| v as i64)
-                .collect::<Vec<_>>()
+        let (Some(first), Some(output)) = (inputs.first(), outputs.first()) else {
+            return Err("internal: a movement needs an input and an output".into());
         };
+        let x = &first.shape;
+        let xs = signed(&shape::strides(x)?)?;
+        let out = &output.shape;
+        let contiguous = |s: &[usize]| -> Result<Vec<i64>, String> { signed(&shape::strides(s)?) };
         let io = |input: usize, output: usize| Copy {
             src: Slot::Input(input),
             src_storage: inputs[input].storage,
@@ -36,7 +34,7 @@ impl Lower for MovementOp {
             }
             MovementOp::Transpose { perm } => {
                 let p = permutation(perm, x.len())?;
-                let src: Vec<i64> = p.iter().map(|&i| xs[i] as i64).collect();
+                let src: Vec<i64> = p.iter().map(|&i| xs[i]).collect();
                 vec![copy_kernel(
                     "transpose",
                     io(0, 0),
@@ -44,17 +42,11 @@ impl Lower for MovementOp {
                     0,
                     &src,
                     0,
-                    &contiguous(out),
+                    &contiguous(out)?,
                 )?]
             }
             MovementOp::Slice { .. } => {
-                let dims = shape::known(x);
-                let mut src: Vec<i64> = xs.iter().map(|&v| v as i64).collect();
-                let mut base = 0i64;
-                for (a, start, step, _) in self.slice_axes(&dims)? {
-                    base += start * xs[a] as i64;
-                    src[a] = step * xs[a] as i64;
-                }
+                let (base, src) = self.slice_offsets(x)?;
                 vec![copy_kernel(
                     "slice",
                     io(0, 0),
@@ -62,14 +54,11 @@ impl Lower for MovementOp {
                     base,
                     &src,
                     0,
-                    &contiguous(out),
+                    &contiguous(out)?,
                 )?]
             }
             MovementOp::Expand { .. } => {
-                let src: Vec<i64> = shape::broadcast_strides(x, out)
-                    .iter()
-                    .map(|&v| v as i64)
-                    .collect();
+                let src = signed(&shape::broadcast_strides(x, out)?)?;
                 vec![copy_kernel(
                     "expand",
                     io(0, 0),
@@ -77,18 +66,18 @@ impl Lower for MovementOp {
                     0,
                     &src,
                     0,
-                    &contiguous(out),
+                    &contiguous(out)?,
                 )?]
             }
             MovementOp::Concat { axis } => {
-                let a = shape::axis(*axis, x.len())?;
-                let os = contiguous(out);
+                let a = shape::existing_axis(*axis, x.len())?;
+                let os = contiguous(out)?;
                 let packed = outputs[0].storage == Storage::Packed;
-                let mut offset = 0usize;
+                let mut offset = 0i64;
                 let mut ks = Vec::new();
                 for (i, t) in inputs.iter().enumerate() {
                     if t.numel() > 0 {
-                        let base = offset as i64 * os[a];
+                        let base = offset.checked_mul(os[a]).ok_or("concat offsets overflow")?;
                         let mut c = io(i, 0);
                         if packed {
                             // Pieces land in f32 scratch; one pass packs the result.
@@ -100,12 +89,14 @@ impl Lower for MovementOp {
                             c,
                             &t.shape,
                             0,
-                            &contiguous(&t.shape),
+                            &contiguous(&t.shape)?,
                             base,
                             &os,
                         )?);
                     }
-                    offset += t.shape[a];
+                    offset = offset
+                        .checked_add(i64::try_from(t.shape[a]).map_err(|_| "concat too long")?)
+                        .ok_or("concat offsets overflow")?;
                 }
                 if packed {
                     let n = outputs[0].numel();
@@ -125,31 +116,32 @@ impl Lower for MovementOp {
                 ks
             }
             MovementOp::Split { axis, .. } => {
-                let a = shape::axis(*axis, x.len())?;
-                let src: Vec<i64> = xs.iter().map(|&v| v as i64).collect();
-                let mut offset = 0usize;
+                let a = shape::existing_axis(*axis, x.len())?;
+                let mut offset = 0i64;
                 let mut ks = Vec::new();
                 for (j, o) in outputs.iter().enumerate() {
                     if o.numel() > 0 {
-                        let base = (offset * xs[a]) as i64;
+                        let base = offset.checked_mul(xs[a]).ok_or("split offsets overflow")?;
                         ks.push(copy_kernel(
                             "split",
                             io(0, j),
                             &o.shape,
                             base,
-                            &src,
+                            &xs,
                             0,
-                            &contiguous(&o.shape),
+                            &contiguous(&o.shape)?,
                         )?);
                     }
-                    offset += o.shape[a];
+                    offset = offset
+                        .checked_add(i64::try_from(o.shape[a]).map_err(|_| "split too long")?)
+                        .ok_or("split offsets overflow")?;
                 }
                 ks
             }
             MovementOp::Gather { axis } => {
-                let a = shape::axis(*axis, x.len())?;
+                let a = shape::existing_axis(*axis, x.len())?;
                 let n = outputs[0].numel();
-                let inner: usize = x[a + 1..].iter().product();
+                let inner = shape::numel(&x[a + 1..])?;
                 let info = vec![
                     word(n)?,
                     word(x[a])?,
@@ -204,6 +196,14 @@ struct Copy {
     dst_storage: Storage,
 }
 
+/// Strides as the signed words kernels take.
+fn signed(strides: &[usize]) -> Result<Vec<i64>, String> {
+    strides
+        .iter()
+        .map(|&s| i64::try_from(s).map_err(|_| format!("stride {s} is too large")))
+        .collect()
+}
+
 fn words_decls() -> String {
     "@group(0) @binding(0) var<storage, read> info: array<u32>;
 @group(0) @binding(1) var<storage, read_write> dst: array<u32>;
@@ -224,7 +224,7 @@ fn copy_kernel(
     dst_base: i64,
     dst: &[i64],
 ) -> Result<Kernel, String> {
-    let n: usize = domain.iter().product();
+    let n = shape::numel(domain)?;
     let mut info = vec![
         word(n)?,
         word(domain.len())?,
@@ -242,12 +242,7 @@ fn copy_kernel(
     }
     let offsets = variant(SHADER, "offsets");
     let wg = ("WG", WG.to_string());
-    let dst_contiguous = dst_base == 0
-        && dst
-            == shape::strides(domain)
-                .iter()
-                .map(|&v| v as i64)
-                .collect::<Vec<_>>();
+    let dst_contiguous = dst_base == 0 && *dst == signed(&shape::strides(domain)?)?;
     let half = c.src_storage.is_half() || c.dst_storage.is_half();
     let (source, slots, threads) = if !half {
         let body = fill(variant(SHADER, "copy_words"), &[wg]);

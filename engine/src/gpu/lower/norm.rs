@@ -59,7 +59,7 @@ impl Lower for NormOp {
         };
         match self {
             NormOp::Softmax { axis, log } => {
-                let a = shape::axis(*axis, x.len())?;
+                let a = shape::existing_axis(*axis, x.len())?;
                 let len = x[a];
                 let inner: usize = x[a + 1..].iter().product();
                 let rows = n.checked_div(len).unwrap_or(0);

@@ -33,7 +33,7 @@ pub fn reduce_kernel(
     f16_compute: bool,
 ) -> Result<Kernel, String> {
     let x = &input.shape;
-    let strides = shape::strides(x);
+    let strides = shape::strides(x)?;
     let kept: Vec<usize> = (0..x.len()).filter(|i| !axes.contains(i)).collect();
     let n_out: usize = kept.iter().map(|&i| x[i]).product();
     let count: usize = axes.iter().map(|&i| x[i]).product();
