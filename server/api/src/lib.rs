@@ -27,6 +27,25 @@ pub fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// The file names (without `.npy`) a run's outputs are written under, by the server and
+/// the CLI alike: never a user string unchecked. `node:1` becomes `node_1`; a name that
+/// is not a [`valid_name`] then, or one another output already took, becomes `outputI`
+/// (I its place), or `outputI_J` if even that is taken.
+pub fn output_files<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    for (i, name) in names.into_iter().enumerate() {
+        let asked = name.replace(':', "_");
+        let file = std::iter::once(asked)
+            .filter(|f| valid_name(f))
+            .chain(std::iter::once(format!("output{i}")))
+            .chain((1..).map(|j| format!("output{i}_{j}")))
+            .find(|f| !files.contains(f))
+            .unwrap_or_default();
+        files.push(file);
+    }
+    files
+}
+
 /// Where a run's graph comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -472,6 +491,16 @@ mod tests {
             let e = RunRequest::parse(&body).unwrap_err();
             assert!(e.contains(fragment), "{body}: {e}");
         }
+    }
+
+    #[test]
+    fn output_file_names_are_safe_and_distinct() {
+        let files = output_files(["probs", "split:1", "../../x", "split_1", "output2", ""]);
+        assert_eq!(
+            files,
+            ["probs", "split_1", "output2", "output3", "output4", "output5"]
+        );
+        assert_eq!(output_files(["output1", "x/y"]), ["output1", "output1_1"]);
     }
 
     #[test]
