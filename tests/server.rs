@@ -1629,3 +1629,51 @@ fn tls_serves_https_and_wss_with_a_self_signed_certificate() {
     assert_eq!(status_of(&r), 0, "{r}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn every_refusal_is_a_json_error() {
+    let ws = workspace("json-errors");
+    let s = start(&ws, None, &[]);
+    for (method, path, want) in [
+        ("GET", "/api/graphs/%FF", 400),
+        ("DELETE", "/api/runs", 405),
+        ("GET", "/api/runs?limit=%FF%FE", 400),
+        ("GET", "/api/workers", 400),
+    ] {
+        let (code, body) = s.req(method, path, None);
+        let v: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {body:?}"));
+        assert_eq!(
+            (code, v["status"].as_u64()),
+            (want, Some(u64::from(want))),
+            "{method} {path}: {v}"
+        );
+        assert!(
+            !v["error"].as_str().unwrap_or("").is_empty(),
+            "{method} {path}: {v}"
+        );
+    }
+}
+
+#[test]
+fn the_workspace_holds_at_most_max_graphs() {
+    let ws = workspace("max-graphs");
+    let s = start(&ws, None, &["--max-graphs", "4"]);
+    let mlp: Value = serde_json::from_str(
+        &std::fs::read_to_string(sluice_tests::root().join("assets/graphs/mlp.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        s.json("PUT", "/api/graphs/fourth", Some(mlp.clone())).0,
+        201
+    );
+    let (code, v) = s.json("PUT", "/api/graphs/fifth", Some(mlp.clone()));
+    assert_eq!(code, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("--max-graphs"), "{v}");
+    assert_eq!(
+        s.json("PUT", "/api/graphs/fourth", Some(mlp)).0,
+        200,
+        "replacing is fine"
+    );
+    assert_eq!(s.req("GET", "/api/graphs/fifth", None).0, 404);
+}

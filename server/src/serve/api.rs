@@ -3,7 +3,7 @@
 //! CPU work runs on blocking threads behind turns, database and file work on blocking
 //! threads; every error is a JSON [`AppError`] with the right status.
 
-use super::error::{ApiResult, AppError};
+use super::error::{json_errors, ApiResult, AppError};
 use super::events::{forward_finished, forward_live};
 use super::guard::{check_host_and_origin, require_json, require_token};
 use super::prepare::{check_document, parse_json, prepare_run};
@@ -99,6 +99,7 @@ pub fn router(state: AppState) -> Router {
         state.gate.clone(),
         check_host_and_origin,
     ))
+    .layer(middleware::map_response(json_errors))
     .layer(axum::extract::DefaultBodyLimit::disable())
     .with_state(state)
 }
@@ -189,7 +190,15 @@ async fn put_graph(
     let existed = state
         .work
         .quick("storing the graph", move || {
-            let existed = s.workspace.read_graph(&n).ok().flatten().is_some();
+            let graphs = s.workspace.list_graphs()?;
+            let existed = graphs.binary_search(&n).is_ok();
+            if !existed && graphs.len() >= s.max_graphs {
+                return Err(AppError::unprocessable(format!(
+                    "the workspace needs {} graphs, over the limit of {} graphs (max_graphs; raise it with --max-graphs)",
+                    graphs.len() + 1,
+                    s.max_graphs
+                )));
+            }
             s.workspace.write_graph(&n, &body.bytes)?;
             Ok(existed)
         })
@@ -507,6 +516,7 @@ async fn metrics_text(State(state): State<AppState>) -> ApiResult<Response> {
 /// `GET /api/runs/{id}/trace`: a finished run's Chrome trace (opens in Perfetto).
 async fn get_trace(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
     let row = run_record(&state, &id).await?;
+    let place = state.work.large_answer().await?;
     let s = state.clone();
     let i = id.clone();
     let trace = state
@@ -533,7 +543,13 @@ async fn get_trace(State(state): State<AppState>, Path(id): Path<String>) -> Api
                     .unwrap_or(HeaderValue::from_static("attachment")),
             ),
         ],
-        trace,
+        // The place is given back once the trace is sent (or the client is gone).
+        Body::from_stream(futures_util::stream::unfold(
+            (Some(trace), place),
+            |(trace, place)| async move {
+                trace.map(|t| (Ok::<_, std::convert::Infallible>(t), (None, place)))
+            },
+        )),
     )
         .into_response())
 }
@@ -557,6 +573,7 @@ async fn run_events(
         return Ok(ws.on_upgrade(move |socket| forward_live(socket, watch)));
     }
     // A finished run: replay what it kept, so a late watcher still sees its charts.
+    let place = state.work.large_answer().await?;
     let s = state.clone();
     let messages = state
         .work
@@ -576,7 +593,10 @@ async fn run_events(
             .into_iter()
             .filter_map(|event| serde_json::to_string(&LiveMessage::Event { event }).ok())
             .chain(std::iter::once(summary));
-        forward_finished(socket, texts)
+        async move {
+            forward_finished(socket, texts).await;
+            drop(place);
+        }
     }))
 }
 

@@ -1,5 +1,6 @@
 //! Error responses: a status and a sentence as a JSON [`ErrorBody`], never a server path
-//! (internal failures are logged in full and answered with a sentence).
+//! (internal failures are logged in full and answered with a sentence); the framework's
+//! own refusals (a malformed path or query, a wrong method) are made JSON too.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -100,4 +101,41 @@ impl IntoResponse for AppError {
         }
         response
     }
+}
+
+/// Longest framework error text kept when it is made JSON.
+const MAX_REFUSAL: usize = 1024;
+
+/// Makes an error answer that is not JSON (axum's refusal of a malformed path segment or
+/// query, a wrong method) a JSON [`ErrorBody`] with the same status.
+pub async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_REFUSAL)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("the request was refused")
+            .to_string()
+    } else {
+        text
+    };
+    let mut json = AppError::new(status, message).into_response();
+    for (name, value) in parts.headers.iter() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            json.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    json
 }

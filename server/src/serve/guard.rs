@@ -74,7 +74,9 @@ fn host_name() -> Option<String> {
 
 #[cfg(not(unix))]
 fn host_name() -> Option<String> {
-    std::env::var("COMPUTERNAME").ok().map(|n| n.to_ascii_lowercase())
+    std::env::var("COMPUTERNAME")
+        .ok()
+        .map(|n| n.to_ascii_lowercase())
 }
 
 impl Gate {

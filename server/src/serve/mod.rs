@@ -94,6 +94,9 @@ pub struct ServeArgs {
     /// further requests wait up to --body-timeout, then get 503.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
     pub analysis_threads: u16,
+    /// Most graphs stored in the workspace; storing a new one beyond gets 422.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_graphs: usize,
     /// Most nodes of a graph document (stored, validated or run), counted before any
     /// analysis.
     #[arg(long, default_value_t = sluice_engine::limits::MAX_RUN_NODES)]
@@ -213,6 +216,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             bodies: body::Bodies::new(body_limit, timeout, budget),
             work: work::Work::new(usize::from(args.analysis_threads), timeout),
             max_nodes: args.max_nodes,
+            max_graphs: args.max_graphs,
             worker_places: Arc::new(tokio::sync::Semaphore::new(
                 usize::try_from(args.max_workers).unwrap_or(usize::MAX),
             )),

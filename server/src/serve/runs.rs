@@ -157,6 +157,7 @@ pub struct Runs {
     live: Mutex<HashMap<String, Live>>,
     cache: Mutex<PlanCache>,
     local: Mutex<LocalDevices>,
+    rates: Mutex<Option<Rates>>,
     /// Figures of the last run on the local devices.
     pub last: Mutex<LastRun>,
     counter: AtomicU64,
@@ -200,6 +201,7 @@ impl Runs {
                 entries: VecDeque::new(),
             }),
             local: Mutex::new(LocalDevices::default()),
+            rates: Mutex::new(None),
             last: Mutex::new(LastRun::default()),
             counter: AtomicU64::new(0),
         });
@@ -230,14 +232,24 @@ impl Runs {
     /// Opens the local device and calibrates it (or reads its kept calibration), so the
     /// first run does not wait for it and `/api/devices` reports the rates.
     pub fn prepare_local(&self) {
-        if let Err(e) = lock(&self.local).take(1) {
+        if let Err(e) = self.take_local(1) {
             tracing::warn!("the local device is not ready: {e}");
         }
     }
 
-    /// The calibrated rates of the local devices, once known.
+    /// `count` local devices (opening and calibrating them may take seconds, under the
+    /// devices' lock; their rates are published for readers that must not wait).
+    fn take_local(&self, count: usize) -> Result<Vec<Box<dyn Device>>, String> {
+        let mut local = lock(&self.local);
+        let devices = local.take(count);
+        *lock(&self.rates) = local.rates;
+        devices
+    }
+
+    /// The calibrated rates of the local devices, once known (never waits for a
+    /// calibration).
     pub fn local_rates(&self) -> Option<Rates> {
-        lock(&self.local).rates
+        *lock(&self.rates)
     }
 
     /// Reserves a place in the queue; None when it is full.
@@ -363,7 +375,7 @@ impl Runs {
                 None,
                 Some("cancelled while running"),
             ),
-            Err(e) => db.finish(id, RunStatus::Failed, None, None, Some(&e)),
+            Err(e) => db.finish(id, RunStatus::Failed, None, None, Some(&shortened(&e))),
         };
         if let Err(e) = result {
             tracing::error!("recording the end of run {id} failed: {e:#}");
@@ -398,7 +410,7 @@ impl Runs {
                 .collect();
             return Ok((devices, None));
         }
-        let devices = lock(&self.local).take(req.stages)?;
+        let devices = self.take_local(req.stages)?;
         Ok((devices, Some(format!("local x{}", req.stages))))
     }
 
@@ -530,6 +542,22 @@ impl Runs {
     }
 }
 
+/// Longest failure reason kept in a run's record, bytes (a graph's problems can be many;
+/// records are listed a thousand at a time).
+const MAX_REASON: usize = 4096;
+
+/// A failure reason cut to [`MAX_REASON`] bytes, saying how much was cut.
+fn shortened(reason: &str) -> String {
+    if reason.len() <= MAX_REASON {
+        return reason.to_string();
+    }
+    let mut end = MAX_REASON;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes)", &reason[..end], reason.len() - end)
+}
+
 /// Deletes the finished runs beyond the newest `keep`, with their files.
 fn prune(db: &Db, ws: &Workspace, keep: usize) {
     match db.prune(keep) {
@@ -581,4 +609,18 @@ fn store_outputs(
         });
     }
     Ok(summaries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_reasons_are_cut_on_a_character_boundary() {
+        assert_eq!(shortened("short"), "short");
+        let long = "é".repeat(MAX_REASON);
+        let cut = shortened(&long);
+        assert!(cut.len() < MAX_REASON + 40, "{}", cut.len());
+        assert!(cut.ends_with(&format!("({} more bytes)", long.len() - MAX_REASON)));
+    }
 }

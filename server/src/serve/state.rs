@@ -29,6 +29,8 @@ pub struct Shared {
     pub work: Work,
     /// Most nodes of a graph document (`--max-nodes`).
     pub max_nodes: usize,
+    /// Most graphs stored (`--max-graphs`).
+    pub max_graphs: usize,
     /// Places for worker sockets (`--max-workers`).
     pub worker_places: Arc<Semaphore>,
     /// Largest WebSocket message from a worker, bytes.

@@ -1,18 +1,24 @@
-//! Work off the async runtime. CPU-heavy request work — decoding, analysing, validating
-//! and checking graphs and preparing runs — runs on blocking threads, at most
+//! Costly request work, bounded. CPU-heavy work — decoding, analysing, validating and
+//! checking graphs, preparing runs, making traces — runs on blocking threads, at most
 //! `--analysis-threads` at once; a request waits at most `--body-timeout` for a turn (then
 //! 503), and a panic in the work is an error response, never a dead handler or a stored
 //! half-result. Quick blocking work (the database, small files) runs on blocking threads
-//! without a turn.
+//! without a turn. Large answers held in memory while a client reads them (a finished
+//! run's replayed events, a trace) take one of [`LARGE_ANSWERS`] places until sent, so
+//! slow readers cannot pile them up.
 
 use super::error::{ApiResult, AppError};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The turns of CPU-heavy work.
+/// Large answers being sent at once.
+pub const LARGE_ANSWERS: usize = 8;
+
+/// The turns of CPU-heavy work and the places of large answers.
 pub struct Work {
     turns: Arc<Semaphore>,
+    answers: Arc<Semaphore>,
     wait: Duration,
 }
 
@@ -39,6 +45,7 @@ impl Work {
     pub fn new(threads: usize, wait: Duration) -> Work {
         Work {
             turns: Arc::new(Semaphore::new(threads.max(1))),
+            answers: Arc::new(Semaphore::new(LARGE_ANSWERS)),
             wait,
         }
     }
@@ -61,6 +68,17 @@ impl Work {
             f()
         })
         .await
+    }
+
+    /// A place for a large answer, held until it is sent (dropped).
+    pub async fn large_answer(&self) -> ApiResult<OwnedSemaphorePermit> {
+        tokio::time::timeout(self.wait, self.answers.clone().acquire_owned())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| {
+                AppError::busy("the server is sending other large answers; try again shortly")
+            })
     }
 
     /// Runs quick blocking work (database, small files).
