@@ -164,15 +164,15 @@ async fn put_graph(
 ) -> ApiResult<Response> {
     check_name(&name)?;
     let body = state.bodies.read(&headers, body).await?;
-    let max_nodes = state.max_nodes;
+    let limits = state.documents;
     let problems = state
         .work
         .heavy("checking the graph", move || {
-            let value = parse_json(&body.bytes)?;
+            let value = parse_json(&body.bytes, limits.max_json_values)?;
             if !value.is_object() {
                 return Err(AppError::bad("a graph file must be a JSON object"));
             }
-            check_document(&value, max_nodes)?;
+            check_document(&value, limits.max_nodes)?;
             let text = std::str::from_utf8(&body.bytes)
                 .map_err(|_| AppError::bad("a graph file must be UTF-8 text"))?;
             Ok((
@@ -245,12 +245,12 @@ async fn validate(
     body: Body,
 ) -> ApiResult<Response> {
     let body = state.bodies.read(&headers, body).await?;
-    let max_nodes = state.max_nodes;
+    let limits = state.documents;
     state
         .work
         .heavy("validating the graph", move || {
-            let value = parse_json(&body.bytes)?;
-            check_document(&value, max_nodes)?;
+            let value = parse_json(&body.bytes, limits.max_json_values)?;
+            check_document(&value, limits.max_nodes)?;
             let text = std::str::from_utf8(&body.bytes)
                 .map_err(|_| AppError::bad("a graph file must be UTF-8 text"))?;
             Ok(match sluice_engine::load_graph(text) {
@@ -295,7 +295,7 @@ async fn create_run(
     let prepared = state
         .work
         .heavy("checking the run", move || {
-            prepare_run(&s.workspace, &body.bytes, s.max_nodes)
+            prepare_run(&s.workspace, &body.bytes, s.documents)
         })
         .await?;
     let s = state.clone();

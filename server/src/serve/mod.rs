@@ -101,6 +101,9 @@ pub struct ServeArgs {
     /// analysis.
     #[arg(long, default_value_t = sluice_engine::limits::MAX_RUN_NODES)]
     pub max_nodes: usize,
+    /// Most JSON values of a request body or stored graph, counted before parsing.
+    #[arg(long, default_value_t = 1 << 21)]
+    pub max_json_values: usize,
     /// Bytes of messages a live run keeps for watchers who join late (later messages are
     /// only broadcast; the finished run's events file has them all).
     #[arg(long, default_value_t = 8 << 20)]
@@ -215,7 +218,10 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             )?),
             bodies: body::Bodies::new(body_limit, timeout, budget),
             work: work::Work::new(usize::from(args.analysis_threads), timeout),
-            max_nodes: args.max_nodes,
+            documents: prepare::DocumentLimits {
+                max_nodes: args.max_nodes,
+                max_json_values: args.max_json_values,
+            },
             max_graphs: args.max_graphs,
             worker_places: Arc::new(tokio::sync::Semaphore::new(
                 usize::try_from(args.max_workers).unwrap_or(usize::MAX),

@@ -10,8 +10,46 @@ use serde_json::Value;
 use sluice_api::{GraphRef, Kept, RunRequest, Upload};
 use sluice_engine::Graph;
 
-/// Parses a JSON body, naming the line and column of a syntax error.
-pub fn parse_json(bytes: &[u8]) -> ApiResult<Value> {
+/// Whether a JSON text has at most `max` values, counted without parsing: every value is
+/// the first in the text or in a container, or follows a comma, so `1 + commas +
+/// containers` (outside strings) bounds them. Linear, allocates nothing.
+fn within_values(bytes: &[u8], max: usize) -> bool {
+    let mut count: usize = 1;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b',' | b'[' | b'{' => {
+                count += 1;
+                if count > max {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
+/// Parses a JSON body of at most `max_values` values (counted before parsing, so a body
+/// of a million numbers is refused before a million values are built), naming the line
+/// and column of a syntax error.
+pub fn parse_json(bytes: &[u8], max_values: usize) -> ApiResult<Value> {
+    if !within_values(bytes, max_values) {
+        return Err(AppError::unprocessable(format!(
+            "the document has more JSON values than the limit of {max_values} (max_json_values; raise it with --max-json-values)"
+        )));
+    }
     serde_json::from_slice(bytes).map_err(|e| {
         AppError::bad(format!(
             "malformed JSON at line {}, column {}: {e}",
@@ -19,6 +57,15 @@ pub fn parse_json(bytes: &[u8]) -> ApiResult<Value> {
             e.column()
         ))
     })
+}
+
+/// The server's limits on documents, checked before any analysis.
+#[derive(Debug, Clone, Copy)]
+pub struct DocumentLimits {
+    /// Most nodes of a graph (`--max-nodes`).
+    pub max_nodes: usize,
+    /// Most JSON values of a body or graph file (`--max-json-values`).
+    pub max_json_values: usize,
 }
 
 /// Checks a graph document's size against the limits before it is analysed: its node
@@ -85,9 +132,9 @@ fn len(bytes: &[u8]) -> u64 {
 /// Checks a `POST /api/runs` body: the request, its uploads (base64 `.npy` files naming
 /// inputs of the graph), the graph (stored or inline) and its problems, the run limits
 /// and the batch semantics of the configuration.
-pub fn prepare_run(ws: &Workspace, body: &[u8], max_nodes: usize) -> ApiResult<Prepared> {
+pub fn prepare_run(ws: &Workspace, body: &[u8], limits: DocumentLimits) -> ApiResult<Prepared> {
     use base64::Engine;
-    let value = parse_json(body)?;
+    let value = parse_json(body, limits.max_json_values)?;
     let request = RunRequest::parse(&value).map_err(AppError::unprocessable)?;
     let mut uploads = Vec::with_capacity(request.inputs.len());
     for (name, upload) in &request.inputs {
@@ -111,7 +158,7 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], max_nodes: usize) -> ApiResult<P
             None => return Err(AppError::not_found(format!("no graph named '{name}'"))),
         },
         GraphRef::Inline(doc) => {
-            check_document(doc, max_nodes)?;
+            check_document(doc, limits.max_nodes)?;
             let text = doc.to_string();
             ("inline".to_string(), text.clone(), Some(text.into_bytes()))
         }
@@ -122,7 +169,10 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], max_nodes: usize) -> ApiResult<P
         }
     };
     if inline.is_none() {
-        check_document(&parse_json(text.as_bytes())?, max_nodes)?;
+        check_document(
+            &parse_json(text.as_bytes(), limits.max_json_values)?,
+            limits.max_nodes,
+        )?;
     }
     let graph = sluice_engine::load_graph(&text).map_err(|p| AppError::problems(p.0))?;
     if let Some(name) = request
@@ -152,6 +202,17 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], max_nodes: usize) -> ApiResult<P
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_values_are_counted_before_parsing() {
+        assert!(within_values(b"[1,2,3]", 4));
+        assert!(!within_values(b"[1,2,3]", 3));
+        assert!(within_values(br#"{"a":"[,,,{{{","b":"\"[,"}"#, 3));
+        assert!(!within_values(br#"{"a":[{},{}]}"#, 4));
+        let e = format!("{:?}", parse_json(b"[0,0,0,0]", 3).unwrap_err());
+        assert!(e.contains("--max-json-values"), "{e}");
+        assert_eq!(parse_json(b"[0,0]", 3).unwrap(), json!([0, 0]));
+    }
 
     #[test]
     fn a_document_over_the_node_limit_is_refused_naming_the_flag() {

@@ -5,6 +5,7 @@ use super::body::Bodies;
 use super::db::Db;
 use super::editor::Bundle;
 use super::guard::Gate;
+use super::prepare::DocumentLimits;
 use super::runs::Runs;
 use super::work::Work;
 use super::workers::Workers;
@@ -27,8 +28,8 @@ pub struct Shared {
     pub bodies: Bodies,
     /// Turns of CPU-heavy request work.
     pub work: Work,
-    /// Most nodes of a graph document (`--max-nodes`).
-    pub max_nodes: usize,
+    /// Limits on documents, checked before any analysis.
+    pub documents: DocumentLimits,
     /// Most graphs stored (`--max-graphs`).
     pub max_graphs: usize,
     /// Places for worker sockets (`--max-workers`).
