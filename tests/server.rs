@@ -4,7 +4,8 @@
 
 use serde_json::{json, Value};
 use sluice_tests::sluice;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -52,7 +53,7 @@ fn start(ws: &Path, token: Option<&str>, extra: &[&str]) -> Server {
         .expect("first line");
     let url = line
         .split_whitespace()
-        .find(|w| w.starts_with("http://"))
+        .find(|w| w.starts_with("http://") || w.starts_with("https://"))
         .unwrap_or_else(|| panic!("no URL in {line:?}"))
         .to_string();
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -68,35 +69,40 @@ fn start(ws: &Path, token: Option<&str>, extra: &[&str]) -> Server {
 }
 
 impl Server {
+    /// A request with the token (if any); a body is sent as JSON.
     fn req(&self, method: &str, path: &str, body: Option<&[u8]>) -> (u16, Vec<u8>) {
+        let json = [("Content-Type", "application/json")];
+        let headers: &[(&str, &str)] = if body.is_some() { &json } else { &[] };
+        self.req_with(method, path, body, headers)
+    }
+
+    /// A request with the token (if any) and these headers.
+    fn req_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Vec<u8>) {
         let url = format!("{}{path}", self.url);
         let auth = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        macro_rules! with_headers {
+            ($r:expr) => {{
+                let mut r = $r;
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                for (k, v) in headers {
+                    r = r.header(*k, *v);
+                }
+                r
+            }};
+        }
         let resp = match (method, body) {
-            ("GET", _) => {
-                let mut r = self.agent.get(&url);
-                if let Some(a) = &auth {
-                    r = r.header("Authorization", a);
-                }
-                r.call()
-            }
-            ("DELETE", _) => {
-                let mut r = self.agent.delete(&url);
-                if let Some(a) = &auth {
-                    r = r.header("Authorization", a);
-                }
-                r.call()
-            }
-            (m, b) => {
-                let mut r = if m == "PUT" {
-                    self.agent.put(&url)
-                } else {
-                    self.agent.post(&url)
-                };
-                if let Some(a) = &auth {
-                    r = r.header("Authorization", a);
-                }
-                r.send(b.unwrap_or(b"").to_vec())
-            }
+            ("GET", _) => with_headers!(self.agent.get(&url)).call(),
+            ("DELETE", _) => with_headers!(self.agent.delete(&url)).call(),
+            ("PUT", b) => with_headers!(self.agent.put(&url)).send(b.unwrap_or(b"").to_vec()),
+            (_, b) => with_headers!(self.agent.post(&url)).send(b.unwrap_or(b"").to_vec()),
         }
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let status = resp.status().as_u16();
@@ -578,6 +584,7 @@ fn load_test_accepts_or_rejects_every_request_and_loses_no_run() {
                                 .to_string();
                             let resp = agent
                                 .post(format!("{url}/api/runs"))
+                                .header("Content-Type", "application/json")
                                 .send(body.into_bytes())
                                 .unwrap();
                             let code = resp.status().as_u16();
@@ -1028,4 +1035,645 @@ fn a_worker_started_first_joins_when_the_server_comes_up() {
     let ws = workspace("reconnect");
     let s = start(&ws, None, &["--addr", &format!("127.0.0.1:{port}")]);
     wait_workers(&s, 1);
+}
+
+impl Server {
+    /// `127.0.0.1:PORT`.
+    fn addr(&self) -> String {
+        self.url
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .to_string()
+    }
+
+    /// Sends raw bytes on a new connection and returns everything the server answers
+    /// until it closes the connection (at most 10 s).
+    fn raw(&self, request: &str) -> String {
+        let mut c = TcpStream::connect(self.addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(request.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// A WebSocket handshake with extra headers: Ok, or the refusal's status.
+    fn ws_with(&self, path: &str, headers: &[(&'static str, &str)]) -> Result<(), u16> {
+        let mut req = format!("{}{path}", self.url.replace("http://", "ws://"))
+            .into_client_request()
+            .unwrap();
+        if let Some(t) = &self.token {
+            req.headers_mut()
+                .insert("Authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        for (k, v) in headers {
+            req.headers_mut().insert(*k, v.parse().unwrap());
+        }
+        match tungstenite::connect(req) {
+            Ok(_) => Ok(()),
+            Err(tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+            Err(e) => panic!("{path}: {e}"),
+        }
+    }
+
+    fn run(&self, body: Value) -> String {
+        let (code, r) = self.json("POST", "/api/runs", Some(body));
+        assert_eq!(code, 202, "{r}");
+        r["id"].as_str().unwrap().to_string()
+    }
+}
+
+fn status_of(response: &str) -> u16 {
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_token_guards_every_route_but_the_editors_files() {
+    let ws = workspace("token-everywhere");
+    let mut s = start(&ws, Some("t0ken"), &["--no-editor"]);
+    let token = s.token.take();
+    for path in [
+        "/",
+        "/metrics",
+        "/api/graphs",
+        "/api/runs",
+        "/api/openapi.json",
+        "/elsewhere",
+    ] {
+        let (code, body) = s.req("GET", path, None);
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        assert_eq!(code, 401, "{path}: {v}");
+        assert!(v["error"].is_string(), "{path}: {v}");
+    }
+    assert_eq!(s.ws_with("/api/workers", &[]), Err(401));
+    assert_eq!(
+        s.req_with("GET", "/", None, &[("Authorization", "Bearer t0ken!")])
+            .0,
+        401,
+        "a longer token is wrong too"
+    );
+    s.token = token;
+    let (code, page) = s.req("GET", "/", None);
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&page).contains("transformer_block"));
+    assert_eq!(s.req("GET", "/metrics", None).0, 200);
+    assert_eq!(s.req("GET", "/?token=t0ken", None).0, 200);
+}
+
+#[test]
+fn foreign_origins_and_hosts_are_refused() {
+    let ws = workspace("origin");
+    let s = start(&ws, None, &[]);
+    let port = s.addr().rsplit_once(':').unwrap().1.to_string();
+    let body = json!({ "graph": "mlp" }).to_string();
+    let json_type = ("Content-Type", "application/json");
+    // A page elsewhere cannot create runs (CSRF)...
+    for origin in [
+        "http://evil.example",
+        "null",
+        &format!("http://localhost:{port}.evil.example"),
+    ] {
+        let (code, b) = s.req_with(
+            "POST",
+            "/api/runs",
+            Some(body.as_bytes()),
+            &[json_type, ("Origin", origin)],
+        );
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(code, 403, "{origin}: {v}");
+        assert!(v["error"]
+            .as_str()
+            .unwrap()
+            .contains("cross-origin request refused"));
+    }
+    // ... but the server's own pages can.
+    let own = format!("http://{}", s.addr());
+    let (code, _) = s.req_with(
+        "POST",
+        "/api/runs",
+        Some(body.as_bytes()),
+        &[json_type, ("Origin", &own)],
+    );
+    assert_eq!(code, 202);
+    // Nor join as a worker or watch runs (cross-site WebSocket hijacking).
+    assert_eq!(
+        s.ws_with("/api/workers", &[("Origin", "http://evil.example")]),
+        Err(403)
+    );
+    assert_eq!(s.ws_with("/api/workers", &[("Origin", &own)]), Ok(()));
+    // A name that is not the server's (DNS rebinding) is refused on every route.
+    for host in [
+        format!("evil.example:{port}"),
+        format!("127.0.0.1:{}", port.parse::<u32>().unwrap() + 1),
+    ] {
+        let r = s.raw(&format!(
+            "GET /api/graphs HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        ));
+        assert_eq!(status_of(&r), 403, "{r}");
+        assert!(
+            r.contains(&format!("host '{host}' is not this server's")),
+            "{r}"
+        );
+    }
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+    ] {
+        let r = s.raw(&format!(
+            "GET /api/graphs HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        ));
+        assert_eq!(status_of(&r), 200, "{host}: {r}");
+    }
+    let r = s.raw("GET /api/graphs HTTP/1.0\r\n\r\n");
+    assert_eq!(status_of(&r), 400, "no Host: {r}");
+    // With --allowed-host, a proxy's name is the server's too.
+    let s2 = start(
+        &workspace("origin-proxy"),
+        None,
+        &["--allowed-host", "sluice.example.org"],
+    );
+    let r =
+        s2.raw("GET /api/graphs HTTP/1.1\r\nHost: sluice.example.org\r\nConnection: close\r\n\r\n");
+    assert_eq!(status_of(&r), 200, "{r}");
+}
+
+#[test]
+fn bodies_must_be_json() {
+    let ws = workspace("json-only");
+    let s = start(&ws, None, &[]);
+    let mlp = std::fs::read(sluice_tests::root().join("assets/graphs/mlp.json")).unwrap();
+    for headers in [
+        &[("Content-Type", "text/plain")][..],
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        &[],
+    ] {
+        let (code, b) = s.req_with("POST", "/api/validate", Some(&mlp), headers);
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(code, 415, "{headers:?}: {v}");
+        let (code, _) = s.req_with("PUT", "/api/graphs/plain", Some(&mlp), headers);
+        assert_eq!(code, 415);
+    }
+    let (code, _) = s.req_with(
+        "POST",
+        "/api/validate",
+        Some(&mlp),
+        &[("Content-Type", "application/json; charset=utf-8")],
+    );
+    assert_eq!(code, 200);
+    assert_eq!(
+        s.req("GET", "/api/graphs/plain", None).0,
+        404,
+        "nothing was stored"
+    );
+}
+
+#[test]
+fn slow_clients_and_extra_connections_are_closed() {
+    let ws = workspace("slow");
+    let s = start(
+        &ws,
+        None,
+        &[
+            "--header-timeout",
+            "1",
+            "--body-timeout",
+            "2",
+            "--max-connections",
+            "4",
+        ],
+    );
+    let host = s.addr();
+    // Headers that never end: closed after --header-timeout.
+    let t = Instant::now();
+    let r = s.raw(&format!("GET /api/graphs HTTP/1.1\r\nHost: {host}\r\n"));
+    assert!(r.is_empty() || status_of(&r) == 408, "{r}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // A body that never ends: 408 after --body-timeout, and the connection closed.
+    let t = Instant::now();
+    let r = s.raw(&format!(
+        "POST /api/validate HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"nodes\":"
+    ));
+    assert_eq!(status_of(&r), 408, "{r}");
+    assert!(r.contains("--body-timeout"), "{r}");
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    // Four idle connections hold every place; a fifth is closed at once.
+    let s = start(
+        &workspace("capped"),
+        None,
+        &["--header-timeout", "4", "--max-connections", "4"],
+    );
+    let host = s.addr();
+    let mut idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(&host).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(&host).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let t = Instant::now();
+    let _ = extra.write_all(format!("GET /api/graphs HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+    let mut buf = [0u8; 64];
+    let n = extra.read(&mut buf).unwrap_or(0);
+    assert_eq!(
+        n,
+        0,
+        "the extra connection was served: {}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // Idle connections end after --header-timeout, and their places come back.
+    idle[0]
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(idle[0].read(&mut buf).unwrap_or(0), 0);
+    drop(idle);
+    assert_eq!(s.json("GET", "/api/graphs", None).0, 200);
+}
+
+#[test]
+fn worker_sockets_are_capped() {
+    let ws = workspace("max-workers");
+    let s = start(&ws, None, &["--max-workers", "1"]);
+    let mut req = format!("{}/api/workers", s.url.replace("http://", "ws://"))
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert("X-Test", "first".parse().unwrap());
+    let (_first, _) = tungstenite::connect(req).expect("the first worker socket");
+    assert_eq!(s.ws_with("/api/workers", &[]), Err(503));
+    assert_eq!(s.json("GET", "/api/graphs", None).0, 200);
+}
+
+#[test]
+fn concurrent_puts_of_one_graph_leave_one_writers_bytes() {
+    let ws = workspace("concurrent-put");
+    let s = start(&ws, None, &[]);
+    let mlp: Value = serde_json::from_str(
+        &std::fs::read_to_string(sluice_tests::root().join("assets/graphs/mlp.json")).unwrap(),
+    )
+    .unwrap();
+    let bodies: Vec<Vec<u8>> = (0..16)
+        .map(|i| {
+            let mut g = mlp.clone();
+            g["name"] = json!(format!("writer {i} {}", "x".repeat(i * 1000)));
+            serde_json::to_vec_pretty(&g).unwrap()
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for b in &bodies {
+            let s = &s;
+            scope.spawn(move || {
+                for _ in 0..3 {
+                    let (code, v) = s.req("PUT", "/api/graphs/shared", Some(b));
+                    assert!(
+                        code == 200 || code == 201,
+                        "{code} {}",
+                        String::from_utf8_lossy(&v)
+                    );
+                }
+            });
+        }
+    });
+    let (code, got) = s.req("GET", "/api/graphs/shared", None);
+    assert_eq!(code, 200);
+    assert!(
+        bodies.contains(&got),
+        "the stored graph is not one writer's bytes"
+    );
+    let temps: Vec<_> = std::fs::read_dir(ws.join("graphs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(temps.is_empty(), "temp files left: {temps:?}");
+}
+
+#[test]
+fn a_second_server_on_a_workspace_is_refused() {
+    let ws = workspace("lock");
+    let s = start(&ws, None, &[]);
+    let out = sluice()
+        .args(["serve", "--addr", "127.0.0.1:0", "--workspace"])
+        .arg(&ws)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let pid = s.child.id();
+    assert!(
+        stderr.contains(&format!(
+            "is in use by another sluice serve (process {pid})"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        s.json("GET", "/api/graphs", None).0,
+        200,
+        "the first goes on"
+    );
+}
+
+#[test]
+fn queued_runs_survive_a_kill_and_run_after_restart() {
+    let ws = workspace("requeue");
+    let (long, queued) = {
+        let mut s = start(&ws, None, &[]);
+        let long =
+            s.run(json!({ "graph": "transformer_block", "batch": 2048, "microbatches": 32 }));
+        let queued: Vec<String> = (0..5)
+            .map(|seed| s.run(json!({ "graph": "mlp", "batch": 2, "seed": seed })))
+            .collect();
+        let t = Instant::now();
+        while s.json("GET", &format!("/api/runs/{long}"), None).1["status"] == "queued" {
+            assert!(t.elapsed() < Duration::from_secs(60));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for id in &queued {
+            assert_eq!(
+                s.json("GET", &format!("/api/runs/{id}"), None).1["status"],
+                "queued"
+            );
+        }
+        // SIGKILL: no chance to tidy up.
+        s.child.kill().unwrap();
+        s.child.wait().unwrap();
+        (long, queued)
+    };
+    let s = start(&ws, None, &[]);
+    let r = s.wait_run(&long);
+    assert_eq!(r["status"], "failed");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("stopped before the run finished"),
+        "{r}"
+    );
+    let mut finished = Vec::new();
+    for id in &queued {
+        let r = s.wait_run(id);
+        assert_eq!(r["status"], "succeeded", "{r}");
+        finished.push(r["started_ms"].as_i64().unwrap());
+    }
+    assert!(
+        finished.windows(2).all(|w| w[0] <= w[1]),
+        "run in their order: {finished:?}"
+    );
+}
+
+#[test]
+fn the_history_is_paginated_and_pruned_and_keeps_uploads_as_files() {
+    use base64::Engine;
+    let ws = workspace("pages");
+    let s = start(&ws, None, &["--keep-runs", "4"]);
+    let x = sluice_engine::Tensor::f32(vec![1, 784], vec![0.25; 784]);
+    let npy = sluice_engine::npy::to_bytes(&x).unwrap();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&npy);
+    let inline: Value = serde_json::from_str(
+        &std::fs::read_to_string(sluice_tests::root().join("assets/graphs/mlp.json")).unwrap(),
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    for seed in 0..6 {
+        let id = s.run(json!({ "graph": inline, "seed": seed, "inputs": { "x": b64 } }));
+        assert_eq!(s.wait_run(&id)["status"], "succeeded");
+        ids.push(id);
+    }
+    // The newest four are kept, with their files; the older ones are gone.
+    for id in &ids[..2] {
+        // Pruning follows the end of the run that made them the oldest.
+        let t = Instant::now();
+        while s.json("GET", &format!("/api/runs/{id}"), None).0 != 404
+            || ws.join("runs").join(id).exists()
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{id} and its files remain"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let (_, all) = s.json("GET", "/api/runs", None);
+    let listed: Vec<&str> = all["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    let newest: Vec<&str> = ids.iter().rev().take(4).map(String::as_str).collect();
+    assert_eq!(listed, newest);
+    assert!(all.get("next").is_none(), "{all}");
+    // Uploads and inline graphs are files of the run, referenced from its record.
+    let run = s.json("GET", &format!("/api/runs/{}", ids[5]), None).1;
+    assert_eq!(
+        run["params"]["inputs"]["x"],
+        json!({ "kept_bytes": npy.len() }),
+        "{run}"
+    );
+    assert!(
+        run["params"]["graph"]["kept_bytes"].as_u64().unwrap() > 0,
+        "{run}"
+    );
+    assert_eq!(
+        std::fs::read(ws.join("runs").join(&ids[5]).join("inputs/0.npy")).unwrap(),
+        npy
+    );
+    assert!(ws.join("runs").join(&ids[5]).join("graph.json").is_file());
+    // Pages of two follow the cursor.
+    let mut seen = Vec::new();
+    let mut path = "/api/runs?limit=2".to_string();
+    loop {
+        let (code, page) = s.json("GET", &path, None);
+        assert_eq!(code, 200, "{page}");
+        assert!(page["runs"].as_array().unwrap().len() <= 2);
+        seen.extend(
+            page["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().to_string()),
+        );
+        match page["next"].as_str() {
+            Some(next) => path = format!("/api/runs?limit=2&before={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, newest);
+    for bad in [
+        "limit=0",
+        "limit=1001",
+        "limit=two",
+        "before=zzz",
+        "before=0123456789abcdef",
+        "page=2",
+    ] {
+        let (code, v) = s.json("GET", &format!("/api/runs?{bad}"), None);
+        assert_eq!(code, 400, "{bad}: {v}");
+    }
+}
+
+#[test]
+fn error_bodies_name_no_server_path() {
+    let ws = workspace("no-paths");
+    let s = start(&ws, None, &[]);
+    // A graph the server cannot read (a folder where its file should be).
+    std::fs::create_dir_all(ws.join("graphs").join("broken.json")).unwrap();
+    let root = std::fs::canonicalize(&ws).unwrap();
+    for (method, path, body) in [
+        ("GET", "/api/graphs/broken", None),
+        ("POST", "/api/runs", Some(json!({ "graph": "broken" }))),
+    ] {
+        let (code, v) = s.json(method, path, body);
+        assert_eq!(code, 500, "{path}: {v}");
+        let text = v.to_string();
+        assert!(
+            !text.contains(ws.to_str().unwrap()) && !text.contains(root.to_str().unwrap()),
+            "{text}"
+        );
+        assert!(
+            v["error"]
+                .as_str()
+                .unwrap()
+                .contains("the detail is in its log"),
+            "{v}"
+        );
+    }
+    assert_eq!(s.json("GET", "/api/graphs", None).0, 200);
+}
+
+/// A TLS client stream trusting one certificate.
+fn tls_stream(
+    addr: &str,
+    cert: &rustls::pki_types::CertificateDer<'static>,
+) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+#[test]
+fn tls_serves_https_and_wss_with_a_self_signed_certificate() {
+    let ws = workspace("tls");
+    let dir = ws.with_file_name(format!("sluice-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(dir.join("cert.pem"), key.cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.signing_key.serialize_pem()).unwrap();
+    let der = key.cert.der().clone();
+    let s = start(
+        &ws,
+        Some("tls-token"),
+        &[
+            "--tls-cert",
+            dir.join("cert.pem").to_str().unwrap(),
+            "--tls-key",
+            dir.join("key.pem").to_str().unwrap(),
+            "--allowed-host",
+            "localhost",
+        ],
+    );
+    assert!(s.url.starts_with("https://"), "{}", s.url);
+    let port = s.addr().rsplit_once(':').unwrap().1.to_string();
+    // HTTPS with the token.
+    let mut tls = tls_stream(&s.addr(), &der);
+    tls.write_all(
+        format!("GET /api/graphs HTTP/1.1\r\nHost: localhost:{port}\r\nAuthorization: Bearer tls-token\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert_eq!(status_of(&answer), 200, "{answer}");
+    assert!(answer.contains("transformer_block"));
+    // A worker's handshake over wss://.
+    let req = format!("wss://localhost:{port}/api/workers")
+        .into_client_request()
+        .map(|mut r| {
+            r.headers_mut()
+                .insert("Authorization", "Bearer tls-token".parse().unwrap());
+            r
+        })
+        .unwrap();
+    let (mut sock, _) = tungstenite::client::client(req, tls_stream(&s.addr(), &der)).unwrap();
+    sock.send(tungstenite::Message::Text(
+        json!({ "type": "hello", "protocol": 0, "name": "tls", "adapters": [] })
+            .to_string()
+            .into(),
+    ))
+    .unwrap();
+    let reply: Value = serde_json::from_str(sock.read().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(
+        reply["type"], "refused",
+        "the server answered over wss: {reply}"
+    );
+    // Plain HTTP on the TLS port gets no answer.
+    let r = s.raw(&format!(
+        "GET /api/graphs HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"
+    ));
+    assert_eq!(status_of(&r), 0, "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_refusal_is_a_json_error() {
+    let ws = workspace("json-errors");
+    let s = start(&ws, None, &[]);
+    for (method, path, want) in [
+        ("GET", "/api/graphs/%FF", 400),
+        ("DELETE", "/api/runs", 405),
+        ("GET", "/api/runs?limit=%FF%FE", 400),
+        ("GET", "/api/workers", 400),
+    ] {
+        let (code, body) = s.req(method, path, None);
+        let v: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {body:?}"));
+        assert_eq!(
+            (code, v["status"].as_u64()),
+            (want, Some(u64::from(want))),
+            "{method} {path}: {v}"
+        );
+        assert!(
+            !v["error"].as_str().unwrap_or("").is_empty(),
+            "{method} {path}: {v}"
+        );
+    }
+}
+
+#[test]
+fn the_workspace_holds_at_most_max_graphs() {
+    let ws = workspace("max-graphs");
+    let s = start(&ws, None, &["--max-graphs", "4"]);
+    let mlp: Value = serde_json::from_str(
+        &std::fs::read_to_string(sluice_tests::root().join("assets/graphs/mlp.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        s.json("PUT", "/api/graphs/fourth", Some(mlp.clone())).0,
+        201
+    );
+    let (code, v) = s.json("PUT", "/api/graphs/fifth", Some(mlp.clone()));
+    assert_eq!(code, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("--max-graphs"), "{v}");
+    assert_eq!(
+        s.json("PUT", "/api/graphs/fourth", Some(mlp)).0,
+        200,
+        "replacing is fine"
+    );
+    assert_eq!(s.req("GET", "/api/graphs/fifth", None).0, 404);
 }

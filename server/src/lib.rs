@@ -5,6 +5,7 @@
 //! every rule about graphs, plans and runs comes from the engine.
 
 pub mod cli;
+pub mod files;
 pub mod npy;
 pub mod rates;
 pub mod serve;

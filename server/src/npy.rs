@@ -4,9 +4,13 @@ use anyhow::{Context, Result};
 use sluice_engine::{npy, Tensor};
 use std::path::Path;
 
-/// Reads a .npy file.
+/// Largest .npy file read, in bytes.
+const MAX_NPY_BYTES: u64 = 4 << 30;
+
+/// Reads a .npy file (a regular file of at most 4 GiB, checked before reading).
 pub fn read(path: &Path) -> Result<Tensor> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = crate::files::read_bounded(path, MAX_NPY_BYTES)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     npy::parse(&bytes).with_context(|| format!("in {}", path.display()))
 }
 

@@ -27,14 +27,66 @@ pub fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// The file names (without `.npy`) a run's outputs are written under, by the server and
+/// the CLI alike: never a user string unchecked. `node:1` becomes `node_1`; a name that
+/// is not a [`valid_name`] then, or one another output already took, becomes `outputI`
+/// (I its place), or `outputI_J` if even that is taken.
+pub fn output_files<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    for (i, name) in names.into_iter().enumerate() {
+        let asked = name.replace(':', "_");
+        let file = std::iter::once(asked)
+            .filter(|f| valid_name(f))
+            .chain(std::iter::once(format!("output{i}")))
+            .chain((1..).map(|j| format!("output{i}_{j}")))
+            .find(|f| !files.contains(f))
+            .unwrap_or_default();
+        files.push(file);
+    }
+    files
+}
+
 /// Where a run's graph comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum GraphRef {
     /// A graph stored in the workspace, by name.
     Stored(String),
+    /// A graph document sent with the request, kept by the server as a file of the run
+    /// (`runs/ID/graph.json`) once accepted.
+    Kept(Kept),
     /// A graph document sent with the request.
     Inline(Value),
+}
+
+/// An uploaded input of a run request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Upload {
+    /// A `.npy` file in base64, as clients send it.
+    Base64(String),
+    /// The input kept by the server as a file of the run, `runs/ID/inputs/K.npy`, where
+    /// K is the input's place among the run's uploads in name order (never a name from
+    /// the request).
+    Kept(Kept),
+}
+
+/// Something of a run request the server keeps as a file of the run instead of in its
+/// history: the record says how large it is, the file's place is fixed by the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Kept {
+    /// Its size in bytes.
+    pub kept_bytes: u64,
+}
+
+/// Which form of a run request [`RunRequest::parse_as`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestForm {
+    /// As a client sends it: a graph name or document, inputs in base64.
+    Sent,
+    /// As the server keeps it once accepted: a graph name or [`Kept`], inputs [`Kept`].
+    Kept,
 }
 
 /// `POST /api/runs`: what to run and how.
@@ -54,9 +106,10 @@ pub struct RunRequest {
     pub prefetch: usize,
     /// Numeric precision.
     pub precision: Precision,
-    /// Uploaded inputs as base64 `.npy` files; the others are random from the seed.
+    /// Uploaded inputs (as sent: base64 `.npy` files); the others are random from the
+    /// seed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub inputs: BTreeMap<String, String>,
+    pub inputs: BTreeMap<String, Upload>,
     /// Worker ids pinned to the stages, in stage order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<Vec<String>>,
@@ -91,8 +144,15 @@ impl RunRequest {
         }
     }
 
-    /// Reads and checks a request body, field by field, with an error naming the field.
+    /// Reads and checks a request body as a client sends it, field by field, with an
+    /// error naming the field.
     pub fn parse(body: &Value) -> Result<RunRequest, String> {
+        RunRequest::parse_as(body, RequestForm::Sent)
+    }
+
+    /// Reads and checks a request in the given form. A client's request never reads as
+    /// kept files (only the server's own history does), so no request names a file.
+    pub fn parse_as(body: &Value, form: RequestForm) -> Result<RunRequest, String> {
         let obj = body.as_object().ok_or("the body must be a JSON object")?;
         const KNOWN: &[&str] = &[
             "graph",
@@ -126,7 +186,10 @@ impl RunRequest {
                     "'{name}' is not a valid graph name (1-64 of A-Z a-z 0-9 _ -)"
                 ))
             }
-            Some(doc @ Value::Object(_)) => GraphRef::Inline(doc.clone()),
+            Some(doc @ Value::Object(_)) => match form {
+                RequestForm::Sent => GraphRef::Inline(doc.clone()),
+                RequestForm::Kept => GraphRef::Kept(kept(doc, "graph")?),
+            },
             Some(other) => {
                 return Err(format!(
                     "'graph' must be a graph name or a graph document, not {other}"
@@ -159,9 +222,15 @@ impl RunRequest {
             None => BTreeMap::new(),
             Some(Value::Object(m)) => m
                 .iter()
-                .map(|(name, v)| match v.as_str() {
-                    Some(text) => Ok((name.clone(), text.to_string())),
-                    None => Err(format!(
+                .map(|(name, v)| match (form, v) {
+                    (RequestForm::Sent, Value::String(text)) => {
+                        Ok((name.clone(), Upload::Base64(text.clone())))
+                    }
+                    (RequestForm::Kept, v) => Ok((
+                        name.clone(),
+                        Upload::Kept(kept(v, &format!("input '{name}'"))?),
+                    )),
+                    _ => Err(format!(
                         "input '{name}' must be a base64 string of a .npy file"
                     )),
                 })
@@ -200,6 +269,12 @@ impl RunRequest {
             workers,
         })
     }
+}
+
+/// A kept file's reference in the server's history.
+fn kept(v: &Value, what: &str) -> Result<Kept, String> {
+    serde_json::from_value(v.clone())
+        .map_err(|_| format!("{what} must be a kept file's reference {{\"kept_bytes\": N}}"))
 }
 
 /// `202` to `POST /api/runs`.
@@ -326,14 +401,15 @@ pub struct RunFigures {
     pub compile: Option<CompileFigures>,
 }
 
-/// `GET /api/runs/{id}`: a run as stored.
+/// `GET /api/runs/{id}`: a run as stored (its `params` are the request as kept: uploads
+/// and an inline graph replaced by [`Kept`] references to files of the run).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
     /// Run id.
     pub id: String,
     /// Graph name (or `inline`).
     pub graph: String,
-    /// The request as sent.
+    /// The request as kept (see [`RequestForm::Kept`]).
     pub params: Value,
     /// Where it is.
     pub status: RunStatus,
@@ -351,12 +427,20 @@ pub struct RunRecord {
     pub finished_ms: Option<i64>,
 }
 
-/// `GET /api/runs`.
+/// `GET /api/runs?limit=N&before=ID`: one page of the history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunList {
     /// Runs, newest first.
     pub runs: Vec<RunRecord>,
+    /// The cursor of the next (older) page, for `?before=`; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
+
+/// Runs per page of `GET /api/runs` when the request does not say.
+pub const DEFAULT_PAGE: usize = 100;
+/// Most runs per page of `GET /api/runs`.
+pub const MAX_PAGE: usize = 1000;
 
 /// A message of `WS /api/runs/{id}/events`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -472,6 +556,45 @@ mod tests {
             let e = RunRequest::parse(&body).unwrap_err();
             assert!(e.contains(fragment), "{body}: {e}");
         }
+    }
+
+    #[test]
+    fn a_kept_request_round_trips_and_clients_cannot_send_one() {
+        let mut r = RunRequest::new(GraphRef::Kept(Kept { kept_bytes: 120 }));
+        r.inputs
+            .insert("x".into(), Upload::Kept(Kept { kept_bytes: 6272 }));
+        let wire = serde_json::to_value(&r).unwrap();
+        assert_eq!(wire["graph"], json!({ "kept_bytes": 120 }));
+        assert_eq!(RunRequest::parse_as(&wire, RequestForm::Kept).unwrap(), r);
+        // Sent by a client, the same body is an inline document and a bad input.
+        let e = RunRequest::parse(&wire).unwrap_err();
+        assert!(e.contains("input 'x' must be a base64 string"), "{e}");
+        let sent = json!({ "graph": { "kept_bytes": 1 } });
+        assert!(matches!(
+            RunRequest::parse(&sent).unwrap().graph,
+            GraphRef::Inline(_)
+        ));
+        // The server's history never reads a document or base64 as a kept file.
+        for bad in [
+            json!({ "graph": { "format": "sluice/graph@1" } }),
+            json!({ "graph": "mlp", "inputs": { "x": "AAAA" } }),
+            json!({ "graph": "mlp", "inputs": { "x": { "kept_bytes": 1, "file": "/etc/passwd" } } }),
+        ] {
+            assert!(
+                RunRequest::parse_as(&bad, RequestForm::Kept).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn output_file_names_are_safe_and_distinct() {
+        let files = output_files(["probs", "split:1", "../../x", "split_1", "output2", ""]);
+        assert_eq!(
+            files,
+            ["probs", "split_1", "output2", "output3", "output4", "output5"]
+        );
+        assert_eq!(output_files(["output1", "x/y"]), ["output1", "output1_1"]);
     }
 
     #[test]

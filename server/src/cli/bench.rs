@@ -3,7 +3,7 @@
 //! memory and the most expensive nodes (`--json`: the same as one document).
 
 use super::{load, report, run::Progress, BenchArgs};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde_json::json;
 use sluice_engine::exec::{RunContext, Session};
 use std::process::ExitCode;
@@ -14,16 +14,22 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     };
     let e = &args.exec;
-    if e.batch == 0 || args.reps == 0 {
-        bail!("--batch and --reps must be at least 1");
+    if args.reps == 0 {
+        bail!("--reps must be at least 1");
     }
+    let samples = e
+        .batch
+        .checked_mul(args.reps)
+        .context("--batch times --reps is too large to count")?;
+    // The measured batches are one dataset, allocated at once.
+    e.check(&graph, samples)?;
     let weights = load::weights(&args.graph, &graph)?;
     let config = e.config();
     let devices = super::open_devices(e.device, config.stages)?;
     let mut session = Session::compile_blocking(&graph, &weights, &config, devices)?;
     let warm = super::run::inputs(&graph, &[], args.seed, e.batch)?;
     session.run_blocking(&warm, &RunContext::new("warm-up"))?;
-    let data = super::run::inputs(&graph, &[], args.seed + 1, e.batch * args.reps)?;
+    let data = super::run::inputs(&graph, &[], args.seed.wrapping_add(1), samples)?;
     let progress = Progress::new("benchmark");
     let update = |d: usize, t: usize| progress.update(d, t);
     let ctx = RunContext {
@@ -52,9 +58,16 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
         report::write_trace(path, &report, &session)?;
     }
     let plan_steps = session.compile_stats().passes;
-    let flops: u64 =
-        session.plans().iter().map(|p| p.total_flops()).sum::<u64>() * report.micro_batches as u64;
-    let busy: u64 = report.metrics.devices.iter().map(|d| d.busy_ns).sum();
+    let flops: u64 = session
+        .plans()
+        .iter()
+        .fold(0u64, |a, p| a.saturating_add(p.total_flops()))
+        .saturating_mul(u64::try_from(report.micro_batches).unwrap_or(u64::MAX));
+    let busy: u64 = report
+        .metrics
+        .devices
+        .iter()
+        .fold(0u64, |a, d| a.saturating_add(d.busy_ns));
     let checksums: Vec<_> = report
         .outputs
         .iter()

@@ -1,5 +1,7 @@
-//! Loading a graph file and its weights for the commands, with errors naming the file.
+//! Loading a graph file and its weights for the commands, with errors naming the file:
+//! regular files only, within a size limit, checked before reading.
 
+use crate::files::{read_bounded, read_text_bounded};
 use anyhow::{Context, Result};
 use sluice_engine::graph::Graph;
 use sluice_engine::weights::{self, Weights};
@@ -8,20 +10,13 @@ use std::path::Path;
 
 /// Largest graph file read, in bytes.
 const MAX_GRAPH_BYTES: u64 = 64 << 20;
+/// Largest weights (safetensors) file read, in bytes.
+const MAX_WEIGHTS_BYTES: u64 = 8 << 30;
 
 /// A graph file: its problems, or the typed graph.
 pub fn graph(path: &Path) -> Result<Result<Graph, Problems>> {
-    let meta =
-        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if meta.len() > MAX_GRAPH_BYTES {
-        anyhow::bail!(
-            "{} is {} bytes, over the {MAX_GRAPH_BYTES}-byte limit for graph files",
-            path.display(),
-            meta.len()
-        );
-    }
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {} as UTF-8 text", path.display()))?;
+    let text = read_text_bounded(path, MAX_GRAPH_BYTES)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     Ok(sluice_engine::load_graph(&text))
 }
 
@@ -47,7 +42,7 @@ pub fn weights(path: &Path, graph: &Graph) -> Result<Weights> {
         Some(file) => {
             let base = path.parent().unwrap_or(Path::new("."));
             let wpath = base.join(file);
-            let bytes = std::fs::read(&wpath)
+            let bytes = read_bounded(&wpath, MAX_WEIGHTS_BYTES)
                 .with_context(|| format!("cannot read weights file {}", wpath.display()))?;
             weights::load_safetensors(graph, &bytes)
                 .with_context(|| format!("in weights file {}", wpath.display()))

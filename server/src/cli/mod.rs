@@ -161,7 +161,38 @@ impl HalfArg {
     }
 }
 
+/// Checks a run's counts against the engine's limits before anything is allocated.
+pub fn check_counts(
+    batch: usize,
+    microbatches: usize,
+    stages: usize,
+    prefetch: usize,
+) -> Result<()> {
+    use sluice_engine::limits::{MAX_BATCH, MAX_MICROBATCHES, MAX_PREFETCH, MAX_STAGES};
+    for (flag, value, max) in [
+        ("--batch", batch, MAX_BATCH),
+        ("--microbatches", microbatches, MAX_MICROBATCHES),
+        ("--stages", stages, MAX_STAGES),
+        ("--prefetch", prefetch, MAX_PREFETCH),
+    ] {
+        if value == 0 {
+            anyhow::bail!("{flag} must be at least 1");
+        }
+        if value > max {
+            anyhow::bail!("{flag} {value} is over the limit of {max}");
+        }
+    }
+    Ok(())
+}
+
 impl ExecArgs {
+    /// Checks the settings and the graph's inputs at `samples` samples (a whole dataset)
+    /// against the engine's limits, before anything is allocated.
+    pub fn check(&self, graph: &sluice_engine::Graph, samples: usize) -> Result<()> {
+        check_counts(self.batch, self.microbatches, self.stages, self.prefetch)?;
+        sluice_engine::limits::check_run(graph, samples).map_err(anyhow::Error::msg)
+    }
+
     /// The engine's run configuration.
     pub fn config(&self) -> sluice_engine::exec::RunConfig {
         sluice_engine::exec::RunConfig {

@@ -33,9 +33,11 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode> {
     let Some(graph) = load::graph_or_report(&args.graph)? else {
         return Ok(ExitCode::FAILURE);
     };
-    if args.batch == 0 || args.microbatches == 0 || !args.batch.is_multiple_of(args.microbatches) {
+    super::check_counts(args.batch, args.microbatches, args.stages, 1)?;
+    if !args.batch.is_multiple_of(args.microbatches) {
         bail!("--batch must be a positive multiple of --microbatches");
     }
+    sluice_engine::limits::check_run(&graph, args.batch).map_err(anyhow::Error::msg)?;
     let micro = args.batch / args.microbatches;
     let bound = bind(&graph, micro)?;
     let options = PlanOptions {

@@ -91,9 +91,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     };
     let e = &args.exec;
-    if e.batch == 0 {
-        bail!("--batch must be at least 1");
-    }
+    e.check(&graph, e.batch)?;
     let data = inputs(&graph, &args.inputs, args.seed, e.batch)?;
     let weights = load::weights(&args.graph, &graph)?;
     let config = e.config();
@@ -130,8 +128,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let elapsed = started.elapsed().as_secs_f64();
     if let Some(dir) = &args.output {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        for (name, t) in outputs {
-            let file = dir.join(format!("{}.npy", name.replace([':', '/', '\\'], "_")));
+        let files = sluice_api::output_files(outputs.iter().map(|(n, _)| n.as_str()));
+        for ((_, t), file) in outputs.iter().zip(files) {
+            let file = dir.join(format!("{file}.npy"));
             match args.output_dtype {
                 super::OutputDtype::F32 => npy::write(&file, t)?,
                 super::OutputDtype::F16 => npy::write_f16(&file, t)?,

@@ -1,149 +1,59 @@
-//! The HTTP and WebSocket API: small handlers over one [`AppState`], request and response
-//! bodies typed by the `sluice-api` crate, every error a JSON [`ErrorBody`] with the right
-//! status, the token checked in one middleware.
+//! The HTTP and WebSocket API: the router with its guards, and small handlers over one
+//! [`AppState`]. Bodies are typed by the `sluice-api` crate and read within their limits;
+//! CPU work runs on blocking threads behind turns, database and file work on blocking
+//! threads; every error is a JSON [`AppError`] with the right status.
 
-use super::runs::{check_runnable, decode_inputs, Enqueued};
+use super::error::{json_errors, ApiResult, AppError};
+use super::events::{forward_finished, forward_live};
+use super::guard::{check_host_and_origin, require_json, require_token};
+use super::prepare::{check_document, parse_json, prepare_run};
 use super::state::AppState;
+use super::workspace::valid_run_id;
 use super::{metrics, openapi, page};
-use axum::body::{Body, Bytes};
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
+use axum::body::Body;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use sluice_api::{
-    valid_name, DevicesReport, ErrorBody, GraphList, GraphRef, GraphSaved, LiveMessage,
-    MemoryFigures, RunAccepted, RunList, RunRequest, RunStatus, WorkerInfo,
+    valid_name, DevicesReport, GraphList, GraphSaved, LiveMessage, MemoryFigures, RunAccepted,
+    RunList, RunStatus, WorkerInfo, DEFAULT_PAGE, MAX_PAGE,
 };
-use sluice_engine::Problem;
-use tower_http::services::{ServeDir, ServeFile};
-use tower_http::set_header::SetResponseHeaderLayer;
-
-/// An error response: a status and a sentence, as JSON.
-#[derive(Debug)]
-pub struct AppError {
-    status: StatusCode,
-    message: String,
-    problems: Option<Vec<Problem>>,
-}
-
-impl AppError {
-    /// An error with a status and message.
-    pub fn new(status: StatusCode, message: impl Into<String>) -> AppError {
-        AppError {
-            status,
-            message: message.into(),
-            problems: None,
-        }
-    }
-}
-
-impl From<anyhow::Error> for AppError {
-    fn from(e: anyhow::Error) -> AppError {
-        tracing::error!("internal error: {e:#}");
-        AppError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("internal error: {e:#}"),
-        )
-    }
-}
-
-impl IntoResponse for AppError {
-    fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: self.message,
-            status: self.status.as_u16(),
-            problems: self.problems,
-        };
-        (self.status, Json(body)).into_response()
-    }
-}
-
-type ApiResult<T> = Result<T, AppError>;
-
-fn bad(message: impl Into<String>) -> AppError {
-    AppError::new(StatusCode::BAD_REQUEST, message)
-}
-
-fn not_found(message: impl Into<String>) -> AppError {
-    AppError::new(StatusCode::NOT_FOUND, message)
-}
-
-/// Reads a request body up to the limit.
-async fn read_body(state: &AppState, body: Body) -> ApiResult<Bytes> {
-    axum::body::to_bytes(body, state.body_limit)
-        .await
-        .map_err(|_| {
-            AppError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "the request body is larger than the limit of {} bytes",
-                    state.body_limit
-                ),
-            )
-        })
-}
-
-/// Parses a JSON body, naming the line and column of a syntax error.
-fn parse_json(bytes: &[u8]) -> ApiResult<Value> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        bad(format!(
-            "malformed JSON at line {}, column {}: {e}",
-            e.line(),
-            e.column()
-        ))
-    })
-}
+use std::collections::HashMap;
+use std::io::Read;
 
 fn check_name(name: &str) -> ApiResult<()> {
     if valid_name(name) {
         Ok(())
     } else {
-        Err(bad(format!(
-            "'{name}' is not a valid name: use 1-64 of A-Z a-z 0-9 _ -"
+        Err(AppError::bad(format!(
+            "'{}' is not a valid name: use 1-64 of A-Z a-z 0-9 _ -",
+            name.chars().take(100).collect::<String>()
         )))
     }
 }
 
-/// Checks the bearer token: the `Authorization` header, or a `token` query parameter
-/// (browsers cannot set headers on WebSockets or plain download links).
-async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if let Some(token) = &state.token {
-        let from_query =
-            axum::extract::Query::<std::collections::HashMap<String, String>>::try_from_uri(
-                req.uri(),
-            )
-            .ok()
-            .and_then(|q| q.0.get("token").map(|t| format!("Bearer {t}")));
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .map(String::from)
-            .or(from_query);
-        let expected = format!("Bearer {token}");
-        match given.as_deref() {
-            None => {
-                return AppError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "missing 'Authorization: Bearer <token>'",
-                )
-                .into_response()
-            }
-            Some(g) if g != expected => {
-                return AppError::new(StatusCode::UNAUTHORIZED, "wrong token").into_response()
-            }
-            Some(_) => {}
-        }
+fn check_id(id: &str) -> ApiResult<()> {
+    if valid_run_id(id) {
+        Ok(())
+    } else {
+        Err(no_run(id))
     }
-    next.run(req).await
 }
 
-/// The router with every route: the API behind the token check, and the editor's files
-/// (or, without a bundle, a plain page) open to all, since they hold no data.
+fn no_run(id: &str) -> AppError {
+    AppError::not_found(format!(
+        "no run with id '{}'",
+        id.chars().take(100).collect::<String>()
+    ))
+}
+
+/// The router with every route, guarded: `Host` and `Origin` on all; the token on all
+/// but the editor bundle's files; JSON bodies on the API.
 pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .route("/api/ops", get(ops))
@@ -162,40 +72,54 @@ pub fn router(state: AppState) -> Router {
         .route("/api/devices", get(devices))
         .route("/api/workers", get(worker_socket))
         .route("/api/openapi.json", get(openapi_json))
-        .route("/api/{*rest}", any(|| async { not_found("no such route") }))
-        .route("/metrics", get(metrics_text))
-        .layer(middleware::from_fn_with_state(state.clone(), require_token));
-    let site = match &state.editor {
-        Some(dir) => editor_files(dir),
-        None => Router::new()
-            .route("/", get(index))
-            .fallback(|| async { not_found("no such route") }),
-    };
-    api.merge(site)
-        .layer(axum::extract::DefaultBodyLimit::disable())
-        .with_state(state)
+        .route(
+            "/api/{*rest}",
+            any(|| async { AppError::not_found("no such route") }),
+        )
+        .route("/metrics", get(metrics_text));
+    let app =
+        match &state.editor {
+            Some(bundle) => {
+                let bundle = bundle.clone();
+                let protected = api.layer(middleware::from_fn(require_json)).layer(
+                    middleware::from_fn_with_state(state.gate.clone(), require_token),
+                );
+                protected.fallback(move |uri: Uri| bundle.clone().serve(uri))
+            }
+            None => api
+                .route("/", get(index))
+                .fallback(|| async { AppError::not_found("no such route") })
+                .layer(middleware::from_fn(require_json))
+                .layer(middleware::from_fn_with_state(
+                    state.gate.clone(),
+                    require_token,
+                )),
+        };
+    app.layer(middleware::from_fn_with_state(
+        state.gate.clone(),
+        check_host_and_origin,
+    ))
+    .layer(middleware::map_response(json_errors))
+    .layer(axum::extract::DefaultBodyLimit::disable())
+    .with_state(state)
 }
 
-/// The editor bundle's files; paths that name no file get `index.html` (the app routes
-/// itself). Browsers revalidate every file, so a rebuilt bundle is picked up at once.
-fn editor_files(dir: &std::path::Path) -> Router<AppState> {
-    let files = ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html")));
-    Router::new()
-        .fallback_service(files)
-        .layer(SetResponseHeaderLayer::overriding(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("no-cache"),
-        ))
-}
-
+/// `/` without the editor bundle: the graphs and the newest runs.
 async fn index(State(state): State<AppState>) -> ApiResult<Response> {
-    let graphs = state.workspace.list_graphs()?;
-    let runs = state.db.list()?;
-    Ok((
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        page::render(&graphs, &runs),
-    )
-        .into_response())
+    let s = state.clone();
+    let html = state
+        .work
+        .quick("listing the workspace", move || {
+            let graphs = s.workspace.list_graphs()?;
+            let runs = s.db.page(DEFAULT_PAGE, None)?.unwrap_or(RunList {
+                runs: Vec::new(),
+                next: None,
+            });
+            let counts = s.db.counts()?;
+            Ok(page::render(&graphs, &runs.runs, &counts))
+        })
+        .await?;
+    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response())
 }
 
 async fn ops() -> Json<Value> {
@@ -203,37 +127,82 @@ async fn ops() -> Json<Value> {
 }
 
 async fn list_graphs(State(state): State<AppState>) -> ApiResult<Json<GraphList>> {
-    Ok(Json(GraphList {
-        graphs: state.workspace.list_graphs()?,
-    }))
+    let s = state.clone();
+    let graphs = state
+        .work
+        .quick("listing the graphs", move || {
+            Ok(s.workspace.list_graphs()?)
+        })
+        .await?;
+    Ok(Json(GraphList { graphs }))
 }
 
 async fn get_graph(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
     check_name(&name)?;
-    match state.workspace.read_graph(&name)? {
+    let s = state.clone();
+    let n = name.clone();
+    match state
+        .work
+        .quick("reading the graph", move || {
+            Ok(s.workspace.read_graph(&n)?)
+        })
+        .await?
+    {
         Some(text) => Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response()),
-        None => Err(not_found(format!("no graph named '{name}'"))),
+        None => Err(AppError::not_found(format!("no graph named '{name}'"))),
     }
 }
 
-/// Stores the graph file as sent (a draft may still have problems, which are reported).
+/// Stores a graph file as sent (a draft may still have problems, which are reported) —
+/// after checking it against the limits and analysing it, so a graph that cannot be
+/// checked is never stored.
 async fn put_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
     check_name(&name)?;
-    let bytes = read_body(&state, body).await?;
-    let value = parse_json(&bytes)?;
-    if !value.is_object() {
-        return Err(bad("a graph file must be a JSON object"));
-    }
-    let existed = state.workspace.read_graph(&name)?.is_some();
-    state.workspace.write_graph(&name, &bytes)?;
-    let problems = match sluice_engine::load_graph(&String::from_utf8_lossy(&bytes)) {
-        Ok(_) => Vec::new(),
-        Err(p) => p.0,
-    };
+    let body = state.bodies.read(&headers, body).await?;
+    let limits = state.documents;
+    let problems = state
+        .work
+        .heavy("checking the graph", move || {
+            let value = parse_json(&body.bytes, limits.max_json_values)?;
+            if !value.is_object() {
+                return Err(AppError::bad("a graph file must be a JSON object"));
+            }
+            check_document(&value, limits.max_nodes)?;
+            let text = std::str::from_utf8(&body.bytes)
+                .map_err(|_| AppError::bad("a graph file must be UTF-8 text"))?;
+            Ok((
+                match sluice_engine::load_graph(text) {
+                    Ok(_) => Vec::new(),
+                    Err(p) => p.0,
+                },
+                body,
+            ))
+        })
+        .await?;
+    let (problems, body) = problems;
+    let s = state.clone();
+    let n = name.clone();
+    let existed = state
+        .work
+        .quick("storing the graph", move || {
+            let graphs = s.workspace.list_graphs()?;
+            let existed = graphs.binary_search(&n).is_ok();
+            if !existed && graphs.len() >= s.max_graphs {
+                return Err(AppError::unprocessable(format!(
+                    "the workspace needs {} graphs, over the limit of {} graphs (max_graphs; raise it with --max-graphs)",
+                    graphs.len() + 1,
+                    s.max_graphs
+                )));
+            }
+            s.workspace.write_graph(&n, &body.bytes)?;
+            Ok(existed)
+        })
+        .await?;
     let status = if existed {
         StatusCode::OK
     } else {
@@ -255,150 +224,243 @@ async fn delete_graph(
     Path(name): Path<String>,
 ) -> ApiResult<Response> {
     check_name(&name)?;
-    if state.workspace.delete_graph(&name)? {
+    let s = state.clone();
+    let n = name.clone();
+    if state
+        .work
+        .quick("deleting the graph", move || {
+            Ok(s.workspace.delete_graph(&n)?)
+        })
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
-        Err(not_found(format!("no graph named '{name}'")))
+        Err(AppError::not_found(format!("no graph named '{name}'")))
     }
 }
 
-async fn validate(State(state): State<AppState>, body: Body) -> ApiResult<Response> {
-    let bytes = read_body(&state, body).await?;
-    parse_json(&bytes)?;
-    match sluice_engine::load_graph(&String::from_utf8_lossy(&bytes)) {
-        Ok(g) => {
-            let nodes: Vec<Value> = g
-                .order
-                .iter()
-                .map(|&ix| {
-                    let n = &g.dag[ix];
-                    json!({ "id": n.id, "op": n.op_name(), "outputs": n.outputs, "batch": n.batch })
-                })
-                .collect();
-            let couplings = g.batch_semantics().couplings;
-            Ok(
-                Json(json!({ "valid": true, "nodes": nodes, "couplings": couplings }))
+async fn validate(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let body = state.bodies.read(&headers, body).await?;
+    let limits = state.documents;
+    state
+        .work
+        .heavy("validating the graph", move || {
+            let value = parse_json(&body.bytes, limits.max_json_values)?;
+            check_document(&value, limits.max_nodes)?;
+            let text = std::str::from_utf8(&body.bytes)
+                .map_err(|_| AppError::bad("a graph file must be UTF-8 text"))?;
+            Ok(match sluice_engine::load_graph(text) {
+                Ok(g) => {
+                    let nodes: Vec<Value> = g
+                        .order
+                        .iter()
+                        .map(|&ix| {
+                            let n = &g.dag[ix];
+                            json!({ "id": n.id, "op": n.op_name(), "outputs": n.outputs, "batch": n.batch })
+                        })
+                        .collect();
+                    let couplings = g.batch_semantics().couplings;
+                    Json(json!({ "valid": true, "nodes": nodes, "couplings": couplings }))
+                        .into_response()
+                }
+                Err(p) => (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    Json(json!({ "valid": false, "problems": p.0 })),
+                )
                     .into_response(),
-            )
-        }
-        Err(p) => Ok((
-            StatusCode::UNPROCESSABLE_ENTITY,
-            Json(json!({ "valid": false, "problems": p.0 })),
-        )
-            .into_response()),
-    }
+            })
+        })
+        .await
 }
 
-async fn create_run(State(state): State<AppState>, body: Body) -> ApiResult<Response> {
-    let bytes = read_body(&state, body).await?;
-    let value = parse_json(&bytes)?;
-    let req = RunRequest::parse(&value)
-        .map_err(|m| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, m))?;
-    decode_inputs(&req).map_err(|m| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, m))?;
-    let (label, text) = match &req.graph {
-        GraphRef::Stored(name) => match state.workspace.read_graph(name)? {
-            Some(t) => (name.clone(), t),
-            None => return Err(not_found(format!("no graph named '{name}'"))),
-        },
-        GraphRef::Inline(doc) => ("inline".to_string(), doc.to_string()),
-    };
-    let graph = sluice_engine::load_graph(&text).map_err(|p| AppError {
-        status: StatusCode::UNPROCESSABLE_ENTITY,
-        message: format!("the graph has {} problem(s)", p.0.len()),
-        problems: Some(p.0),
-    })?;
-    check_runnable(&graph, req.batch)
-        .map_err(|m| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, m))?;
-    // Configurations that would change the answer are refused now, not after queueing.
-    sluice_engine::exec::config::check_batching(&graph.batch_semantics(), &req.config(), None)
-        .map_err(|e| AppError::new(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()))?;
-    match state.runs.enqueue(&state.db, &label, &value)? {
-        Enqueued::Accepted(id) => Ok((
-            StatusCode::ACCEPTED,
-            Json(RunAccepted {
-                id,
-                status: RunStatus::Queued,
-            }),
-        )
-            .into_response()),
-        Enqueued::Full => Err(AppError::new(
+async fn create_run(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let full = || {
+        AppError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "the run queue is full; try again later",
-        )),
-    }
+        )
+    };
+    let body = state.bodies.read(&headers, body).await?;
+    // A full queue is answered before any checking.
+    let place = state.runs.reserve().ok_or_else(full)?;
+    let s = state.clone();
+    let prepared = state
+        .work
+        .heavy("checking the run", move || {
+            prepare_run(&s.workspace, &body.bytes, s.documents)
+        })
+        .await?;
+    let s = state.clone();
+    let id = state
+        .work
+        .quick("queueing the run", move || {
+            Ok(s.runs.accept(place, &s.db, &s.workspace, prepared)?)
+        })
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RunAccepted {
+            id,
+            status: RunStatus::Queued,
+        }),
+    )
+        .into_response())
 }
 
-async fn list_runs(State(state): State<AppState>) -> ApiResult<Json<RunList>> {
-    Ok(Json(RunList {
-        runs: state.db.list()?,
-    }))
+/// `GET /api/runs?limit=N&before=ID`: a page of the history, newest first.
+async fn list_runs(
+    State(state): State<AppState>,
+    Query(query): Query<HashMap<String, String>>,
+) -> ApiResult<Json<RunList>> {
+    if let Some(k) = query
+        .keys()
+        .find(|k| !matches!(k.as_str(), "limit" | "before" | "token"))
+    {
+        return Err(AppError::bad(format!(
+            "unknown parameter '{}' (known: limit, before)",
+            k.chars().take(100).collect::<String>()
+        )));
+    }
+    let limit = match query.get("limit") {
+        None => DEFAULT_PAGE,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=MAX_PAGE).contains(&n) => n,
+            _ => {
+                return Err(AppError::bad(format!(
+                    "'limit' must be an integer from 1 to {MAX_PAGE}"
+                )))
+            }
+        },
+    };
+    let before = query.get("before").cloned();
+    if let Some(b) = &before {
+        if !valid_run_id(b) {
+            return Err(AppError::bad("'before' must be a run id (a page's 'next')"));
+        }
+    }
+    let s = state.clone();
+    let page = state
+        .work
+        .quick("listing the runs", move || {
+            Ok(s.db.page(limit, before.as_deref())?)
+        })
+        .await?;
+    page.map(Json)
+        .ok_or_else(|| AppError::bad("'before' names no run"))
 }
 
-fn check_id(id: &str) -> ApiResult<()> {
-    if id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit()) {
-        Ok(())
-    } else {
-        Err(not_found(format!("no run with id '{id}'")))
-    }
+/// A run's record, read on a blocking thread.
+async fn run_record(state: &AppState, id: &str) -> ApiResult<sluice_api::RunRecord> {
+    check_id(id)?;
+    let s = state.clone();
+    let i = id.to_string();
+    state
+        .work
+        .quick("reading the run", move || Ok(s.db.get(&i)?))
+        .await?
+        .ok_or_else(|| no_run(id))
 }
 
 async fn get_run(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<sluice_api::RunRecord>> {
-    check_id(&id)?;
-    match state.db.get(&id)? {
-        Some(r) => Ok(Json(r)),
-        None => Err(not_found(format!("no run with id '{id}'"))),
-    }
+    run_record(&state, &id).await.map(Json)
 }
 
+/// Bytes read from an output file per chunk of the response.
+const CHUNK: usize = 64 << 10;
+
+/// `GET /api/runs/{id}/outputs/{name}`: an output of a succeeded run, by its name or its
+/// file name as the run's record lists them (never a path from the request), streamed.
 async fn get_output(
     State(state): State<AppState>,
     Path((id, name)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    check_id(&id)?;
-    let file = name.replace(':', "_");
-    check_name(&file)?;
-    let row = state
-        .db
-        .get(&id)?
-        .ok_or_else(|| not_found(format!("no run with id '{id}'")))?;
+    let row = run_record(&state, &id).await?;
     if row.status != RunStatus::Succeeded {
-        return Err(AppError::new(
-            StatusCode::CONFLICT,
-            format!("run '{id}' is {}; it has no outputs", row.status),
-        ));
+        return Err(AppError::conflict(format!(
+            "run '{id}' is {}; it has no outputs",
+            row.status
+        )));
     }
-    let path = state.workspace.run_dir(&id).join(format!("{file}.npy"));
-    match std::fs::read(&path) {
-        Ok(bytes) => Ok((
-            [
-                (
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/octet-stream"),
-                ),
-                (
-                    header::CONTENT_DISPOSITION,
-                    HeaderValue::from_str(&format!("attachment; filename=\"{file}.npy\""))
-                        .unwrap_or(HeaderValue::from_static("attachment")),
-                ),
-            ],
-            bytes,
-        )
-            .into_response()),
-        Err(_) => Err(not_found(format!("run '{id}' has no output '{name}'"))),
-    }
+    let missing = || {
+        AppError::not_found(format!(
+            "run '{id}' has no output '{}'",
+            name.chars().take(100).collect::<String>()
+        ))
+    };
+    let file = row
+        .outputs
+        .unwrap_or_default()
+        .into_iter()
+        .find(|o| o.name == name || o.file == name)
+        .map(|o| o.file)
+        .ok_or_else(missing)?;
+    let s = state.clone();
+    let (i, f) = (id.clone(), file.clone());
+    let (handle, len) = state
+        .work
+        .quick("opening the output", move || {
+            Ok(s.workspace.open_output(&i, &f)?)
+        })
+        .await?
+        .ok_or_else(missing)?;
+    let chunks = futures_util::stream::unfold(Some(handle), |handle| async move {
+        let mut handle = handle?;
+        let read = tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0; CHUNK];
+            let n = handle.read(&mut buf)?;
+            buf.truncate(n);
+            Ok::<_, std::io::Error>((buf, handle))
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r| r);
+        match read {
+            Ok((buf, _)) if buf.is_empty() => None,
+            Ok((buf, handle)) => Some((Ok(axum::body::Bytes::from(buf)), Some(handle))),
+            Err(e) => Some((Err(e), None)),
+        }
+    });
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                HeaderValue::from_str(&format!("attachment; filename=\"{file}.npy\""))
+                    .unwrap_or(HeaderValue::from_static("attachment")),
+            ),
+            (header::CONTENT_LENGTH, HeaderValue::from(len)),
+        ],
+        Body::from_stream(chunks),
+    )
+        .into_response())
 }
 
 async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    check_id(&id)?;
-    let row = state
-        .db
-        .get(&id)?
-        .ok_or_else(|| not_found(format!("no run with id '{id}'")))?;
+    let row = run_record(&state, &id).await?;
+    let s = state.clone();
+    let i = id.clone();
+    let cancelled_queued = row.status == RunStatus::Queued
+        && state
+            .work
+            .quick("cancelling the run", move || Ok(s.db.cancel_queued(&i)?))
+            .await?;
     match row.status {
-        RunStatus::Queued if state.db.cancel_queued(&id)? => {
+        RunStatus::Queued if cancelled_queued => {
+            state.runs.cancel(&id);
             Ok(Json(json!({ "id": id, "status": RunStatus::Cancelled })).into_response())
         }
         RunStatus::Queued | RunStatus::Running => {
@@ -409,10 +471,9 @@ async fn cancel_run(State(state): State<AppState>, Path(id): Path<String>) -> Ap
             )
                 .into_response())
         }
-        s => Err(AppError::new(
-            StatusCode::CONFLICT,
-            format!("run '{id}' already ended ({s})"),
-        )),
+        s => Err(AppError::conflict(format!(
+            "run '{id}' already ended ({s})"
+        ))),
     }
 }
 
@@ -444,24 +505,32 @@ async fn openapi_json() -> Json<Value> {
 }
 
 async fn metrics_text(State(state): State<AppState>) -> ApiResult<Response> {
-    let text = metrics::render(&state)?;
+    let s = state.clone();
+    let text = state
+        .work
+        .quick("the metrics", move || Ok(metrics::render(&s)?))
+        .await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
 /// `GET /api/runs/{id}/trace`: a finished run's Chrome trace (opens in Perfetto).
 async fn get_trace(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
-    check_id(&id)?;
-    let row = state
-        .db
-        .get(&id)?
-        .ok_or_else(|| not_found(format!("no run with id '{id}'")))?;
-    let Some(kept) = state.workspace.read_run_events(&id)? else {
-        return Err(AppError::new(
-            StatusCode::CONFLICT,
-            format!("run '{id}' is {} and has no trace", row.status),
-        ));
-    };
-    let trace = sluice_engine::telemetry::trace::chrome_trace(&kept.events, &kept.devices);
+    let row = run_record(&state, &id).await?;
+    let place = state.work.large_answer().await?;
+    let s = state.clone();
+    let i = id.clone();
+    let trace = state
+        .work
+        .heavy("making the trace", move || {
+            Ok(s.workspace.read_run_events(&i)?.map(|kept| {
+                sluice_engine::telemetry::trace::chrome_trace(&kept.events, &kept.devices)
+                    .to_string()
+            }))
+        })
+        .await?
+        .ok_or_else(|| {
+            AppError::conflict(format!("run '{id}' is {} and has no trace", row.status))
+        })?;
     Ok((
         [
             (
@@ -474,100 +543,78 @@ async fn get_trace(State(state): State<AppState>, Path(id): Path<String>) -> Api
                     .unwrap_or(HeaderValue::from_static("attachment")),
             ),
         ],
-        trace.to_string(),
+        // The place is given back once the trace is sent (or the client is gone).
+        Body::from_stream(futures_util::stream::unfold(
+            (Some(trace), place),
+            |(trace, place)| async move {
+                trace.map(|t| (Ok::<_, std::convert::Infallible>(t), (None, place)))
+            },
+        )),
     )
         .into_response())
 }
 
+type Upgrade = Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>;
+
+/// `WS /api/runs/{id}/events`: a live run's messages, or a finished run's kept events
+/// and its summary.
 async fn run_events(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+    ws: Upgrade,
 ) -> ApiResult<Response> {
-    check_id(&id)?;
-    if state.db.get(&id)?.is_none() {
-        return Err(not_found(format!("no run with id '{id}'")));
-    }
+    run_record(&state, &id).await?;
     let ws = ws.map_err(|e| {
-        bad(format!(
+        AppError::bad(format!(
             "this endpoint is a WebSocket: connect with an Upgrade: websocket request ({e})"
         ))
     })?;
-    let watch = state.runs.watch(&id);
-    Ok(ws.on_upgrade(move |socket| forward_events(socket, state, id, watch)))
+    if let Some(watch) = state.runs.watch(&id) {
+        return Ok(ws.on_upgrade(move |socket| forward_live(socket, watch)));
+    }
+    // A finished run: replay what it kept, so a late watcher still sees its charts.
+    let place = state.work.large_answer().await?;
+    let s = state.clone();
+    let messages = state
+        .work
+        .quick("reading the run's events", move || {
+            let kept = s.workspace.read_run_events(&id).unwrap_or_else(|e| {
+                tracing::warn!("run {id}: its events cannot be replayed: {e:#}");
+                None
+            });
+            let run = s.db.get(&id)?.map(Box::new);
+            let summary = serde_json::to_string(&LiveMessage::Summary { run }).unwrap_or_default();
+            Ok((kept.map(|k| k.events).unwrap_or_default(), summary))
+        })
+        .await?;
+    Ok(ws.on_upgrade(move |socket| {
+        let (events, summary) = messages;
+        let texts = events
+            .into_iter()
+            .filter_map(|event| serde_json::to_string(&LiveMessage::Event { event }).ok())
+            .chain(std::iter::once(summary));
+        async move {
+            forward_finished(socket, texts).await;
+            drop(place);
+        }
+    }))
 }
 
-/// Forwards a run's events, then its summary: a live run's messages so far and then as
-/// they come, a finished run's kept events. Whatever the client sends is read and
-/// ignored, so garbage frames cannot stop the server.
-async fn forward_events(
-    mut socket: WebSocket,
-    state: AppState,
-    id: String,
-    watch: Option<(Vec<String>, tokio::sync::broadcast::Receiver<String>)>,
-) {
-    let summary = || {
-        let run = state.db.get(&id).ok().flatten().map(Box::new);
-        serde_json::to_string(&LiveMessage::Summary { run }).unwrap_or_default()
-    };
-    let Some((backlog, mut rx)) = watch else {
-        // A finished run: replay what it kept, so a late watcher still sees its charts.
-        if let Ok(Some(kept)) = state.workspace.read_run_events(&id) {
-            for event in kept.events {
-                let text = serde_json::to_string(&LiveMessage::Event { event }).unwrap_or_default();
-                if socket.send(Message::Text(text.into())).await.is_err() {
-                    return;
-                }
-            }
-        }
-        let _ = socket.send(Message::Text(summary().into())).await;
-        let _ = socket.send(Message::Close(None)).await;
-        return;
-    };
-    for text in backlog {
-        if socket.send(Message::Text(text.into())).await.is_err() {
-            return;
-        }
-    }
-    loop {
-        tokio::select! {
-            msg = rx.recv() => match msg {
-                Ok(text) => {
-                    let done = matches!(
-                        serde_json::from_str::<LiveMessage>(&text),
-                        Ok(LiveMessage::Summary { .. })
-                    );
-                    if socket.send(Message::Text(text.into())).await.is_err() {
-                        return;
-                    }
-                    if done {
-                        break;
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                    let _ = socket.send(Message::Text(summary().into())).await;
-                    break;
-                }
-            },
-            incoming = socket.recv() => match incoming {
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                Some(Ok(_)) => continue,
-            },
-        }
-    }
-    let _ = socket.send(Message::Close(None)).await;
-}
-
-/// `WS /api/workers`: where `sluice worker` processes join (the token is checked by the
-/// middleware like every route's).
-async fn worker_socket(
-    State(state): State<AppState>,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
-) -> ApiResult<Response> {
-    let ws = ws.map_err(|e| bad(format!("workers connect with a WebSocket upgrade ({e})")))?;
+/// `WS /api/workers`: where `sluice worker` processes join (the token, host and origin
+/// are checked by the middleware like every route's), at most `--max-workers` at once.
+async fn worker_socket(State(state): State<AppState>, ws: Upgrade) -> ApiResult<Response> {
+    let ws =
+        ws.map_err(|e| AppError::bad(format!("workers connect with a WebSocket upgrade ({e})")))?;
+    let place = state
+        .worker_places
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| AppError::busy("the server has as many workers as --max-workers allows"))?;
     let workers = state.workers.clone();
     Ok(ws
-        .max_message_size(1 << 30)
-        .on_upgrade(move |socket| super::workers::serve_worker(socket, workers)))
+        .max_message_size(state.max_worker_message)
+        .on_upgrade(move |socket| async move {
+            super::workers::serve_worker(socket, workers).await;
+            drop(place);
+        }))
 }

@@ -2,44 +2,33 @@
 //! device utilisation and memory of the last run, workers connected.
 
 use super::state::AppState;
-use sluice_api::RunStatus;
 use std::fmt::Write;
 
 /// Histogram bucket bounds, seconds.
 const BUCKETS: &[f64] = &[0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0];
 
-/// Renders the metrics.
+/// Renders the metrics (counts and durations aggregated by the database).
 pub fn render(state: &AppState) -> anyhow::Result<String> {
-    let runs = state.db.list()?;
     let mut out = String::new();
     writeln!(
         out,
         "# HELP sluice_runs Runs by status.\n# TYPE sluice_runs gauge"
     )?;
-    for status in RunStatus::ALL {
-        let n = runs.iter().filter(|r| r.status == status).count();
+    for (status, n) in state.db.counts()? {
         writeln!(out, "sluice_runs{{status=\"{status}\"}} {n}")?;
     }
-    let durations: Vec<f64> = runs
-        .iter()
-        .filter_map(|r| Some((r.finished_ms? - r.started_ms?) as f64 / 1e3))
-        .collect();
+    let d = state.db.durations(BUCKETS)?;
     writeln!(out, "# HELP sluice_run_duration_seconds Time from start to end of finished runs.\n# TYPE sluice_run_duration_seconds histogram")?;
-    for b in BUCKETS {
-        let n = durations.iter().filter(|&&d| d <= *b).count();
+    for (b, n) in BUCKETS.iter().zip(&d.within) {
         writeln!(out, "sluice_run_duration_seconds_bucket{{le=\"{b}\"}} {n}")?;
     }
     writeln!(
         out,
         "sluice_run_duration_seconds_bucket{{le=\"+Inf\"}} {}",
-        durations.len()
+        d.count
     )?;
-    writeln!(
-        out,
-        "sluice_run_duration_seconds_sum {}",
-        durations.iter().sum::<f64>()
-    )?;
-    writeln!(out, "sluice_run_duration_seconds_count {}", durations.len())?;
+    writeln!(out, "sluice_run_duration_seconds_sum {}", d.sum)?;
+    writeln!(out, "sluice_run_duration_seconds_count {}", d.count)?;
     let last = state
         .runs
         .last

@@ -27,25 +27,35 @@ fn path_param(mut v: Value, names: &[&str]) -> Value {
     v
 }
 
+fn query_params(mut v: Value, names: &[(&str, &str)]) -> Value {
+    v["parameters"] = Value::Array(
+        names
+            .iter()
+            .map(|(n, d)| json!({ "name": n, "in": "query", "required": false, "description": d, "schema": { "type": "string" } }))
+            .collect(),
+    );
+    v
+}
+
 /// The document.
 pub fn spec() -> Value {
     let err = "JSON {\"error\": sentence}";
     json!({
         "openapi": "3.1.0",
         "info": { "title": "Sluice API", "version": env!("CARGO_PKG_VERSION"),
-                  "description": "Graphs, runs, devices and live run events of a Sluice server. With --token, every API request needs 'Authorization: Bearer <token>' (or '?token=<token>', for WebSockets and download links)." },
+                  "description": "Graphs, runs, devices and live run events of a Sluice server. With --token, every request but the editor's files needs 'Authorization: Bearer <token>' (or '?token=<token>', for WebSockets and download links): 401 otherwise. Every request: 400 without a Host header, 403 when its Host is not one of the server's names or its Origin not the server's own. POST and PUT bodies must be 'Content-Type: application/json' (415), at most --body-limit bytes (413), sent within --body-timeout (408). 503: the server is busy (bodies in flight, graph checks, worker places); try again." },
         "paths": {
             "/api/ops": { "get": op("Operator schemas (the editor's palette)", &[("200", "schemas")]) },
             "/api/graphs": { "get": op("Names of the stored graphs", &[("200", "names")]) },
             "/api/graphs/{name}": {
                 "get": path_param(op("A stored graph file", &[("200", "the graph JSON"), ("400", err), ("404", err)]), &["name"]),
-                "put": path_param(with_body(op("Store a graph file (atomically); reports its problems", &[("200", "replaced"), ("201", "created"), ("400", err), ("413", err)]), "the graph file"), &["name"]),
+                "put": path_param(with_body(op("Store a graph file (durably, after checking it); reports its problems", &[("200", "replaced"), ("201", "created"), ("400", err), ("413", err), ("415", err), ("422", "over a limit")]), "the graph file"), &["name"]),
                 "delete": path_param(op("Delete a stored graph", &[("204", "deleted"), ("400", err), ("404", err)]), &["name"]),
             },
             "/api/validate": { "post": with_body(op("Shapes and batch per node and the nodes that couple samples, or every problem", &[("200", "valid: nodes with output types and batch, and the nodes that couple samples"), ("400", err), ("422", "problems")]), "a graph document") },
             "/api/runs": {
-                "get": op("Every run, newest first", &[("200", "runs")]),
-                "post": with_body(op("Queue a run", &[("202", "{\"id\": ...}"), ("400", err), ("404", err), ("422", err), ("429", "queue full")]),
+                "get": query_params(op("A page of runs, newest first, and the cursor of the next page", &[("200", "{runs, next}"), ("400", err)]), &[("limit", "runs per page, 1 to 1000 (default 100)"), ("before", "a page's 'next': runs older than this one")]),
+                "post": with_body(op("Queue a run (checked first: graph, limits, batch semantics, uploads)", &[("202", "{\"id\": ...}"), ("400", err), ("404", err), ("413", err), ("415", err), ("422", err), ("429", "queue full"), ("503", err)]),
                     "{graph: name or document, batch, seed, microbatches, stages, prefetch, precision, inputs: {name: base64 .npy}, workers: [ids pinned to stages]}"),
             },
             "/api/runs/{id}": { "get": path_param(op("A run: status, parameters, metrics, output summaries, error", &[("200", "the run"), ("404", err)]), &["id"]) },
@@ -54,10 +64,10 @@ pub fn spec() -> Value {
             "/api/runs/{id}/cancel": { "post": path_param(op("Cancel a queued or running run", &[("200", "cancelled"), ("202", "cancelling"), ("404", err), ("409", err)]), &["id"]) },
             "/api/runs/{id}/events": { "get": path_param(op("WebSocket: the run's events and metrics live (a finished run's kept events replayed), then its summary", &[("101", "switching protocols"), ("404", err)]), &["id"]) },
             "/api/devices": { "get": op("Workers, adapters, utilisation", &[("200", "workers")]) },
-            "/api/workers": { "get": op("WebSocket where `sluice worker` processes join (protocol in server/api/src/protocol.rs)", &[("101", "switching protocols"), ("400", err), ("401", err)]) },
+            "/api/workers": { "get": op("WebSocket where `sluice worker` processes join (protocol in server/api/src/protocol.rs)", &[("101", "switching protocols"), ("400", err), ("401", err), ("503", "--max-workers reached")]) },
             "/api/openapi.json": { "get": op("This document", &[("200", "OpenAPI 3.1")]) },
             "/metrics": { "get": op("Prometheus metrics", &[("200", "text exposition format")]) },
-            "/": { "get": op("The editor (or, without its bundle, a page listing graphs and runs); paths outside /api serve the editor's files", &[("200", "HTML")]) },
+            "/": { "get": op("The editor (or, without its bundle, a page listing graphs and runs, behind the token); paths outside /api serve the editor's files", &[("200", "HTML"), ("401", err)]) },
         }
     })
 }

@@ -1,17 +1,19 @@
-//! Runs: a bounded queue, executors that run graphs through the engine's one execution
-//! core (on the server's own GPU devices, or with each stage on a remote worker),
-//! cancellation, the live message stream each run broadcasts to WebSocket watchers, and
-//! a cache of compiled sessions per (graph content, configuration, devices), so repeating
-//! a run compiles nothing. Every outcome is stored in the database, a failure with its
-//! reason.
+//! Runs: a bounded queue (runs a previous server left queued are queued again first),
+//! executors that run graphs through the engine's one execution core on blocking threads
+//! (on the server's own GPU devices, or with each stage on a remote worker), cancellation,
+//! the live messages each run broadcasts to WebSocket watchers, retention of the newest
+//! `--keep-runs` finished runs, and a cache of compiled sessions per (graph content,
+//! configuration, devices), so repeating a run compiles nothing. Every outcome is stored
+//! in the database, a failure with its reason (never a server path: details are logged).
 
 use super::db::Db;
+use super::events::{EventLog, Watch};
+use super::prepare::{check_runnable, Prepared};
 use super::workers::{RemoteDevice, WorkerHandle, Workers};
 use super::workspace::Workspace;
-use serde_json::Value;
 use sluice_api::{
-    CompileFigures, GraphRef, LiveMessage, MemoryFigures, OutputSummary, RunFigures, RunRecord,
-    RunRequest, RunStatus,
+    CompileFigures, GraphRef, LiveMessage, MemoryFigures, OutputSummary, RequestForm, RunFigures,
+    RunRecord, RunRequest, RunStatus,
 };
 use sluice_engine::exec::device::Device;
 use sluice_engine::exec::{dataset, RunConfig, RunContext, Session};
@@ -20,52 +22,24 @@ use sluice_engine::plan::cost::Rates;
 use sluice_engine::telemetry::metrics::LiveUtilisation;
 use sluice_engine::telemetry::{now_ns, Event};
 use sluice_engine::RunError;
+use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use tokio::sync::{broadcast, mpsc};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::mpsc;
 
-/// Most messages of one run kept for watchers who join late; later ones are only
-/// broadcast (the finished run's events file still has them all).
-const BACKLOG_LIMIT: usize = 100_000;
-
-/// A live run's messages: broadcast to watchers and kept, so one who joins mid-run gets
-/// everything sent before, then the rest, with no gap and nothing twice.
-pub struct EventLog {
-    backlog: Mutex<Vec<String>>,
-    tx: broadcast::Sender<String>,
+/// Locks a mutex, recovering it if a panicking run poisoned it (a failed run must not
+/// fail every later one).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl EventLog {
-    fn new() -> EventLog {
-        EventLog {
-            backlog: Mutex::new(Vec::new()),
-            tx: broadcast::channel(4096).0,
-        }
-    }
-
-    /// Sends a message to every watcher and keeps it for later ones.
-    pub fn send(&self, message: &LiveMessage) {
-        let Ok(text) = serde_json::to_string(message) else {
-            return;
-        };
-        let Ok(mut backlog) = self.backlog.lock() else {
-            return;
-        };
-        if backlog.len() < BACKLOG_LIMIT {
-            backlog.push(text.clone());
-        }
-        let _ = self.tx.send(text);
-    }
-
-    /// Everything sent so far, and a receiver of what comes next.
-    pub fn watch(&self) -> (Vec<String>, broadcast::Receiver<String>) {
-        // Copying and subscribing under the lock `send` takes: no message falls between.
-        match self.backlog.lock() {
-            Ok(backlog) => (backlog.clone(), self.tx.subscribe()),
-            Err(_) => (Vec::new(), self.tx.subscribe()),
-        }
-    }
+/// Logs a failure whose detail may name server paths and returns a sentence for the
+/// run's record.
+fn logged(run: &str, what: &str, e: &anyhow::Error) -> String {
+    tracing::error!("run {run}: {what}: {e:#}");
+    format!("{what} (the detail is in the server's log)")
 }
 
 /// A run in progress: its cancel flag and its messages.
@@ -84,19 +58,27 @@ pub struct LastRun {
     pub memory: MemoryFigures,
 }
 
-/// Compiled sessions kept for repeated runs: most recently used last.
+/// Compiled sessions kept for repeated runs: most recently used last, keyed by a hash of
+/// (devices, configuration, graph text) under a key chosen at random per process, so
+/// keys cannot be made to collide and the graph texts are not kept.
 struct PlanCache {
     capacity: usize,
-    entries: VecDeque<(String, Session)>,
+    hasher: RandomState,
+    entries: VecDeque<(u64, Session)>,
 }
 
 impl PlanCache {
-    fn take(&mut self, key: &str) -> Option<Session> {
-        let i = self.entries.iter().position(|(k, _)| k == key)?;
+    fn key(&self, devices: &str, config: &RunConfig, text: &str) -> u64 {
+        let config = serde_json::to_string(config).unwrap_or_default();
+        self.hasher.hash_one((devices, config, text))
+    }
+
+    fn take(&mut self, key: u64) -> Option<Session> {
+        let i = self.entries.iter().position(|(k, _)| *k == key)?;
         self.entries.remove(i).map(|(_, s)| s)
     }
 
-    fn put(&mut self, key: String, session: Session) {
+    fn put(&mut self, key: u64, session: Session) {
         if self.capacity == 0 {
             return;
         }
@@ -149,58 +131,98 @@ impl LocalDevices {
 /// A run's devices, and what names them for the plan cache (None: not cacheable).
 type RunDevices = (Vec<Box<dyn Device>>, Option<String>);
 
+/// How the queue and the executors are set up.
+#[derive(Debug, Clone, Copy)]
+pub struct RunSettings {
+    /// Runs waiting at most (`--max-queued`).
+    pub max_queued: usize,
+    /// Runs executing at once (`--concurrency`).
+    pub concurrency: usize,
+    /// Compiled sessions kept (`--plan-cache`).
+    pub plan_cache: usize,
+    /// Finished runs kept with their files (`--keep-runs`).
+    pub keep_runs: usize,
+    /// Bytes of messages a live run keeps for late watchers (`--event-backlog`).
+    pub event_backlog: usize,
+}
+
 /// The run queue, executors, live runs and compiled sessions.
 pub struct Runs {
-    tx: mpsc::Sender<String>,
+    tx: mpsc::UnboundedSender<String>,
+    /// Runs queued and not yet taken by an executor, with the places reserved by
+    /// requests being checked; new requests are refused at `max_queued`.
+    waiting: AtomicUsize,
+    settings: RunSettings,
     workers: Arc<Workers>,
     live: Mutex<HashMap<String, Live>>,
     cache: Mutex<PlanCache>,
     local: Mutex<LocalDevices>,
+    rates: Mutex<Option<Rates>>,
     /// Figures of the last run on the local devices.
     pub last: Mutex<LastRun>,
     counter: AtomicU64,
 }
 
-/// Outcome of an enqueue.
-pub enum Enqueued {
-    /// Accepted with this id.
-    Accepted(String),
-    /// The queue is full.
-    Full,
+/// A place in the queue, reserved before a request is checked (so a full queue is
+/// answered at once) and given back unless the run is accepted.
+pub struct Place {
+    runs: Arc<Runs>,
+    used: bool,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if !self.used {
+            self.runs.waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl Runs {
-    /// Starts `concurrency` executors behind a queue of `capacity` runs, keeping up to
-    /// `cached` compiled sessions.
+    /// Starts the executors behind a queue that first holds the runs a previous server
+    /// left queued, in their order.
     pub fn start(
         db: Arc<Db>,
         ws: Workspace,
         workers: Arc<Workers>,
-        capacity: usize,
-        concurrency: usize,
-        cached: usize,
+        settings: RunSettings,
+        queued: Vec<String>,
     ) -> Arc<Runs> {
-        let (tx, rx) = mpsc::channel::<String>(capacity.max(1));
+        let (tx, rx) = mpsc::unbounded_channel::<String>();
         let runs = Arc::new(Runs {
             tx,
+            waiting: AtomicUsize::new(0),
+            settings,
             workers,
             live: Mutex::new(HashMap::new()),
             cache: Mutex::new(PlanCache {
-                capacity: cached,
+                capacity: settings.plan_cache,
+                hasher: RandomState::new(),
                 entries: VecDeque::new(),
             }),
             local: Mutex::new(LocalDevices::default()),
+            rates: Mutex::new(None),
             last: Mutex::new(LastRun::default()),
             counter: AtomicU64::new(0),
         });
+        for id in queued {
+            runs.add_live(&id);
+            runs.waiting.fetch_add(1, Ordering::AcqRel);
+            let _ = runs.tx.send(id);
+        }
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
-        for _ in 0..concurrency.max(1) {
+        for _ in 0..settings.concurrency.max(1) {
             let (runs, db, ws, rx) = (runs.clone(), db.clone(), ws.clone(), rx.clone());
             tokio::spawn(async move {
                 loop {
                     let next = rx.lock().await.recv().await;
                     let Some(id) = next else { break };
-                    runs.execute(&db, &ws, &id).await;
+                    runs.waiting.fetch_sub(1, Ordering::AcqRel);
+                    let (runs, db, ws) = (runs.clone(), db.clone(), ws.clone());
+                    let done = tokio::task::spawn_blocking(move || runs.execute(&db, &ws, &id));
+                    if let Err(e) = done.await {
+                        tracing::error!("an executor failed: {e}");
+                    }
                 }
             });
         }
@@ -210,19 +232,34 @@ impl Runs {
     /// Opens the local device and calibrates it (or reads its kept calibration), so the
     /// first run does not wait for it and `/api/devices` reports the rates.
     pub fn prepare_local(&self) {
-        match self.local.lock() {
-            Ok(mut local) => {
-                if let Err(e) = local.take(1) {
-                    tracing::warn!("the local device is not ready: {e}");
-                }
-            }
-            Err(_) => tracing::warn!("the device lock is poisoned"),
+        if let Err(e) = self.take_local(1) {
+            tracing::warn!("the local device is not ready: {e}");
         }
     }
 
-    /// The calibrated rates of the local devices, once known.
+    /// `count` local devices (opening and calibrating them may take seconds, under the
+    /// devices' lock; their rates are published for readers that must not wait).
+    fn take_local(&self, count: usize) -> Result<Vec<Box<dyn Device>>, String> {
+        let mut local = lock(&self.local);
+        let devices = local.take(count);
+        *lock(&self.rates) = local.rates;
+        devices
+    }
+
+    /// The calibrated rates of the local devices, once known (never waits for a
+    /// calibration).
     pub fn local_rates(&self) -> Option<Rates> {
-        self.local.lock().ok().and_then(|l| l.rates)
+        *lock(&self.rates)
+    }
+
+    /// Reserves a place in the queue; None when it is full.
+    pub fn reserve(self: &Arc<Runs>) -> Option<Place> {
+        let before = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let place = Place {
+            runs: self.clone(),
+            used: false,
+        };
+        (before < self.settings.max_queued).then_some(place)
     }
 
     fn new_id(&self) -> String {
@@ -232,47 +269,51 @@ impl Runs {
         format!("{:016x}", rng.next_u64())
     }
 
-    /// Records and queues a run; `Full` (nothing recorded) when the queue is full.
-    pub fn enqueue(&self, db: &Db, graph_label: &str, params: &Value) -> anyhow::Result<Enqueued> {
-        let id = self.new_id();
-        db.insert(&id, graph_label, params)?;
-        self.live
-            .lock()
-            .map_err(|_| anyhow::anyhow!("lock poisoned"))?
-            .insert(
-                id.clone(),
-                Live {
-                    cancel: Arc::new(AtomicBool::new(false)),
-                    events: Arc::new(EventLog::new()),
-                },
-            );
-        match self.tx.try_send(id.clone()) {
-            Ok(()) => Ok(Enqueued::Accepted(id)),
-            Err(_) => {
-                db.remove(&id)?;
-                if let Ok(mut l) = self.live.lock() {
-                    l.remove(&id);
-                }
-                Ok(Enqueued::Full)
-            }
-        }
+    fn add_live(&self, id: &str) {
+        lock(&self.live).insert(
+            id.to_string(),
+            Live {
+                cancel: Arc::new(AtomicBool::new(false)),
+                events: Arc::new(EventLog::new(self.settings.event_backlog)),
+            },
+        );
     }
 
-    /// Watches a live run: what it sent so far and a receiver of the rest (None when it
-    /// is not live).
-    pub fn watch(&self, id: &str) -> Option<(Vec<String>, broadcast::Receiver<String>)> {
-        let log = self.live.lock().ok()?.get(id).map(|l| l.events.clone())?;
+    /// Accepts a checked run in its reserved place: keeps its files, records it (the
+    /// request as kept) and queues it. Returns its id.
+    pub fn accept(
+        &self,
+        mut place: Place,
+        db: &Db,
+        ws: &Workspace,
+        run: Prepared,
+    ) -> anyhow::Result<String> {
+        let id = self.new_id();
+        let kept = serde_json::to_value(run.kept())?;
+        let recorded = ws
+            .keep_request(&id, run.inline.as_deref(), &run.uploads)
+            .and_then(|()| db.insert(&id, &run.label, &kept));
+        if let Err(e) = recorded {
+            let _ = ws.remove_run(&id);
+            return Err(e);
+        }
+        self.add_live(&id);
+        place.used = true;
+        if self.tx.send(id.clone()).is_err() {
+            anyhow::bail!("the executors have stopped");
+        }
+        Ok(id)
+    }
+
+    /// Watches a live run (None when it is not live).
+    pub fn watch(&self, id: &str) -> Option<Watch> {
+        let log = lock(&self.live).get(id).map(|l| l.events.clone())?;
         Some(log.watch())
     }
 
     /// Asks a running run to stop; false when it is not live.
     pub fn cancel(&self, id: &str) -> bool {
-        match self
-            .live
-            .lock()
-            .ok()
-            .and_then(|l| l.get(id).map(|r| r.cancel.clone()))
-        {
+        match lock(&self.live).get(id).map(|r| r.cancel.clone()) {
             Some(flag) => {
                 flag.store(true, Ordering::Relaxed);
                 true
@@ -282,37 +323,43 @@ impl Runs {
     }
 
     fn finish_live(&self, id: &str, summary: Option<RunRecord>) {
-        if let Ok(mut l) = self.live.lock() {
-            if let Some(live) = l.remove(id) {
-                live.events.send(&LiveMessage::Summary {
-                    run: summary.map(Box::new),
-                });
-            }
+        if let Some(live) = lock(&self.live).remove(id) {
+            live.events.send(&LiveMessage::Summary {
+                run: summary.map(Box::new),
+            });
         }
     }
 
-    async fn execute(self: &Arc<Runs>, db: &Arc<Db>, ws: &Workspace, id: &str) {
-        let started = matches!(db.start(id), Ok(true));
+    /// Runs a queued run to its end (on a blocking thread), records the outcome, and
+    /// prunes the history.
+    fn execute(&self, db: &Db, ws: &Workspace, id: &str) {
+        let started = match db.start(id) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("run {id}: cannot record its start: {e:#}");
+                false
+            }
+        };
         if !started {
             self.finish_live(id, db.get(id).ok().flatten());
             return;
         }
-        let Some((cancel, events)) = self
-            .live
-            .lock()
-            .ok()
-            .and_then(|l| l.get(id).map(|r| (r.cancel.clone(), r.events.clone())))
+        let Some((cancel, events)) = lock(&self.live)
+            .get(id)
+            .map(|r| (r.cancel.clone(), r.events.clone()))
         else {
             return;
         };
-        let row = db.get(id).ok().flatten();
-        let (ws2, runs) = (ws.clone(), self.clone());
-        let outcome = tokio::task::spawn_blocking(move || {
-            let row = row.ok_or_else(|| "the run disappeared from the database".to_string())?;
-            runs.run_blocking(&row, &ws2, &cancel, &events)
-        })
-        .await
-        .unwrap_or_else(|e| Err(format!("the run's thread failed: {e}")));
+        let outcome = match db.get(id) {
+            Ok(Some(row)) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.run_blocking(&row, ws, &cancel, &events)
+            }))
+            .unwrap_or_else(|_| {
+                Err("the run failed unexpectedly (a bug; the detail is in the server's log)".into())
+            }),
+            Ok(None) => Err("the run disappeared from the database".into()),
+            Err(e) => Err(logged(id, "cannot read the run's record", &e)),
+        };
         let result = match outcome {
             Ok((figures, outputs)) => db.finish(
                 id,
@@ -328,12 +375,13 @@ impl Runs {
                 None,
                 Some("cancelled while running"),
             ),
-            Err(e) => db.finish(id, RunStatus::Failed, None, None, Some(&e)),
+            Err(e) => db.finish(id, RunStatus::Failed, None, None, Some(&shortened(&e))),
         };
         if let Err(e) = result {
             tracing::error!("recording the end of run {id} failed: {e:#}");
         }
         self.finish_live(id, db.get(id).ok().flatten());
+        prune(db, ws, self.settings.keep_runs);
     }
 
     /// The devices of a run: one remote worker per stage when the run is pipelined and
@@ -362,15 +410,39 @@ impl Runs {
                 .collect();
             return Ok((devices, None));
         }
-        let devices = self
-            .local
-            .lock()
-            .map_err(|_| "the device lock is poisoned".to_string())?
-            .take(req.stages)?;
+        let devices = self.take_local(req.stages)?;
         Ok((devices, Some(format!("local x{}", req.stages))))
     }
 
-    /// Runs a stored request; returns its figures and output summaries.
+    /// The graph text and uploaded inputs of a kept request.
+    fn kept_request(
+        ws: &Workspace,
+        id: &str,
+        req: &RunRequest,
+    ) -> Result<(String, sluice_engine::exec::Values), String> {
+        let text = match &req.graph {
+            GraphRef::Stored(name) => ws
+                .read_graph(name)
+                .map_err(|e| logged(id, &format!("cannot read graph '{name}'"), &e))?
+                .ok_or_else(|| format!("graph '{name}' no longer exists"))?,
+            GraphRef::Kept(_) => ws
+                .kept_graph(id)
+                .map_err(|e| logged(id, "cannot read the run's kept graph", &e))?,
+            GraphRef::Inline(_) => return Err("the run's graph was not kept".into()),
+        };
+        let mut inputs = HashMap::new();
+        for (k, name) in req.inputs.keys().enumerate() {
+            let bytes = ws
+                .kept_input(id, k)
+                .map_err(|e| logged(id, &format!("cannot read the kept input '{name}'"), &e))?;
+            let t =
+                sluice_engine::npy::parse(&bytes).map_err(|e| format!("input '{name}': {e}"))?;
+            inputs.insert(name.clone(), t);
+        }
+        Ok((text, inputs))
+    }
+
+    /// Runs a kept request; returns its figures and output summaries.
     fn run_blocking(
         &self,
         row: &RunRecord,
@@ -379,33 +451,18 @@ impl Runs {
         events: &EventLog,
     ) -> Result<(RunFigures, Vec<OutputSummary>), String> {
         let began = now_ns();
-        let req = RunRequest::parse(&row.params)?;
-        let text = match &req.graph {
-            GraphRef::Stored(name) => ws
-                .read_graph(name)
-                .map_err(|e| format!("{e:#}"))?
-                .ok_or_else(|| format!("graph '{name}' no longer exists"))?,
-            GraphRef::Inline(doc) => doc.to_string(),
-        };
+        let req = RunRequest::parse_as(&row.params, RequestForm::Kept)?;
+        let (text, uploaded) = Runs::kept_request(ws, &row.id, &req)?;
         let graph = sluice_engine::load_graph(&text).map_err(|p| p.render())?;
         check_runnable(&graph, req.batch)?;
         let weights =
             sluice_engine::weights::init_weights(&graph, graph.doc.params.seed.unwrap_or(0));
-        let uploaded = decode_inputs(&req)?;
         let data =
             dataset::complete(&graph, uploaded, req.seed, req.batch).map_err(|e| e.to_string())?;
         let config: RunConfig = req.config();
         let (devices, device_key) = self.devices(&req, &row.id)?;
-        let cache_key = device_key.map(|d| {
-            format!(
-                "{d}|{}|{}",
-                serde_json::to_string(&config).unwrap_or_default(),
-                text
-            )
-        });
-        let cached = cache_key
-            .as_ref()
-            .and_then(|k| self.cache.lock().ok()?.take(k));
+        let cache_key = device_key.map(|d| lock(&self.cache).key(&d, &config, &text));
+        let cached = cache_key.and_then(|k| lock(&self.cache).take(k));
         let was_cached = cached.is_some();
         let mut session = match cached {
             Some(s) => s,
@@ -417,12 +474,9 @@ impl Runs {
         let observe = |e: &Event| {
             events.send(&LiveMessage::Event { event: e.clone() });
             if local {
-                if let Ok(mut l) = live.lock() {
-                    l.record(e);
-                    if let Ok(mut last) = self.last.lock() {
-                        last.utilisation = l.utilisation();
-                    }
-                }
+                let mut l = lock(&live);
+                l.record(e);
+                lock(&self.last).utilisation = l.utilisation();
             }
         };
         let ctx = RunContext {
@@ -440,7 +494,10 @@ impl Runs {
                 session.compile_stats()
             },
             first_result_ms: result.as_ref().map_or(0.0, |r| {
-                (run_start.saturating_sub(began) + r.first_result_ns) as f64 / 1e6
+                run_start
+                    .saturating_sub(began)
+                    .saturating_add(r.first_result_ns) as f64
+                    / 1e6
             }),
         };
         let memory = MemoryFigures {
@@ -451,9 +508,7 @@ impl Runs {
         let timing = session.timing();
         // A session that failed (a lost device, say) is not kept.
         if let (Some(k), true) = (cache_key, result.is_ok()) {
-            if let Ok(mut c) = self.cache.lock() {
-                c.put(k, session);
-            }
+            lock(&self.cache).put(k, session);
         }
         let report = result.map_err(|e| e.to_string())?;
         events.send(&LiveMessage::Metrics {
@@ -464,17 +519,15 @@ impl Runs {
             tracing::warn!("run {}: its events were not kept: {e:#}", row.id);
         }
         if local {
-            if let Ok(mut last) = self.last.lock() {
-                *last = LastRun {
-                    utilisation: report
-                        .metrics
-                        .devices
-                        .iter()
-                        .map(|d| d.utilisation)
-                        .collect(),
-                    memory,
-                };
-            }
+            *lock(&self.last) = LastRun {
+                utilisation: report
+                    .metrics
+                    .devices
+                    .iter()
+                    .map(|d| d.utilisation)
+                    .collect(),
+                memory,
+            };
         }
         Ok((
             RunFigures {
@@ -489,55 +542,62 @@ impl Runs {
     }
 }
 
-/// What the server can run: a graph within the run limits whose weights it can make.
-pub fn check_runnable(graph: &sluice_engine::Graph, batch: usize) -> Result<(), String> {
-    if let Some(file) = &graph.doc.params.file {
-        return Err(format!(
-            "the graph takes its weights from the file '{file}', which the server cannot read yet; \
-             use seeded weights (\"params\": {{\"seed\": ...}}) or `sluice run` on the command line"
-        ));
+/// Longest failure reason kept in a run's record, bytes (a graph's problems can be many;
+/// records are listed a thousand at a time).
+const MAX_REASON: usize = 4096;
+
+/// A failure reason cut to [`MAX_REASON`] bytes, saying how much was cut.
+fn shortened(reason: &str) -> String {
+    if reason.len() <= MAX_REASON {
+        return reason.to_string();
     }
-    let config = sluice_engine::exec::RunConfig {
-        batch,
-        ..sluice_engine::exec::RunConfig::default()
-    };
-    sluice_engine::exec::check_run(graph, &config, None, &graph.limits)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let mut end = MAX_REASON;
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes)", &reason[..end], reason.len() - end)
 }
 
-/// The request's uploaded inputs, decoded from base64 `.npy`.
-pub fn decode_inputs(req: &RunRequest) -> Result<sluice_engine::exec::Values, String> {
-    use base64::Engine;
-    let mut inputs = HashMap::new();
-    for (name, text) in &req.inputs {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(|e| format!("input '{name}' is not valid base64: {e}"))?;
-        let t = sluice_engine::npy::parse(&bytes).map_err(|e| format!("input '{name}': {e}"))?;
-        inputs.insert(name.clone(), t);
+/// Deletes the finished runs beyond the newest `keep`, with their files.
+fn prune(db: &Db, ws: &Workspace, keep: usize) {
+    match db.prune(keep) {
+        Ok(gone) => {
+            for id in gone {
+                if let Err(e) = ws.remove_run(&id) {
+                    tracing::warn!("run {id}: its files were not removed: {e:#}");
+                }
+            }
+        }
+        Err(e) => tracing::warn!("pruning the run history failed: {e:#}"),
     }
-    Ok(inputs)
 }
 
-/// Writes a run's outputs as `runs/ID/FILE.npy` and returns their summaries.
+/// Tidies the history at startup: prunes it to `keep` finished runs and removes run
+/// folders no record names (left by a server killed between keeping a request's files
+/// and recording it, or between pruning a record and its files).
+pub fn tidy(db: &Db, ws: &Workspace, keep: usize) -> anyhow::Result<()> {
+    prune(db, ws, keep);
+    for id in ws.run_ids()? {
+        if !db.has(&id)? {
+            ws.remove_run(&id)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a run's outputs as `runs/ID/FILE.npy` (file names from
+/// [`sluice_api::output_files`]) and returns their summaries.
 fn store_outputs(
     ws: &Workspace,
     id: &str,
     outputs: &[(String, sluice_engine::Tensor)],
 ) -> Result<Vec<OutputSummary>, String> {
-    let dir = ws.run_dir(id);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let files = sluice_api::output_files(outputs.iter().map(|(n, _)| n.as_str()));
     let mut summaries = Vec::new();
-    for (i, (name, t)) in outputs.iter().enumerate() {
-        // File names never come from user strings unchecked: `node:1` becomes `node_1`,
-        // anything else unsafe becomes `outputI`.
-        let file = match name.replace(':', "_") {
-            f if sluice_api::valid_name(&f) => f,
-            _ => format!("output{i}"),
-        };
+    for ((name, t), file) in outputs.iter().zip(files) {
         let bytes = sluice_engine::npy::to_bytes(t).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join(format!("{file}.npy")), bytes).map_err(|e| e.to_string())?;
+        ws.write_output(id, &file, &bytes)
+            .map_err(|e| logged(id, &format!("cannot write output '{file}'"), &e))?;
         summaries.push(OutputSummary {
             name: name.clone(),
             file,
@@ -549,4 +609,18 @@ fn store_outputs(
         });
     }
     Ok(summaries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_reasons_are_cut_on_a_character_boundary() {
+        assert_eq!(shortened("short"), "short");
+        let long = "é".repeat(MAX_REASON);
+        let cut = shortened(&long);
+        assert!(cut.len() < MAX_REASON + 40, "{}", cut.len());
+        assert!(cut.ends_with(&format!("({} more bytes)", long.len() - MAX_REASON)));
+    }
 }

@@ -1,11 +1,18 @@
-//! The state every handler shares: workspace, run history, runs, workers, settings.
+//! The state every handler shares: workspace, run history, runs, workers, the request
+//! guards' settings, the body reader and the turns of heavy work.
 
+use super::body::Bodies;
 use super::db::Db;
+use super::editor::Bundle;
+use super::guard::Gate;
+use super::prepare::DocumentLimits;
 use super::runs::Runs;
+use super::work::Work;
 use super::workers::Workers;
 use super::workspace::Workspace;
 use sluice_engine::gpu::AdapterSummary;
 use std::sync::Arc;
+use tokio::sync::Semaphore;
 
 /// Shared server state.
 pub struct Shared {
@@ -15,16 +22,26 @@ pub struct Shared {
     pub db: Arc<Db>,
     /// Queue and executors.
     pub runs: Arc<Runs>,
-    /// Required bearer token, if any.
-    pub token: Option<String>,
-    /// Largest request body, in bytes.
-    pub body_limit: usize,
+    /// The server's names and token, for the guards.
+    pub gate: Arc<Gate>,
+    /// Reads request bodies within their limits.
+    pub bodies: Bodies,
+    /// Turns of CPU-heavy request work.
+    pub work: Work,
+    /// Limits on documents, checked before any analysis.
+    pub documents: DocumentLimits,
+    /// Most graphs stored (`--max-graphs`).
+    pub max_graphs: usize,
+    /// Places for worker sockets (`--max-workers`).
+    pub worker_places: Arc<Semaphore>,
+    /// Largest WebSocket message from a worker, bytes.
+    pub max_worker_message: usize,
     /// The local adapters (the in-process worker's).
     pub adapters: Vec<AdapterSummary>,
     /// Connected remote workers.
     pub workers: Arc<Workers>,
-    /// The editor bundle's folder (None: serve a plain page at `/`).
-    pub editor: Option<std::path::PathBuf>,
+    /// The editor bundle (None: serve a plain page at `/`).
+    pub editor: Option<Bundle>,
 }
 
 /// The state handlers receive.

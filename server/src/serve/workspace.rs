@@ -1,13 +1,22 @@
-//! The workspace folder: graphs as `graphs/NAME.json` (written atomically: temp file then
-//! rename), run outputs as `runs/ID/OUTPUT.npy`, a run's events as `runs/ID/events.json`
-//! (replayed to late watchers and made into its trace), and the SQLite database `sluice.db`.
-//! Every name that reaches the file system is checked against a safe pattern first.
+//! The workspace folder, and the only code that turns names into paths in it:
+//! `graphs/NAME.json`; per run `runs/ID/` with its kept request files (`graph.json` for an
+//! inline graph, `inputs/K.npy` for uploads), its outputs (`FILE.npy`) and its events
+//! (`events.json`, replayed to late watchers and made into its trace); `sluice.db`; and
+//! `.lock`, held by the one server using the workspace. Graph names and output file names
+//! are checked against a safe pattern and run ids against the server's own form here,
+//! whatever the caller checked. Every file is written durably: a unique temp file in the
+//! same folder, fsync, rename, fsync of the folder — a crash leaves the old bytes or the
+//! new ones, never a mix.
 
-use anyhow::{Context, Result};
+use crate::files::{read_bounded, read_text_bounded};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_api::valid_name;
 use sluice_engine::telemetry::Event;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The examples copied into a new workspace.
 const EXAMPLES: &[(&str, &str)] = &[
@@ -19,20 +28,134 @@ const EXAMPLES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Largest graph file read from the workspace (a graph is stored only after its body
+/// passed `--body-limit`; this bounds files put there by hand).
+const MAX_GRAPH_FILE: u64 = 64 << 20;
+/// Largest events file replayed or made into a trace.
+const MAX_EVENTS_FILE: u64 = 256 << 20;
+/// Most events kept per run (the rest are counted): about 30 MB of JSON.
+pub const MAX_KEPT_EVENTS: usize = 200_000;
+/// Largest kept upload read back (uploads arrive in bodies under `--body-limit`).
+const MAX_KEPT_FILE: u64 = 4 << 30;
+
+/// Whether a string is a run id as the server makes them: 16 lowercase hex digits.
+pub fn valid_run_id(id: &str) -> bool {
+    id.len() == 16 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// A workspace folder.
 #[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
 }
 
+/// The lock on a workspace: held (an `flock` on `.lock`, which names the holder's process
+/// id) as long as this value lives; the kernel releases it when the process dies.
+#[derive(Debug)]
+pub struct WorkspaceLock {
+    _file: File,
+}
+
+/// Takes the workspace's lock, or fails naming the process that holds it.
+#[cfg(unix)]
+fn lock(root: &Path) -> Result<WorkspaceLock> {
+    use std::os::unix::io::AsRawFd;
+    let path = root.join(".lock");
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let mut holder = String::new();
+        let _ = file.take(64).read_to_string(&mut holder);
+        bail!(
+            "the workspace {} is in use by another sluice serve (process {}); stop it or choose another --workspace",
+            root.display(),
+            match holder.trim() {
+                "" => "unknown",
+                pid => pid,
+            }
+        );
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "{}", std::process::id())?;
+    file.sync_all()?;
+    Ok(WorkspaceLock { _file: file })
+}
+
+/// Takes the workspace's lock, or fails (elsewhere than Unix, without naming the holder).
+#[cfg(not(unix))]
+fn lock(root: &Path) -> Result<WorkspaceLock> {
+    let path = root.join(".lock");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    if file.try_lock().is_err() {
+        bail!(
+            "the workspace {} is in use by another sluice serve; stop it or choose another --workspace",
+            root.display()
+        );
+    }
+    Ok(WorkspaceLock { _file: file })
+}
+
+/// Writes `bytes` as `dir/name` durably: a temp file no other writer shares (created
+/// exclusively, named by process and a counter), fsync, rename over the old file, fsync
+/// of the folder. Concurrent writers of one name each rename a whole file; the last wins.
+fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+    let written = (|| -> std::io::Result<()> {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    let renamed = written.and_then(|()| std::fs::rename(&tmp, dir.join(name)));
+    if let Err(e) = renamed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", dir.join(name).display()));
+    }
+    sync_dir(dir)
+}
+
+/// Makes a folder's entries (a rename, a removal) durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot sync {}", dir.display()))
+}
+
+/// Creates a folder and makes its entry in the parent durable.
+fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    if let Some(parent) = dir.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
 impl Workspace {
-    /// Opens (creating when needed) a workspace; a new one gets the examples.
-    pub fn open(root: &Path) -> Result<Workspace> {
+    /// Opens (creating when needed) a workspace and takes its lock, before changing
+    /// anything in it; a new workspace gets the examples, and temp files a killed server
+    /// left are removed.
+    pub fn open(root: &Path) -> Result<(Workspace, WorkspaceLock)> {
+        std::fs::create_dir_all(root)
+            .with_context(|| format!("cannot create {}", root.display()))?;
+        let held = lock(root)?;
         let graphs = root.join("graphs");
         let fresh = !graphs.exists();
-        std::fs::create_dir_all(&graphs)
-            .with_context(|| format!("cannot create {}", graphs.display()))?;
-        std::fs::create_dir_all(root.join("runs"))?;
+        create_dir(&graphs)?;
+        create_dir(&root.join("runs"))?;
         let ws = Workspace {
             root: root.to_path_buf(),
         };
@@ -41,7 +164,14 @@ impl Workspace {
                 ws.write_graph(name, text.as_bytes())?;
             }
         }
-        Ok(ws)
+        for entry in std::fs::read_dir(&graphs)?.filter_map(|e| e.ok()) {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Ok((ws, held))
     }
 
     /// The database file.
@@ -49,13 +179,21 @@ impl Workspace {
         self.root.join("sluice.db")
     }
 
-    fn graph_path(&self, name: &str) -> PathBuf {
-        self.root.join("graphs").join(format!("{name}.json"))
+    fn graphs(&self) -> PathBuf {
+        self.root.join("graphs")
+    }
+
+    fn graph_file(name: &str) -> Result<String> {
+        if !valid_name(name) {
+            bail!("'{name}' is not a valid graph name");
+        }
+        Ok(format!("{name}.json"))
     }
 
     /// Names of the stored graphs, sorted.
     pub fn list_graphs(&self) -> Result<Vec<String>> {
-        let mut names: Vec<String> = std::fs::read_dir(self.root.join("graphs"))?
+        let mut names: Vec<String> = std::fs::read_dir(self.graphs())
+            .with_context(|| format!("cannot list {}", self.graphs().display()))?
             .filter_map(|e| e.ok())
             .filter_map(|e| {
                 e.file_name()
@@ -69,58 +207,112 @@ impl Workspace {
         Ok(names)
     }
 
-    /// A stored graph's text, if it exists (the name must be valid).
+    /// A stored graph's text, if it exists.
     pub fn read_graph(&self, name: &str) -> Result<Option<String>> {
-        let p = self.graph_path(name);
-        match std::fs::read_to_string(&p) {
+        let p = self.graphs().join(Workspace::graph_file(name)?);
+        match read_text_bounded(&p, MAX_GRAPH_FILE) {
             Ok(t) => Ok(Some(t)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("cannot read {}", p.display())),
         }
     }
 
-    /// Writes a graph atomically: a temp file in the same folder, then a rename, so a
-    /// failure never leaves a half-written graph.
+    /// Stores a graph durably.
     pub fn write_graph(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        let p = self.graph_path(name);
-        let tmp = self.root.join("graphs").join(format!(".{name}.json.tmp"));
-        std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &p).with_context(|| format!("cannot replace {}", p.display()))
+        write_durably(&self.graphs(), &Workspace::graph_file(name)?, bytes)
     }
 
     /// Deletes a graph; false if it did not exist.
     pub fn delete_graph(&self, name: &str) -> Result<bool> {
-        match std::fs::remove_file(self.graph_path(name)) {
-            Ok(()) => Ok(true),
+        match std::fs::remove_file(self.graphs().join(Workspace::graph_file(name)?)) {
+            Ok(()) => sync_dir(&self.graphs()).map(|()| true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e).context("cannot delete the graph"),
         }
     }
 
-    /// The folder of a run's outputs (run ids are generated by the server).
-    pub fn run_dir(&self, id: &str) -> PathBuf {
-        self.root.join("runs").join(id)
+    /// A run's folder.
+    fn run_dir(&self, id: &str) -> Result<PathBuf> {
+        if !valid_run_id(id) {
+            bail!("'{id}' is not a run id");
+        }
+        Ok(self.root.join("runs").join(id))
     }
 
-    /// Keeps a finished run's events and device names as `runs/ID/events.json`.
+    /// Keeps what a run request carried as files of the run: an inline graph as
+    /// `graph.json`, uploads as `inputs/K.npy` in the order given.
+    pub fn keep_request(&self, id: &str, graph: Option<&[u8]>, uploads: &[Vec<u8>]) -> Result<()> {
+        let dir = self.run_dir(id)?;
+        create_dir(&dir)?;
+        if let Some(text) = graph {
+            write_durably(&dir, "graph.json", text)?;
+        }
+        if !uploads.is_empty() {
+            let inputs = dir.join("inputs");
+            create_dir(&inputs)?;
+            for (k, bytes) in uploads.iter().enumerate() {
+                write_durably(&inputs, &format!("{k}.npy"), bytes)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A run's kept inline graph.
+    pub fn kept_graph(&self, id: &str) -> Result<String> {
+        let p = self.run_dir(id)?.join("graph.json");
+        read_text_bounded(&p, MAX_GRAPH_FILE)
+            .with_context(|| format!("cannot read {}", p.display()))
+    }
+
+    /// A run's kept upload number `k`.
+    pub fn kept_input(&self, id: &str, k: usize) -> Result<Vec<u8>> {
+        let p = self.run_dir(id)?.join("inputs").join(format!("{k}.npy"));
+        read_bounded(&p, MAX_KEPT_FILE).with_context(|| format!("cannot read {}", p.display()))
+    }
+
+    /// Writes a run's output as `FILE.npy` (the file name must be a valid name).
+    pub fn write_output(&self, id: &str, file: &str, bytes: &[u8]) -> Result<()> {
+        if !valid_name(file) {
+            bail!("'{file}' is not a valid output file name");
+        }
+        let dir = self.run_dir(id)?;
+        create_dir(&dir)?;
+        write_durably(&dir, &format!("{file}.npy"), bytes)
+    }
+
+    /// Opens a run's output `FILE.npy` with its size; None when there is none.
+    pub fn open_output(&self, id: &str, file: &str) -> Result<Option<(File, u64)>> {
+        if !valid_name(file) {
+            return Ok(None);
+        }
+        let p = self.run_dir(id)?.join(format!("{file}.npy"));
+        match File::open(&p).and_then(|f| Ok((f.metadata()?, f))) {
+            Ok((meta, f)) if meta.is_file() => Ok(Some((f, meta.len()))),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot open {}", p.display())),
+        }
+    }
+
+    /// Keeps a finished run's events (at most [`MAX_KEPT_EVENTS`], the rest counted) and
+    /// device names as `events.json`.
     pub fn write_run_events(&self, id: &str, events: &[Event], devices: &[String]) -> Result<()> {
-        let dir = self.run_dir(id);
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let kept = &events[..events.len().min(MAX_KEPT_EVENTS)];
         let text = serde_json::to_vec(&RunEvents {
-            events: events.to_vec(),
+            events: kept.to_vec(),
             devices: devices.to_vec(),
+            dropped: events.len() - kept.len(),
         })?;
-        let (tmp, p) = (dir.join(".events.json.tmp"), dir.join("events.json"));
-        std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &p).with_context(|| format!("cannot replace {}", p.display()))
+        let dir = self.run_dir(id)?;
+        create_dir(&dir)?;
+        write_durably(&dir, "events.json", &text)
     }
 
     /// A finished run's events and device names (None for runs that kept none: failed
     /// runs, and runs of older servers).
     pub fn read_run_events(&self, id: &str) -> Result<Option<RunEvents>> {
-        let p = self.run_dir(id).join("events.json");
-        match std::fs::read(&p) {
+        let p = self.run_dir(id)?.join("events.json");
+        match read_bounded(&p, MAX_EVENTS_FILE) {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
                 .with_context(|| format!("{} is damaged", p.display())),
@@ -128,13 +320,111 @@ impl Workspace {
             Err(e) => Err(e).with_context(|| format!("cannot read {}", p.display())),
         }
     }
+
+    /// Removes a run's folder and everything in it.
+    pub fn remove_run(&self, id: &str) -> Result<()> {
+        let dir = self.run_dir(id)?;
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("cannot remove {}", dir.display())),
+        }
+    }
+
+    /// The ids of the run folders present.
+    pub fn run_ids(&self) -> Result<Vec<String>> {
+        let runs = self.root.join("runs");
+        Ok(std::fs::read_dir(&runs)
+            .with_context(|| format!("cannot list {}", runs.display()))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|id| valid_run_id(id))
+            .collect())
+    }
 }
 
 /// What `runs/ID/events.json` holds.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RunEvents {
-    /// Every event of the run.
+    /// The run's events, up to [`MAX_KEPT_EVENTS`].
     pub events: Vec<Event>,
     /// Name of each device, by index.
     pub devices: Vec<String>,
+    /// Events not kept.
+    #[serde(default)]
+    pub dropped: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sluice-ws-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_second_opener_is_refused_naming_the_holder() {
+        let root = temp("lock");
+        let (_ws, held) = Workspace::open(&root).unwrap();
+        let e = Workspace::open(&root).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "in use by another sluice serve (process {})",
+                std::process::id()
+            )),
+            "{e}"
+        );
+        drop(held);
+        assert!(Workspace::open(&root).is_ok());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn names_that_are_not_the_servers_own_never_become_paths() {
+        let root = temp("names");
+        let (ws, _held) = Workspace::open(&root).unwrap();
+        for bad in ["../x", "", "a/b", ".hidden", "x.json"] {
+            assert!(ws.write_graph(bad, b"{}").is_err(), "{bad}");
+            assert!(ws.read_graph(bad).is_err(), "{bad}");
+        }
+        for bad in ["../../../../tmp", "0123456789ABCDEF", "0123"] {
+            assert!(ws.keep_request(bad, Some(b"{}"), &[]).is_err(), "{bad}");
+            assert!(ws.write_output(bad, "y", b"").is_err(), "{bad}");
+        }
+        assert!(ws.write_output("0123456789abcdef", "../y", b"").is_err());
+        assert!(ws
+            .open_output("0123456789abcdef", "../y")
+            .unwrap()
+            .is_none());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_graph_leave_one_whole_file_and_no_temp() {
+        let root = temp("concurrent");
+        let (ws, _held) = Workspace::open(&root).unwrap();
+        let bodies: Vec<Vec<u8>> = (0..8u8).map(|i| vec![b'a' + i; 100_000]).collect();
+        std::thread::scope(|s| {
+            for b in &bodies {
+                let ws = ws.clone();
+                s.spawn(move || {
+                    for _ in 0..10 {
+                        ws.write_graph("g", b).unwrap();
+                    }
+                });
+            }
+        });
+        let got = ws.read_graph("g").unwrap().unwrap().into_bytes();
+        assert!(bodies.contains(&got), "a mix of writers");
+        let leftovers: Vec<_> = std::fs::read_dir(root.join("graphs"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty());
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

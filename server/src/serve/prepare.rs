@@ -1,0 +1,225 @@
+//! Checking what a request asks before the server does it: JSON bodies, graph documents
+//! against the server's limits (a cheap count before any analysis), and run requests —
+//! graph, limits, batch semantics, uploads — so a run is accepted only if it can start.
+//! Every function here is CPU work for a blocking thread (see `work.rs`), never the async
+//! runtime.
+
+use super::error::{ApiResult, AppError};
+use super::workspace::Workspace;
+use serde_json::Value;
+use sluice_api::{GraphRef, Kept, RunRequest, Upload};
+use sluice_engine::Graph;
+
+/// Whether a JSON text has at most `max` values, counted without parsing: every value is
+/// the first in the text or in a container, or follows a comma, so `1 + commas +
+/// containers` (outside strings) bounds them. Linear, allocates nothing.
+fn within_values(bytes: &[u8], max: usize) -> bool {
+    let mut count: usize = 1;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b',' | b'[' | b'{' => {
+                count += 1;
+                if count > max {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
+/// Parses a JSON body of at most `max_values` values (counted before parsing, so a body
+/// of a million numbers is refused before a million values are built), naming the line
+/// and column of a syntax error.
+pub fn parse_json(bytes: &[u8], max_values: usize) -> ApiResult<Value> {
+    if !within_values(bytes, max_values) {
+        return Err(AppError::unprocessable(format!(
+            "the document has more JSON values than the limit of {max_values} (max_json_values; raise it with --max-json-values)"
+        )));
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        AppError::bad(format!(
+            "malformed JSON at line {}, column {}: {e}",
+            e.line(),
+            e.column()
+        ))
+    })
+}
+
+/// The server's limits on documents, checked before any analysis.
+#[derive(Debug, Clone, Copy)]
+pub struct DocumentLimits {
+    /// Most nodes of a graph (`--max-nodes`).
+    pub max_nodes: usize,
+    /// Most JSON values of a body or graph file (`--max-json-values`).
+    pub max_json_values: usize,
+}
+
+/// Checks a graph document's size against the limits before it is analysed: its node
+/// count, counted on the parsed JSON. 422 names the limit and its flag.
+pub fn check_document(doc: &Value, max_nodes: usize) -> ApiResult<()> {
+    let nodes = doc
+        .get("nodes")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    if nodes > max_nodes {
+        return Err(AppError::unprocessable(format!(
+            "the graph needs {nodes} nodes, over the limit of {max_nodes} nodes (max_nodes; raise it with --max-nodes)"
+        )));
+    }
+    Ok(())
+}
+
+/// What the server can run: a graph within the run limits whose weights it can make.
+pub fn check_runnable(graph: &Graph, batch: usize) -> Result<(), String> {
+    if let Some(file) = &graph.doc.params.file {
+        return Err(format!(
+            "the graph takes its weights from the file '{file}', which the server cannot read yet; \
+             use seeded weights (\"params\": {{\"seed\": ...}}) or `sluice run` on the command line"
+        ));
+    }
+    sluice_engine::limits::check_run(graph, batch)
+}
+
+/// A run request checked and ready to be accepted.
+pub struct Prepared {
+    /// The graph's name, or `inline`.
+    pub label: String,
+    /// The request as sent.
+    pub request: RunRequest,
+    /// The text of an inline graph, to keep as a file of the run.
+    pub inline: Option<Vec<u8>>,
+    /// The uploaded `.npy` files, decoded from base64, in input-name order.
+    pub uploads: Vec<Vec<u8>>,
+}
+
+impl Prepared {
+    /// The request as the history keeps it: the inline graph and the uploads replaced
+    /// by references to the run's files.
+    pub fn kept(&self) -> RunRequest {
+        let mut kept = self.request.clone();
+        if let Some(text) = &self.inline {
+            kept.graph = GraphRef::Kept(Kept {
+                kept_bytes: len(text),
+            });
+        }
+        for (upload, bytes) in kept.inputs.values_mut().zip(&self.uploads) {
+            *upload = Upload::Kept(Kept {
+                kept_bytes: len(bytes),
+            });
+        }
+        kept
+    }
+}
+
+fn len(bytes: &[u8]) -> u64 {
+    u64::try_from(bytes.len()).unwrap_or(u64::MAX)
+}
+
+/// Checks a `POST /api/runs` body: the request, its uploads (base64 `.npy` files naming
+/// inputs of the graph), the graph (stored or inline) and its problems, the run limits
+/// and the batch semantics of the configuration.
+pub fn prepare_run(ws: &Workspace, body: &[u8], limits: DocumentLimits) -> ApiResult<Prepared> {
+    use base64::Engine;
+    let value = parse_json(body, limits.max_json_values)?;
+    let request = RunRequest::parse(&value).map_err(AppError::unprocessable)?;
+    let mut uploads = Vec::with_capacity(request.inputs.len());
+    for (name, upload) in &request.inputs {
+        let Upload::Base64(text) = upload else {
+            return Err(AppError::unprocessable(format!(
+                "input '{name}' must be a base64 string of a .npy file"
+            )));
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| {
+                AppError::unprocessable(format!("input '{name}' is not valid base64: {e}"))
+            })?;
+        sluice_engine::npy::parse(&bytes)
+            .map_err(|e| AppError::unprocessable(format!("input '{name}': {e}")))?;
+        uploads.push(bytes);
+    }
+    let (label, text, inline) = match &request.graph {
+        GraphRef::Stored(name) => match ws.read_graph(name)? {
+            Some(t) => (name.clone(), t, None),
+            None => return Err(AppError::not_found(format!("no graph named '{name}'"))),
+        },
+        GraphRef::Inline(doc) => {
+            check_document(doc, limits.max_nodes)?;
+            let text = doc.to_string();
+            ("inline".to_string(), text.clone(), Some(text.into_bytes()))
+        }
+        GraphRef::Kept(_) => {
+            return Err(AppError::unprocessable(
+                "'graph' must be a graph name or a graph document",
+            ))
+        }
+    };
+    if inline.is_none() {
+        check_document(
+            &parse_json(text.as_bytes(), limits.max_json_values)?,
+            limits.max_nodes,
+        )?;
+    }
+    let graph = sluice_engine::load_graph(&text).map_err(|p| AppError::problems(p.0))?;
+    if let Some(name) = request
+        .inputs
+        .keys()
+        .find(|n| graph.input_type(n).is_none())
+    {
+        let known: Vec<&str> = graph.inputs.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(AppError::unprocessable(format!(
+            "the graph has no input '{name}' (inputs: {})",
+            known.join(", ")
+        )));
+    }
+    check_runnable(&graph, request.batch).map_err(AppError::unprocessable)?;
+    // Configurations that would change the answer are refused now, not after queueing.
+    sluice_engine::exec::config::check_batching(&graph.batch_semantics(), &request.config(), None)
+        .map_err(|e| AppError::unprocessable(e.to_string()))?;
+    Ok(Prepared {
+        label,
+        request,
+        inline,
+        uploads,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_values_are_counted_before_parsing() {
+        assert!(within_values(b"[1,2,3]", 4));
+        assert!(!within_values(b"[1,2,3]", 3));
+        assert!(within_values(br#"{"a":"[,,,{{{","b":"\"[,"}"#, 3));
+        assert!(!within_values(br#"{"a":[{},{}]}"#, 4));
+        let e = format!("{:?}", parse_json(b"[0,0,0,0]", 3).unwrap_err());
+        assert!(e.contains("--max-json-values"), "{e}");
+        assert_eq!(parse_json(b"[0,0]", 3).unwrap(), json!([0, 0]));
+    }
+
+    #[test]
+    fn a_document_over_the_node_limit_is_refused_naming_the_flag() {
+        let nodes: Vec<Value> = (0..5).map(|i| json!({ "id": format!("n{i}") })).collect();
+        let doc = json!({ "nodes": nodes });
+        assert!(check_document(&doc, 5).is_ok());
+        let e = format!("{:?}", check_document(&doc, 4).unwrap_err());
+        assert!(e.contains("--max-nodes") && e.contains("5 nodes"), "{e}");
+    }
+}
