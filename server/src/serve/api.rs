@@ -560,14 +560,8 @@ async fn forward_events(
 }
 
 /// `WS /api/workers`: where `sluice worker` processes join (the token is checked by the
-/// middleware like every route's).
-async fn worker_socket(
-    State(state): State<AppState>,
-    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
-) -> ApiResult<Response> {
-    let ws = ws.map_err(|e| bad(format!("workers connect with a WebSocket upgrade ({e})")))?;
-    let workers = state.workers.clone();
-    Ok(ws
-        .max_message_size(1 << 30)
-        .on_upgrade(move |socket| super::workers::serve_worker(socket, workers)))
+/// middleware like every route's; the upgrade is the workers module's, which meters what
+/// a worker may send).
+async fn worker_socket(State(state): State<AppState>, req: axum::extract::Request) -> Response {
+    super::workers::upgrade(req, state.workers.clone())
 }
