@@ -59,6 +59,9 @@ const IDLE_ALLOWANCE: u64 = 4 << 10;
 /// Bytes granted besides a message's own: frame headers and interleaved control frames.
 const FRAME_SLACK: u64 = 1 << 10;
 
+/// How long closing a connection may wait for the worker.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How often a request in flight looks at its run's cancel flag.
 const CANCEL_POLL: Duration = Duration::from_millis(100);
 
@@ -675,7 +678,12 @@ where
             };
             answer(reply, &cancel, limits.reply_timeout, r).await
         }
-        Request::Unload { job } => send_json(socket, &ToWorker::Unload { job }).await,
+        Request::Unload { job } => {
+            let msg = ToWorker::Unload { job };
+            tokio::time::timeout(limits.reply_timeout, send_json(socket, &msg))
+                .await
+                .unwrap_or_else(|_| Err("it stopped reading".into()))
+        }
     }
 }
 
@@ -694,8 +702,11 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     tracing::info!("refusing a worker: {error}");
-    let _ = send_json(socket, &ToWorker::Refused { error }).await;
-    let _ = socket.close(None).await;
+    let goodbye = async {
+        let _ = send_json(socket, &ToWorker::Refused { error }).await;
+        let _ = socket.close(None).await;
+    };
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, goodbye).await;
 }
 
 /// Serves one worker connection: a hello within [`HELLO_TIMEOUT`] and
@@ -776,7 +787,8 @@ where
     };
     drop(registration);
     tracing::warn!(worker = %id, %name, "dropping the worker: {reason}");
-    let _ = socket.close(None).await;
+    // A worker that stopped reading cannot hold the connection (and its slot) open.
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, socket.close(None)).await;
 }
 
 /// A worker's stage as an execution device: compiling sends the stage's plan and weights,
@@ -1335,6 +1347,39 @@ mod tests {
             assert!(started.elapsed() < Duration::from_secs(1));
             assert!(gone(&workers).await, "the late answer would be out of step");
             drop(ws);
+        });
+    }
+
+    #[test]
+    fn a_worker_that_stops_reading_is_dropped_and_its_slot_given_back() {
+        runtime().block_on(async {
+            let limits = WorkerLimits {
+                reply_timeout: Duration::from_millis(300),
+                ..WorkerLimits::default()
+            };
+            let workers = Arc::new(Workers::new(limits));
+            let (_ws, h) = join(&workers).await;
+            let (reply, rx) = oneshot::channel();
+            let weights = vec![("w".to_string(), Tensor::full(vec![8 << 20], 1.0))];
+            h.request(Request::Load {
+                job: "r/0".into(),
+                plan: json!({}),
+                weights,
+                stage: 0,
+                cancel: Arc::new(AtomicBool::new(false)),
+                reply,
+            })
+            .unwrap();
+            match rx.await.unwrap() {
+                Err(Failure::Failed(e)) => assert!(e.contains("no answer within"), "{e}"),
+                other => panic!("{other:?}"),
+            }
+            let started = std::time::Instant::now();
+            while workers.open.load(Ordering::Acquire) != 0 {
+                assert!(started.elapsed() < CLOSE_TIMEOUT * 2, "the slot is held");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(workers.list().is_empty());
         });
     }
 
