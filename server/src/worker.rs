@@ -63,7 +63,8 @@ const MAX_CONTROL_BYTES: u64 = 64 << 20;
 /// How long connecting (TCP, TLS, WebSocket handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long the frames a message announces may take to arrive, each.
+/// How long the frames a message announces may take to arrive, and a message to leave,
+/// each.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Idle time after which the worker pings the server; as long again without a word from
@@ -249,11 +250,22 @@ async fn open(endpoint: &Endpoint, token: Option<&str>, max_bytes: u64) -> Resul
     Ok(socket)
 }
 
+/// Sends one message; a server that stops reading for [`FRAME_TIMEOUT`] ends the
+/// connection.
+async fn put(socket: &mut Socket, msg: Message) -> Result<()> {
+    tokio::time::timeout(FRAME_TIMEOUT, socket.send(msg))
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "the server stopped reading for {} s",
+                FRAME_TIMEOUT.as_secs()
+            )
+        })?
+        .context("sending to the server")
+}
+
 async fn send(socket: &mut Socket, msg: &ToServer) -> Result<()> {
-    socket
-        .send(Message::Text(serde_json::to_string(msg)?.into()))
-        .await?;
-    Ok(())
+    put(socket, Message::Text(serde_json::to_string(msg)?.into())).await
 }
 
 async fn send_error(socket: &mut Socket, job: Option<String>, error: String) -> Result<()> {
@@ -275,7 +287,7 @@ async fn serve(
         let msg = match tokio::time::timeout(KEEPALIVE, socket.next()).await {
             Err(_) if pinged => bail!("the server said nothing for {} s", 2 * KEEPALIVE.as_secs()),
             Err(_) => {
-                socket.send(Message::Ping(Vec::new().into())).await?;
+                put(&mut socket, Message::Ping(Vec::new().into())).await?;
                 pinged = true;
                 continue;
             }
@@ -345,7 +357,7 @@ async fn serve(
                     };
                     send(&mut socket, &result).await?;
                     for f in frames {
-                        socket.send(Message::Binary(f.into())).await?;
+                        put(&mut socket, Message::Binary(f.into())).await?;
                     }
                 }
                 Err(error) => send_error(&mut socket, Some(job), error).await?,
