@@ -6,18 +6,34 @@
 //! the server answers `welcome` or `refused`. Then the server sends `load` (a stage's
 //! plan, its weights following as binary frames), `compute` (a micro-batch's inputs) and
 //! `unload`; the worker answers `loaded`, `result` (outputs and its events) or `error`.
+//!
+//! Neither end trusts the other, and both check with the functions here: a tensor's size
+//! is computed from its header with checked arithmetic before its frame is read
+//! ([`tensor_bytes`]); the tensors a message announces are compared with the ones the
+//! stage's plan says it must carry ([`expect_tensors`]) before any frame is read; and a
+//! worker checks a plan it is asked to load for consistency and size ([`check_plan`])
+//! before compiling it.
 
 use serde::{Deserialize, Serialize};
 use sluice_engine::gpu::AdapterSummary;
+use sluice_engine::ops::{Op, TensorType};
 use sluice_engine::plan::cost::Rates;
+use sluice_engine::plan::expr::{Expr, Operand};
+use sluice_engine::plan::{Plan, Step, ValueKind, Work};
+use sluice_engine::shape::{self, Dim};
+use sluice_engine::storage::Storage;
 use sluice_engine::telemetry::Event;
-use sluice_engine::{DType, Tensor};
+use sluice_engine::{DType, Tensor, TensorData};
+use std::collections::{HashMap, HashSet};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL: u32 = 2;
 
+/// The largest `hello` message a server reads, in bytes.
+pub const MAX_HELLO_BYTES: usize = 64 << 10;
+
 /// Describes a tensor sent in the next binary frame.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TensorHeader {
     /// Value name.
     pub name: String,
@@ -125,21 +141,714 @@ pub fn encode(tensors: &[(String, Tensor)]) -> (Vec<TensorHeader>, Vec<Vec<u8>>)
         .unzip()
 }
 
+/// The elements of a shape, or None when their count overflows.
+fn elements(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+}
+
+/// The length of the frame that carries the tensor a header describes, computed with
+/// checked arithmetic (an error names the tensor when it overflows).
+pub fn tensor_bytes(h: &TensorHeader) -> Result<usize, String> {
+    elements(&h.shape)
+        .and_then(|n| n.checked_mul(h.dtype.size_bytes()))
+        .ok_or_else(|| {
+            format!(
+                "tensor '{}' of shape {:?} has more bytes than this machine can count",
+                h.name, h.shape
+            )
+        })
+}
+
 /// Rebuilds a tensor from its header and frame, checking the frame's length.
 pub fn decode(h: &TensorHeader, bytes: &[u8]) -> Result<Tensor, String> {
-    let n = h
-        .shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or("shape overflows")?;
-    if n.checked_mul(4) != Some(bytes.len()) {
+    let needed = tensor_bytes(h)?;
+    if needed != bytes.len() {
         return Err(format!(
-            "tensor '{}' of shape {:?} needs {} bytes, the frame has {}",
+            "tensor '{}' of shape {:?} needs {needed} bytes, the frame has {}",
             h.name,
             h.shape,
-            n * 4,
             bytes.len()
         ));
     }
     Ok(Tensor::from_device_bytes(h.shape.clone(), h.dtype, bytes))
+}
+
+/// The headers of some of a plan's values (its inputs, outputs or params), in the plan's
+/// order; an error when the plan refers to a value it does not have.
+pub fn plan_tensors(plan: &Plan, list: &[(String, usize)]) -> Result<Vec<TensorHeader>, String> {
+    list.iter()
+        .map(|(name, v)| {
+            let value = plan
+                .values
+                .get(*v)
+                .ok_or_else(|| format!("'{name}' refers to value {v}, which the plan lacks"))?;
+            Ok(TensorHeader {
+                name: name.clone(),
+                shape: value.shape.clone(),
+                dtype: value.dtype,
+            })
+        })
+        .collect()
+}
+
+/// Checks the tensors a message announces against the ones it must carry (`what` names
+/// them in errors, e.g. "outputs"): the same names, each once, with the same dtypes and
+/// shapes, in any order. Returns the length of each announced tensor's frame, in the
+/// message's order, so the frames can be read with exact bounds.
+pub fn expect_tensors(
+    expected: &[TensorHeader],
+    got: &[TensorHeader],
+    what: &str,
+) -> Result<Vec<usize>, String> {
+    if got.len() != expected.len() {
+        return Err(format!(
+            "{} {what} announced where {} are due",
+            got.len(),
+            expected.len()
+        ));
+    }
+    let by_name: HashMap<&str, &TensorHeader> =
+        expected.iter().map(|h| (h.name.as_str(), h)).collect();
+    let mut seen = HashSet::new();
+    got.iter()
+        .map(|h| {
+            let Some(want) = by_name.get(h.name.as_str()) else {
+                return Err(format!("'{}' is not one of the {what}", short(&h.name)));
+            };
+            if !seen.insert(h.name.as_str()) {
+                return Err(format!("'{}' is announced twice", short(&h.name)));
+            }
+            if h.dtype != want.dtype || h.shape != want.shape {
+                return Err(format!(
+                    "'{}' is announced as {} {:?}, it must be {} {:?}",
+                    h.name, h.dtype, h.shape, want.dtype, want.shape
+                ));
+            }
+            tensor_bytes(h)
+        })
+        .collect()
+}
+
+/// A name cut to a length an error message can carry.
+fn short(name: &str) -> String {
+    match name.char_indices().nth(64) {
+        Some((i, _)) => format!("{}...", &name[..i]),
+        None => name.to_string(),
+    }
+}
+
+/// Checks a plan a worker is asked to load before it is compiled: every reference
+/// (values, buffers, steps' operands, inputs, outputs, params, constants, index checks)
+/// points at something the plan has; every value's storage suits its dtype and fits its
+/// buffer; constants hold the elements their values declare; every step's operator,
+/// fused expression or epilogue computes exactly the shapes and dtypes of the values it
+/// writes from the values it reads, and writes no buffer it also reads (but its in-place
+/// input); and the plan's buffers need at most `max_bytes` bytes together. Returns those
+/// bytes. Nothing is allocated by the size of anything the plan claims.
+pub fn check_plan(plan: &Plan, max_bytes: u64) -> Result<u64, String> {
+    let mut total: u64 = 0;
+    for (i, &b) in plan.buffers.iter().enumerate() {
+        total = total
+            .checked_add(b)
+            .filter(|&t| t <= max_bytes)
+            .ok_or_else(|| {
+                format!("its buffers need more than the {max_bytes} bytes allowed (at buffer {i})")
+            })?;
+    }
+    for v in &plan.values {
+        let name = short(&v.name);
+        let fits = match v.dtype {
+            DType::F32 => matches!(v.layout, Storage::F32 | Storage::F16 | Storage::Packed),
+            d => v.layout == Storage::of(d),
+        };
+        if !fits {
+            return Err(format!(
+                "value '{name}' stores {} as {:?}",
+                v.dtype, v.layout
+            ));
+        }
+        let bytes = elements(&v.shape)
+            .filter(|&n| n as u64 <= max_bytes)
+            .map(|n| v.layout.bytes(n))
+            .ok_or_else(|| {
+                format!(
+                    "value '{name}' of shape {:?} is over the {max_bytes} bytes allowed",
+                    v.shape
+                )
+            })?;
+        match plan.buffers.get(v.buffer) {
+            Some(&b) if b >= bytes => {}
+            Some(&b) => {
+                return Err(format!(
+                    "value '{name}' needs {bytes} bytes but its buffer {} has {b}",
+                    v.buffer
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "value '{name}' is in buffer {}, which the plan lacks",
+                    v.buffer
+                ))
+            }
+        }
+    }
+    let kinds = [
+        (&plan.inputs, ValueKind::Input, "input"),
+        (&plan.params, ValueKind::Param, "weight"),
+    ];
+    for (list, kind, what) in kinds {
+        let mut names = HashSet::new();
+        for (name, v) in list.iter() {
+            match plan.values.get(*v) {
+                Some(value) if value.kind == kind => {}
+                _ => {
+                    return Err(format!(
+                        "{what} '{}' does not name one of the plan's {what} values",
+                        short(name)
+                    ))
+                }
+            }
+            if !names.insert(name.as_str()) {
+                return Err(format!("{what} '{}' is listed twice", short(name)));
+            }
+        }
+    }
+    let mut names = HashSet::new();
+    for (name, v) in &plan.outputs {
+        if *v >= plan.values.len() || !names.insert(name.as_str()) {
+            return Err(format!(
+                "output '{}' is not one value of the plan",
+                short(name)
+            ));
+        }
+    }
+    for (v, t) in &plan.constants {
+        let value = plan
+            .values
+            .get(*v)
+            .filter(|value| value.kind == ValueKind::Constant)
+            .ok_or_else(|| format!("constant {v} is not a constant value"))?;
+        let held = match &t.data {
+            TensorData::F32(d) => d.len(),
+            TensorData::I32(d) => d.len(),
+            TensorData::Bool(d) => d.len(),
+        };
+        if t.shape != value.shape || t.dtype() != value.dtype || elements(&t.shape) != Some(held) {
+            return Err(format!(
+                "constant '{}' holds {held} {} elements of shape {:?}, its value is {} {:?}",
+                short(&value.name),
+                t.dtype(),
+                t.shape,
+                value.dtype,
+                value.shape
+            ));
+        }
+    }
+    for c in &plan.index_checks {
+        if !plan.inputs.iter().any(|(name, _)| *name == c.input) {
+            return Err(format!(
+                "the index check of '{}' reads '{}', which is not an input",
+                short(&c.node),
+                short(&c.input)
+            ));
+        }
+    }
+    for step in &plan.steps {
+        check_step(plan, step).map_err(|e| format!("step '{}': {e}", short(&step.node)))?;
+    }
+    Ok(total)
+}
+
+/// The type of a value as operators' inference sees it.
+fn type_of(plan: &Plan, v: usize) -> Result<TensorType, String> {
+    let value = plan
+        .values
+        .get(v)
+        .ok_or_else(|| format!("it refers to value {v}, which the plan lacks"))?;
+    Ok(TensorType {
+        shape: value.shape.iter().map(|&d| Dim::Known(d)).collect(),
+        dtype: value.dtype,
+    })
+}
+
+/// Whether a shape broadcasts to `out` without growing it.
+fn fits_in(t: &TensorType, out: &TensorType) -> bool {
+    shape::broadcast(&t.shape, &out.shape).is_ok_and(|s| s == out.shape)
+}
+
+fn check_step(plan: &Plan, step: &Step) -> Result<(), String> {
+    let inputs: Vec<TensorType> = step
+        .inputs
+        .iter()
+        .map(|&v| type_of(plan, v))
+        .collect::<Result<_, _>>()?;
+    let outputs: Vec<TensorType> = step
+        .outputs
+        .iter()
+        .map(|&v| type_of(plan, v))
+        .collect::<Result<_, _>>()?;
+    let params: Vec<TensorType> = step
+        .params
+        .iter()
+        .map(|&v| type_of(plan, v))
+        .collect::<Result<_, _>>()?;
+    let out = outputs.first().ok_or("it writes nothing")?;
+    if let Some(k) = step.in_place {
+        if k >= inputs.len() || inputs[k] != *out || outputs.len() != 1 {
+            return Err(format!(
+                "in-place input {k} is not an input of its output's type"
+            ));
+        }
+    }
+    let computed = match &step.work {
+        Work::Op(op) => {
+            op.check_arity(inputs.len())?;
+            if step.in_place.is_some() && !op.capabilities().pointwise {
+                return Err(format!(
+                    "'{}' is not pointwise, so it cannot work in place",
+                    op.name()
+                ));
+            }
+            check_params(op, &inputs, &params)?;
+            op.infer(&inputs)?
+        }
+        Work::Fused(expr) => {
+            if expr.terms.is_empty() {
+                return Err("a fused unit without terms".into());
+            }
+            vec![expr_type(expr, &inputs, 0, None, out)?]
+        }
+        Work::Epilogue {
+            anchor,
+            anchor_inputs,
+            expr,
+        } => {
+            let first = *anchor_inputs;
+            let own = inputs
+                .get(..first)
+                .ok_or("the anchor reads inputs the step lacks")?;
+            if anchor.capabilities().anchor.is_none() {
+                return Err(format!("'{}' cannot anchor an epilogue", anchor.name()));
+            }
+            anchor.check_arity(own.len())?;
+            check_params(anchor, own, &params)?;
+            let anchored = anchor.infer(own)?;
+            let [result] = anchored.as_slice() else {
+                return Err(format!("'{}' has more than one output", anchor.name()));
+            };
+            let row = out.shape.last().and_then(Dim::known).unwrap_or(1);
+            for extra in &inputs[first..] {
+                let n = shape::concrete(&extra.shape).and_then(|s| elements(&s));
+                let is_row = extra.shape.last().and_then(Dim::known) == Some(row) && n == Some(row);
+                if n != Some(1) && !is_row {
+                    return Err("an epilogue operand is neither a scalar nor a row".into());
+                }
+            }
+            vec![expr_type(expr, &inputs, first, Some(result), out)?]
+        }
+    };
+    if computed != outputs {
+        return Err(format!(
+            "it computes {} but writes {}",
+            show(&computed),
+            show(&outputs)
+        ));
+    }
+    // A step may read a buffer through several inputs, but a buffer it writes must not be
+    // read or written again by it, unless it is the in-place input.
+    let buffer = |v: usize| plan.values.get(v).map(|value| value.buffer);
+    let written: Vec<Option<usize>> = step.outputs.iter().map(|&v| buffer(v)).collect();
+    let distinct: HashSet<&Option<usize>> = written.iter().collect();
+    let clash = step
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| step.in_place != Some(*k))
+        .map(|(_, &v)| v)
+        .chain(step.params.iter().copied())
+        .any(|v| written.contains(&buffer(v)));
+    if distinct.len() != written.len() || clash {
+        return Err("it reads or writes a buffer it writes".into());
+    }
+    Ok(())
+}
+
+/// Checks that a step gives an operator exactly the weights it declares.
+fn check_params(op: &Op, inputs: &[TensorType], params: &[TensorType]) -> Result<(), String> {
+    let wanted: Vec<TensorType> = op
+        .params(inputs)?
+        .iter()
+        .map(|s| TensorType::f32(shape::known(&s.shape)))
+        .collect();
+    if params != wanted.as_slice() {
+        return Err(format!(
+            "its weights are not the ones '{}' declares",
+            op.name()
+        ));
+    }
+    Ok(())
+}
+
+/// The type of a fused expression's result. Inputs before `first` are not its operands
+/// (they are an epilogue anchor's); `anchor` is the anchor's result in an epilogue. Every
+/// term is pointwise, reads only operands it has, and broadcasts into `out`.
+fn expr_type(
+    expr: &Expr,
+    inputs: &[TensorType],
+    first: usize,
+    anchor: Option<&TensorType>,
+    out: &TensorType,
+) -> Result<TensorType, String> {
+    let scalar = TensorType {
+        shape: Vec::new(),
+        dtype: DType::F32,
+    };
+    let mut terms: Vec<TensorType> = Vec::with_capacity(expr.terms.len());
+    for (j, term) in expr.terms.iter().enumerate() {
+        if !term.op.capabilities().pointwise {
+            return Err(format!("'{}' is fused but not pointwise", term.op.name()));
+        }
+        term.op.check_arity(term.args.len())?;
+        let args: Vec<TensorType> = term
+            .args
+            .iter()
+            .map(|a| match *a {
+                Operand::Input(k) if k >= first => inputs.get(k).cloned(),
+                Operand::Input(_) => None,
+                Operand::Term(i) => terms.get(i).cloned(),
+                Operand::Scalar(_) => Some(scalar.clone()),
+                Operand::Anchor => anchor.cloned(),
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("term {j} reads an operand it does not have"))?;
+        if let Some(bad) = args.iter().find(|a| !fits_in(a, out)) {
+            return Err(format!(
+                "term {j} reads {bad}, which does not broadcast to {out}"
+            ));
+        }
+        let [t] = <[TensorType; 1]>::try_from(term.op.infer(&args)?)
+            .map_err(|_| format!("term {j} has more than one output"))?;
+        terms.push(t);
+    }
+    match (terms.pop(), anchor) {
+        (Some(t), _) => Ok(t),
+        (None, Some(a)) => Ok(a.clone()),
+        (None, None) => Err("a fused unit without terms".into()),
+    }
+}
+
+fn show(types: &[TensorType]) -> String {
+    types
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_engine::exec::dataset;
+    use sluice_engine::plan::{HalfStorage, PlanOptions, Precision};
+
+    fn plan_with(name: &str, batch: usize, options: PlanOptions) -> Plan {
+        let text = match name {
+            "mlp" => include_str!("../../../assets/graphs/mlp.json"),
+            "cnn" => include_str!("../../../assets/graphs/cnn.json"),
+            _ => include_str!("../../../assets/graphs/transformer_block.json"),
+        };
+        let graph = sluice_engine::load_graph(text).expect("example graph");
+        let bound = dataset::bind(&graph, batch).expect("bind");
+        Plan::with_options(&bound, options).expect("plan")
+    }
+
+    fn plan(name: &str, batch: usize) -> Plan {
+        plan_with(name, batch, PlanOptions::default())
+    }
+
+    /// Breaks a plan in one way.
+    type Breaker = Box<dyn Fn(&mut Plan)>;
+
+    fn header(name: &str, shape: &[usize]) -> TensorHeader {
+        TensorHeader {
+            name: name.into(),
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+        }
+    }
+
+    #[test]
+    fn the_planners_own_plans_pass() {
+        let precisions = [Precision::F32, Precision::F16, Precision::Mixed];
+        for name in ["mlp", "cnn", "transformer_block"] {
+            for (batch, fuse) in [(1, true), (3, true), (2, false)] {
+                for precision in precisions {
+                    for half in [HalfStorage::Packed, HalfStorage::Native] {
+                        let options = PlanOptions {
+                            fuse,
+                            precision,
+                            half,
+                        };
+                        let p = plan_with(name, batch, options);
+                        let bytes = check_plan(&p, u64::MAX)
+                            .unwrap_or_else(|e| panic!("{name} {options:?}: {e}"));
+                        assert_eq!(bytes, p.buffers.iter().sum::<u64>());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_plan_over_the_byte_bound_is_refused() {
+        let p = plan("mlp", 2);
+        let need: u64 = p.buffers.iter().sum();
+        assert!(check_plan(&p, need).is_ok());
+        let e = check_plan(&p, need - 1).unwrap_err();
+        assert!(e.contains("bytes allowed"), "{e}");
+        let mut huge = p.clone();
+        huge.buffers[0] = u64::MAX;
+        huge.buffers.push(u64::MAX);
+        assert!(check_plan(&huge, u64::MAX)
+            .unwrap_err()
+            .contains("bytes allowed"));
+    }
+
+    #[test]
+    fn lying_plans_are_refused_with_a_reason() {
+        let p = plan("mlp", 2);
+        let cases: Vec<(&str, Breaker)> = vec![
+            ("buffer", Box::new(|p| p.values[0].buffer = 10_000)),
+            (
+                "buffer",
+                Box::new(|p| {
+                    let b = p.values[0].buffer;
+                    p.buffers[b] = 4;
+                }),
+            ),
+            (
+                "over the",
+                Box::new(|p| p.values[0].shape = vec![1 << 40, 1 << 40]),
+            ),
+            (
+                "stores",
+                Box::new(|p| {
+                    p.values[0].dtype = DType::I32;
+                }),
+            ),
+            ("lacks", Box::new(|p| p.steps[0].inputs[0] = 99_999)),
+            ("lacks", Box::new(|p| p.steps[0].outputs.push(99_999))),
+            ("writes nothing", Box::new(|p| p.steps[0].outputs.clear())),
+            (
+                "computes",
+                Box::new(|p| {
+                    let last = p.steps.len() - 1;
+                    let v = p.steps[last].outputs[0];
+                    p.values[v].shape.push(1);
+                }),
+            ),
+            (
+                "takes",
+                Box::new(|p| p.steps.last_mut().unwrap().inputs.clear()),
+            ),
+            (
+                "weights",
+                Box::new(|p| {
+                    let s = p.steps.iter_mut().find(|s| !s.params.is_empty()).unwrap();
+                    s.params.pop();
+                }),
+            ),
+            ("in-place", Box::new(|p| p.steps[0].in_place = Some(7))),
+            (
+                "plan's input values",
+                Box::new(|p| p.inputs[0].1 = p.params[0].1),
+            ),
+            (
+                "plan's weight values",
+                Box::new(|p| p.params[0].1 = p.inputs[0].1),
+            ),
+            (
+                "twice",
+                Box::new(|p| {
+                    let first = p.params[0].clone();
+                    p.params.push(first);
+                }),
+            ),
+            ("not one value", Box::new(|p| p.outputs[0].1 = 12_345)),
+            (
+                "constant",
+                Box::new(|p| {
+                    p.constants.push((
+                        0,
+                        Tensor {
+                            shape: vec![2],
+                            data: TensorData::F32(vec![1.0]),
+                        },
+                    ))
+                }),
+            ),
+        ];
+        for (want, break_it) in cases {
+            let mut bad = p.clone();
+            break_it(&mut bad);
+            let e = check_plan(&bad, u64::MAX).expect_err(want);
+            assert!(e.contains(want), "expected '{want}' in: {e}");
+        }
+    }
+
+    /// A plan with a constant, a fused pointwise unit (exp, tanh, adding the constant) and
+    /// a linear anchor with a relu epilogue.
+    fn fused_plan() -> Plan {
+        let text = r#"{
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 8], "dtype": "f32" } },
+            "nodes": [
+                { "id": "e", "op": "exp", "inputs": ["x"] },
+                { "id": "t", "op": "tanh", "inputs": ["e"] },
+                { "id": "c", "op": "constant", "attrs": { "value": [1, 2, 3, 4, 5, 6, 7, 8] } },
+                { "id": "s", "op": "add", "inputs": ["t", "c"] },
+                { "id": "fc", "op": "linear", "inputs": ["s"], "attrs": { "out_features": 4 } },
+                { "id": "r", "op": "relu", "inputs": ["fc"] }
+            ],
+            "outputs": ["r"]
+        }"#;
+        let graph = sluice_engine::load_graph(text).expect("graph");
+        let bound = dataset::bind(&graph, 2).expect("bind");
+        let p = Plan::new(&bound).expect("plan");
+        assert!(p.steps.iter().any(|s| matches!(s.work, Work::Fused(_))));
+        assert_eq!(p.constants.len(), 1);
+        assert!(p
+            .steps
+            .iter()
+            .any(|s| matches!(&s.work, Work::Epilogue { expr, .. } if !expr.terms.is_empty())));
+        check_plan(&p, u64::MAX).expect("the planner's plan passes");
+        p
+    }
+
+    #[test]
+    fn fused_and_epilogue_operands_are_checked() {
+        let p = fused_plan();
+        fn fused(p: &mut Plan) -> &mut Expr {
+            p.steps
+                .iter_mut()
+                .find_map(|s| match &mut s.work {
+                    Work::Fused(e) => Some(e),
+                    _ => None,
+                })
+                .unwrap()
+        }
+        fn epilogue(p: &mut Plan) -> &mut Step {
+            p.steps
+                .iter_mut()
+                .find(|s| matches!(s.work, Work::Epilogue { .. }))
+                .unwrap()
+        }
+        let cases: Vec<(&str, Breaker)> = vec![
+            (
+                "operand",
+                Box::new(|p| fused(p).terms[0].args[0] = Operand::Input(50)),
+            ),
+            (
+                "operand",
+                Box::new(|p| fused(p).terms[0].args[0] = Operand::Term(0)),
+            ),
+            (
+                "operand",
+                Box::new(|p| fused(p).terms[0].args[0] = Operand::Anchor),
+            ),
+            ("without terms", Box::new(|p| fused(p).terms.clear())),
+            (
+                "constant 'c' holds 1",
+                Box::new(|p| p.constants[0].1.data = TensorData::F32(vec![1.0])),
+            ),
+            (
+                "takes",
+                Box::new(|p| fused(p).terms[0].args.push(Operand::Scalar(1.0))),
+            ),
+            (
+                "not pointwise",
+                Box::new(|p| {
+                    let anchor = match &epilogue(p).work {
+                        Work::Epilogue { anchor, .. } => anchor.clone(),
+                        _ => unreachable!(),
+                    };
+                    fused(p).terms[0].op = anchor;
+                }),
+            ),
+            // An anchor input read as an epilogue operand (the lowering would underflow).
+            (
+                "operand",
+                Box::new(|p| {
+                    if let Work::Epilogue { expr, .. } = &mut epilogue(p).work {
+                        expr.terms[0].args[0] = Operand::Input(0);
+                    }
+                }),
+            ),
+            (
+                "lacks",
+                Box::new(|p| {
+                    if let Work::Epilogue { anchor_inputs, .. } = &mut epilogue(p).work {
+                        *anchor_inputs = 40;
+                    }
+                }),
+            ),
+            (
+                "neither a scalar nor a row",
+                Box::new(|p| {
+                    let x = p.inputs[0].1;
+                    epilogue(p).inputs.push(x);
+                }),
+            ),
+            (
+                "cannot anchor",
+                Box::new(|p| {
+                    let relu = fused(p).terms[0].op.clone();
+                    if let Work::Epilogue { anchor, .. } = &mut epilogue(p).work {
+                        *anchor = relu;
+                    }
+                }),
+            ),
+        ];
+        for (want, break_it) in cases {
+            let mut bad = p.clone();
+            break_it(&mut bad);
+            let e = check_plan(&bad, u64::MAX).expect_err(want);
+            assert!(e.contains(want), "expected '{want}' in: {e}");
+        }
+    }
+
+    #[test]
+    fn announced_tensors_must_be_the_expected_ones() {
+        let want = vec![header("a", &[2, 3]), header("b", &[4])];
+        let sizes = expect_tensors(&want, &[header("b", &[4]), header("a", &[2, 3])], "outputs");
+        assert_eq!(sizes.unwrap(), vec![16, 24]);
+        let cases = [
+            (vec![header("a", &[2, 3])], "1 outputs announced where 2"),
+            (vec![header("a", &[2, 3]), header("a", &[2, 3])], "twice"),
+            (
+                vec![header("a", &[2, 3]), header("c", &[4])],
+                "not one of the outputs",
+            ),
+            (
+                vec![header("a", &[3, 2]), header("b", &[4])],
+                "must be f32 [2, 3]",
+            ),
+        ];
+        for (got, e) in cases {
+            let err = expect_tensors(&want, &got, "outputs").unwrap_err();
+            assert!(err.contains(e), "{err}");
+        }
+    }
+
+    #[test]
+    fn sizes_overflowing_are_errors_not_panics() {
+        let h = header("x", &[usize::MAX, 2]);
+        assert!(tensor_bytes(&h).unwrap_err().contains("more bytes"));
+        assert!(decode(&h, &[0; 8]).is_err());
+        let h = header("x", &[usize::MAX / 2]);
+        assert!(tensor_bytes(&h).is_err());
+        let h = header("x", &[2]);
+        assert!(decode(&h, &[0; 7]).unwrap_err().contains("needs 8 bytes"));
+        assert_eq!(decode(&h, &[0; 8]).unwrap().shape, vec![2]);
+    }
 }

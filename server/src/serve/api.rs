@@ -600,21 +600,9 @@ async fn run_events(
     }))
 }
 
-/// `WS /api/workers`: where `sluice worker` processes join (the token, host and origin
-/// are checked by the middleware like every route's), at most `--max-workers` at once.
-async fn worker_socket(State(state): State<AppState>, ws: Upgrade) -> ApiResult<Response> {
-    let ws =
-        ws.map_err(|e| AppError::bad(format!("workers connect with a WebSocket upgrade ({e})")))?;
-    let place = state
-        .worker_places
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| AppError::busy("the server has as many workers as --max-workers allows"))?;
-    let workers = state.workers.clone();
-    Ok(ws
-        .max_message_size(state.max_worker_message)
-        .on_upgrade(move |socket| async move {
-            super::workers::serve_worker(socket, workers).await;
-            drop(place);
-        }))
+/// `WS /api/workers`: where `sluice worker` processes join (the token is checked by the
+/// middleware like every route's; the upgrade is the workers module's, which meters what
+/// a worker may send).
+async fn worker_socket(State(state): State<AppState>, req: axum::extract::Request) -> Response {
+    super::workers::upgrade(req, state.workers.clone())
 }

@@ -386,8 +386,14 @@ impl Runs {
 
     /// The devices of a run: one remote worker per stage when the run is pipelined and
     /// enough workers are connected (or the run pins them), else the local devices. The
-    /// second value names the devices for the plan cache (None: not cacheable).
-    fn devices(&self, req: &RunRequest, run: &str) -> Result<RunDevices, String> {
+    /// second value names the devices for the plan cache (None: not cacheable). Remote
+    /// stages watch `cancel` while they wait for their worker.
+    fn devices(
+        &self,
+        req: &RunRequest,
+        run: &str,
+        cancel: &Arc<AtomicBool>,
+    ) -> Result<RunDevices, String> {
         let mut remote: Vec<WorkerHandle> = self.workers.list();
         if let Some(ids) = &req.workers {
             let mut pinned = Vec::new();
@@ -406,7 +412,9 @@ impl Runs {
                 .into_iter()
                 .take(req.stages)
                 .enumerate()
-                .map(|(s, w)| Box::new(RemoteDevice::new(w, run, s)) as Box<dyn Device>)
+                .map(|(s, w)| {
+                    Box::new(RemoteDevice::new(w, run, s, cancel.clone())) as Box<dyn Device>
+                })
                 .collect();
             return Ok((devices, None));
         }
@@ -447,7 +455,7 @@ impl Runs {
         &self,
         row: &RunRecord,
         ws: &Workspace,
-        cancel: &AtomicBool,
+        cancel: &Arc<AtomicBool>,
         events: &EventLog,
     ) -> Result<(RunFigures, Vec<OutputSummary>), String> {
         let began = now_ns();
@@ -460,7 +468,7 @@ impl Runs {
         let data =
             dataset::complete(&graph, uploaded, req.seed, req.batch).map_err(|e| e.to_string())?;
         let config: RunConfig = req.config();
-        let (devices, device_key) = self.devices(&req, &row.id)?;
+        let (devices, device_key) = self.devices(&req, &row.id, cancel)?;
         let cache_key = device_key.map(|d| lock(&self.cache).key(&d, &config, &text));
         let cached = cache_key.and_then(|k| lock(&self.cache).take(k));
         let was_cached = cached.is_some();
