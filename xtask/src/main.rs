@@ -9,11 +9,17 @@
 //!   `sluice serve` on a workspace holding the example graphs; it prints the URL.
 //! - `bench`: build `sluice` in release mode, run the workloads of docs/design.md
 //!   (`assets/bench/`) and write one JSON report (`target/bench-report.json`).
+//! - `fuzz [--seconds N] [TARGET]`: fuzz the parsers with cargo-fuzz on the stable
+//!   toolchain (`fuzz.rs`); not part of `test`.
+//! - `soak [--minutes N]`: mixed valid and hostile traffic from 20 clients against one
+//!   `sluice serve`, its memory and descriptors watched (`soak.rs`); not part of `test`.
 
 mod bench;
 mod browser;
 mod editor;
+mod fuzz;
 mod setup;
+mod soak;
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -22,6 +28,7 @@ use std::time::Instant;
 
 fn main() -> Result<()> {
     let task = std::env::args().nth(1).unwrap_or_default();
+    let rest: Vec<String> = std::env::args().skip(2).collect();
     let root = workspace_root()?;
     std::env::set_current_dir(&root).with_context(|| format!("cannot enter {}", root.display()))?;
     match task.as_str() {
@@ -32,8 +39,13 @@ fn main() -> Result<()> {
             setup::ensure_gpu_adapter()?;
             bench::bench(&root)
         }
+        "fuzz" => fuzz::fuzz(&root, &rest),
+        "soak" => {
+            setup::ensure_gpu_adapter()?;
+            soak::soak(&rest)
+        }
         _ => {
-            eprintln!("usage: cargo xtask <task>\n\n  test    set up (GPU driver, wasm target and tools, Chromium), then fmt, clippy, the editor bundle, all tests, the browser tests\n  editor  build the editor bundle into target/editor\n  demo    set up, build the editor, then start sluice serve with the example graphs\n  bench  run the benchmark workloads, write target/bench-report.json");
+            eprintln!("usage: cargo xtask <task>\n\n  test    set up (GPU driver, wasm target and tools, Chromium), then fmt, clippy, the editor bundle, all tests, the browser tests\n  editor  build the editor bundle into target/editor\n  demo    set up, build the editor, then start sluice serve with the example graphs\n  bench  run the benchmark workloads, write target/bench-report.json\n  fuzz [--seconds N] [TARGET]  fuzz the parsers (targets: {}; default {} s each)\n  soak [--minutes N]  20 clients of mixed valid and hostile traffic against sluice serve (default {} min)", fuzz::TARGETS.join(", "), fuzz::DEFAULT_SECONDS, soak::DEFAULT_MINUTES);
             bail!("unknown task '{task}'")
         }
     }
