@@ -797,7 +797,6 @@ fn worker_addresses_and_cleartext_warnings() {
 }
 
 #[test]
-#[ignore = "needs `sluice serve --tls-cert/--tls-key` (the HTTP listener's TLS)"]
 fn a_worker_joins_over_wss_trusting_the_servers_own_ca() {
     let data = sluice_tests::root().join("tests/data/tls");
     let (cert, key, ca) = (

@@ -26,6 +26,6 @@ pub mod weights;
 
 pub use dtype::DType;
 pub use error::RunError;
-pub use graph::{load_graph, Graph, Problem, Problems};
+pub use graph::{load_graph, load_graph_with, Graph, Problem, Problems};
 pub use shape::{Dim, Shape};
 pub use tensor::{Tensor, TensorData};

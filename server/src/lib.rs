@@ -1,11 +1,12 @@
 //! Sluice's command line and server as a library: the `sluice` binary is a thin shell
 //! around [`main`]. `cli` has one module per command, `serve` the axum server, `worker`
-//! `sluice worker`, `rates` the kept calibrations of devices, `npy` reading and writing
+//! `sluice worker`, `limits` the engine's limits as flags, `rates` the kept calibrations of devices, `npy` reading and writing
 //! `.npy` files. The wire types both ends of the API speak live in the `sluice-api` crate;
 //! every rule about graphs, plans and runs comes from the engine.
 
 pub mod cli;
 pub mod files;
+pub mod limits;
 pub mod npy;
 pub mod rates;
 pub mod serve;

@@ -63,12 +63,28 @@ macro_rules! limits {
             pub fn flag(self) -> &'static str {
                 match self { $( Limit::$variant => $flag, )* }
             }
+            /// What it bounds, with its default (the field's documentation).
+            pub fn help(self) -> &'static str {
+                match self { $( Limit::$variant => concat!($($doc),*), )* }
+            }
         }
 
         impl Limits {
             /// The value of one limit.
             pub fn get(&self, limit: Limit) -> u64 {
                 match limit { $( Limit::$variant => self.$field.widen(), )* }
+            }
+            /// Sets one limit; an error when `value` does not fit its field on this
+            /// target.
+            pub fn set(&mut self, limit: Limit, value: u64) -> Result<(), String> {
+                match limit {
+                    $( Limit::$variant => {
+                        self.$field = <$ty>::try_from(value).map_err(|_| {
+                            format!("{} {value} does not fit this machine's sizes", $flag)
+                        })?;
+                    } )*
+                }
+                Ok(())
             }
         }
     };
@@ -209,6 +225,10 @@ mod tests {
             assert_eq!(l.flag(), format!("--{}", l.name().replace('_', "-")));
             assert!(flags.insert(l.flag()));
             assert!(limits.get(l) > 0, "{}", l.name());
+            assert!(!l.help().trim().is_empty(), "{}", l.name());
+            let mut set = Limits::default();
+            set.set(l, 7).unwrap();
+            assert_eq!(set.get(l), 7, "{}", l.name());
         }
         let partial: Limits = serde_json::from_value(json!({ "max_nodes": 5 })).unwrap();
         assert_eq!(partial.max_nodes, 5);

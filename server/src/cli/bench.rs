@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 /// Runs the command.
 pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
-    let Some(graph) = load::graph_or_report(&args.graph)? else {
+    let Some(graph) = load::graph_or_report(&args.graph, &args.exec.limits.0)? else {
         return Ok(ExitCode::FAILURE);
     };
     let e = &args.exec;

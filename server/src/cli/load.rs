@@ -4,25 +4,30 @@
 use crate::files::{read_bounded, read_text_bounded};
 use anyhow::{Context, Result};
 use sluice_engine::graph::Graph;
+use sluice_engine::limits::Limits;
 use sluice_engine::weights::{self, Weights};
 use sluice_engine::Problems;
 use std::path::Path;
 
-/// Largest graph file read, in bytes.
-const MAX_GRAPH_BYTES: u64 = 64 << 20;
 /// Largest weights (safetensors) file read, in bytes.
 const MAX_WEIGHTS_BYTES: u64 = 8 << 30;
 
-/// A graph file: its problems, or the typed graph.
-pub fn graph(path: &Path) -> Result<Result<Graph, Problems>> {
-    let text = read_text_bounded(path, MAX_GRAPH_BYTES)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(sluice_engine::load_graph(&text))
+/// A graph file (at most `--max-document-bytes`): its problems, or the typed graph
+/// checked against `limits`.
+pub fn graph(path: &Path, limits: &Limits) -> Result<Result<Graph, Problems>> {
+    let max = u64::try_from(limits.max_document_bytes).unwrap_or(u64::MAX);
+    let text = read_text_bounded(path, max).with_context(|| {
+        format!(
+            "cannot read {} (graph files are read up to --max-document-bytes)",
+            path.display()
+        )
+    })?;
+    Ok(sluice_engine::load_graph_with(&text, limits))
 }
 
 /// A graph file's typed graph, or `None` after printing every problem to stderr.
-pub fn graph_or_report(path: &Path) -> Result<Option<Graph>> {
-    Ok(match graph(path)? {
+pub fn graph_or_report(path: &Path, limits: &Limits) -> Result<Option<Graph>> {
+    Ok(match graph(path, limits)? {
         Ok(g) => Some(g),
         Err(problems) => {
             report(path, &problems);

@@ -61,6 +61,9 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// The engine's limits on graphs.
+        #[command(flatten)]
+        limits: crate::limits::LimitArgs,
     },
     /// List GPU adapters with their features and limits, and the measured rates the
     /// stage partitioner uses (calibrated once per adapter and kept).
@@ -113,6 +116,9 @@ pub struct ExecArgs {
     /// per stage, through the same batching and pipelines).
     #[arg(long, value_enum, default_value_t = Device::Gpu)]
     pub device: Device,
+    /// The engine's limits on graphs and runs.
+    #[command(flatten)]
+    pub limits: crate::limits::LimitArgs,
 }
 
 /// `--precision`.
@@ -161,25 +167,21 @@ impl HalfArg {
     }
 }
 
-/// Checks a run's counts against the engine's limits before anything is allocated.
+/// Checks that a run's counts are at least 1 (the engine's limits bound them above).
 pub fn check_counts(
     batch: usize,
     microbatches: usize,
     stages: usize,
     prefetch: usize,
 ) -> Result<()> {
-    use sluice_engine::limits::{MAX_BATCH, MAX_MICROBATCHES, MAX_PREFETCH, MAX_STAGES};
-    for (flag, value, max) in [
-        ("--batch", batch, MAX_BATCH),
-        ("--microbatches", microbatches, MAX_MICROBATCHES),
-        ("--stages", stages, MAX_STAGES),
-        ("--prefetch", prefetch, MAX_PREFETCH),
+    for (flag, value) in [
+        ("--batch", batch),
+        ("--microbatches", microbatches),
+        ("--stages", stages),
+        ("--prefetch", prefetch),
     ] {
         if value == 0 {
             anyhow::bail!("{flag} must be at least 1");
-        }
-        if value > max {
-            anyhow::bail!("{flag} {value} is over the limit of {max}");
         }
     }
     Ok(())
@@ -190,7 +192,8 @@ impl ExecArgs {
     /// against the engine's limits, before anything is allocated.
     pub fn check(&self, graph: &sluice_engine::Graph, samples: usize) -> Result<()> {
         check_counts(self.batch, self.microbatches, self.stages, self.prefetch)?;
-        sluice_engine::limits::check_run(graph, samples).map_err(anyhow::Error::msg)
+        sluice_engine::exec::check_run(graph, &self.config(), Some(samples), &self.limits.0)?;
+        Ok(())
     }
 
     /// The engine's run configuration.
@@ -289,6 +292,9 @@ pub struct PlanArgs {
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The engine's limits on graphs and runs.
+    #[command(flatten)]
+    pub limits: crate::limits::LimitArgs,
 }
 
 /// The devices a run uses, one per stage: GPU devices (with the adapter's calibrated
@@ -328,7 +334,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => run::run(&args),
         Command::Bench(args) => bench::bench(&args),
         Command::Plan(args) => plan::plan(&args),
-        Command::Validate { graph, json } => validate::validate(&graph, json),
+        Command::Validate {
+            graph,
+            json,
+            limits,
+        } => validate::validate(&graph, json, &limits.0),
         Command::Devices { json, recalibrate } => devices::devices(json, recalibrate),
         Command::Ops { json } => ops::ops(json),
     }

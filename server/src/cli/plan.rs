@@ -30,14 +30,20 @@ fn rates() -> (Rates, &'static str) {
 
 /// Runs the command.
 pub fn plan(args: &PlanArgs) -> Result<ExitCode> {
-    let Some(graph) = load::graph_or_report(&args.graph)? else {
+    let Some(graph) = load::graph_or_report(&args.graph, &args.limits.0)? else {
         return Ok(ExitCode::FAILURE);
     };
     super::check_counts(args.batch, args.microbatches, args.stages, 1)?;
     if !args.batch.is_multiple_of(args.microbatches) {
         bail!("--batch must be a positive multiple of --microbatches");
     }
-    sluice_engine::limits::check_run(&graph, args.batch).map_err(anyhow::Error::msg)?;
+    let config = sluice_engine::exec::RunConfig {
+        batch: args.batch,
+        microbatches: args.microbatches,
+        stages: args.stages,
+        ..sluice_engine::exec::RunConfig::default()
+    };
+    sluice_engine::exec::check_run(&graph, &config, None, &args.limits.0)?;
     let micro = args.batch / args.microbatches;
     let bound = bind(&graph, micro)?;
     let options = PlanOptions {

@@ -87,7 +87,7 @@ pub fn inputs(graph: &Graph, specs: &[String], seed: u64, default_n: usize) -> R
 
 /// Runs the command.
 pub fn run(args: &RunArgs) -> Result<ExitCode> {
-    let Some(graph) = load::graph_or_report(&args.graph)? else {
+    let Some(graph) = load::graph_or_report(&args.graph, &args.exec.limits.0)? else {
         return Ok(ExitCode::FAILURE);
     };
     let e = &args.exec;

@@ -5,12 +5,13 @@ use super::load;
 use anyhow::Result;
 use serde_json::json;
 use sluice_engine::graph::NodeKind;
+use sluice_engine::limits::Limits;
 use std::path::Path;
 use std::process::ExitCode;
 
 /// Runs the command.
-pub fn validate(path: &Path, as_json: bool) -> Result<ExitCode> {
-    let graph = match load::graph(path)? {
+pub fn validate(path: &Path, as_json: bool, limits: &Limits) -> Result<ExitCode> {
+    let graph = match load::graph(path, limits)? {
         Ok(g) => g,
         Err(problems) => {
             if as_json {

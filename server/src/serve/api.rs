@@ -6,7 +6,7 @@
 use super::error::{json_errors, ApiResult, AppError};
 use super::events::{forward_finished, forward_live};
 use super::guard::{check_host_and_origin, require_json, require_token};
-use super::prepare::{check_document, parse_json, prepare_run};
+use super::prepare::{parse_json, prepare_run};
 use super::state::AppState;
 use super::workspace::valid_run_id;
 use super::{metrics, openapi, page};
@@ -164,7 +164,7 @@ async fn put_graph(
 ) -> ApiResult<Response> {
     check_name(&name)?;
     let body = state.bodies.read(&headers, body).await?;
-    let limits = state.documents;
+    let limits = state.limits.clone();
     let problems = state
         .work
         .heavy("checking the graph", move || {
@@ -172,11 +172,10 @@ async fn put_graph(
             if !value.is_object() {
                 return Err(AppError::bad("a graph file must be a JSON object"));
             }
-            check_document(&value, limits.max_nodes)?;
             let text = std::str::from_utf8(&body.bytes)
                 .map_err(|_| AppError::bad("a graph file must be UTF-8 text"))?;
             Ok((
-                match sluice_engine::load_graph(text) {
+                match sluice_engine::load_graph_with(text, &limits) {
                     Ok(_) => Vec::new(),
                     Err(p) => p.0,
                 },
@@ -245,15 +244,14 @@ async fn validate(
     body: Body,
 ) -> ApiResult<Response> {
     let body = state.bodies.read(&headers, body).await?;
-    let limits = state.documents;
+    let limits = state.limits.clone();
     state
         .work
         .heavy("validating the graph", move || {
-            let value = parse_json(&body.bytes, limits.max_json_values)?;
-            check_document(&value, limits.max_nodes)?;
+            parse_json(&body.bytes, limits.max_json_values)?;
             let text = std::str::from_utf8(&body.bytes)
                 .map_err(|_| AppError::bad("a graph file must be UTF-8 text"))?;
-            Ok(match sluice_engine::load_graph(text) {
+            Ok(match sluice_engine::load_graph_with(text, &limits) {
                 Ok(g) => {
                     let nodes: Vec<Value> = g
                         .order
@@ -295,7 +293,7 @@ async fn create_run(
     let prepared = state
         .work
         .heavy("checking the run", move || {
-            prepare_run(&s.workspace, &body.bytes, s.documents)
+            prepare_run(&s.workspace, &body.bytes, &s.limits)
         })
         .await?;
     let s = state.clone();

@@ -87,9 +87,14 @@ pub struct ServeArgs {
     /// Worker sockets at once; further workers get 503.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_workers: u32,
-    /// Largest WebSocket message a worker may send, in bytes (a tensor travels as one).
+    /// Largest WebSocket message a worker may send, in bytes (a tensor travels as one;
+    /// stages whose outputs are larger are not placed on workers).
     #[arg(long, default_value_t = 1 << 30)]
     pub max_worker_message: usize,
+    /// Seconds a worker has to answer one request before its run fails and the worker
+    /// is dropped.
+    #[arg(long, value_name = "SECONDS", default_value_t = workers::REPLY_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub worker_timeout: u64,
     /// Graph checks and run preparations at once (CPU work off the async runtime);
     /// further requests wait up to --body-timeout, then get 503.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
@@ -97,13 +102,6 @@ pub struct ServeArgs {
     /// Most graphs stored in the workspace; storing a new one beyond gets 422.
     #[arg(long, default_value_t = 10_000)]
     pub max_graphs: usize,
-    /// Most nodes of a graph document (stored, validated or run), counted before any
-    /// analysis.
-    #[arg(long, default_value_t = sluice_engine::limits::MAX_RUN_NODES)]
-    pub max_nodes: usize,
-    /// Most JSON values of a request body or stored graph, counted before parsing.
-    #[arg(long, default_value_t = 1 << 21)]
-    pub max_json_values: usize,
     /// Bytes of messages a live run keeps for watchers who join late (later messages are
     /// only broadcast; the finished run's events file has them all).
     #[arg(long, default_value_t = 8 << 20)]
@@ -115,6 +113,9 @@ pub struct ServeArgs {
     /// Serve the API and a plain page listing graphs and runs, not the editor.
     #[arg(long)]
     pub no_editor: bool,
+    /// The engine's limits on documents, graphs and runs.
+    #[command(flatten)]
+    pub limits: crate::limits::LimitArgs,
 }
 
 /// Resolves when the process is asked to stop (Ctrl-C, or SIGTERM on Unix).
@@ -184,7 +185,12 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
         .context("cannot start the async runtime")?;
     let timeout = Duration::from_secs(args.body_timeout);
     let served = rt.block_on(async move {
-        let workers = Arc::new(workers::Workers::default());
+        let workers = Arc::new(workers::Workers::new(workers::WorkerLimits {
+            max_workers: usize::try_from(args.max_workers).unwrap_or(usize::MAX),
+            max_frame_bytes: args.max_worker_message,
+            reply_timeout: Duration::from_secs(args.worker_timeout),
+            ..workers::WorkerLimits::default()
+        }));
         let runs = runs::Runs::start(
             db.clone(),
             workspace.clone(),
@@ -195,6 +201,7 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 plan_cache: args.plan_cache,
                 keep_runs,
                 event_backlog: args.event_backlog,
+                limits: args.limits.0.clone(),
             },
             leftover.queued,
         );
@@ -218,15 +225,8 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
             )?),
             bodies: body::Bodies::new(body_limit, timeout, budget),
             work: work::Work::new(usize::from(args.analysis_threads), timeout),
-            documents: prepare::DocumentLimits {
-                max_nodes: args.max_nodes,
-                max_json_values: args.max_json_values,
-            },
+            limits: args.limits.0.clone(),
             max_graphs: args.max_graphs,
-            worker_places: Arc::new(tokio::sync::Semaphore::new(
-                usize::try_from(args.max_workers).unwrap_or(usize::MAX),
-            )),
-            max_worker_message: args.max_worker_message,
             adapters,
             workers,
             editor: editor.clone(),

@@ -8,6 +8,8 @@ use super::error::{ApiResult, AppError};
 use super::workspace::Workspace;
 use serde_json::Value;
 use sluice_api::{GraphRef, Kept, RunRequest, Upload};
+use sluice_engine::exec::RunConfig;
+use sluice_engine::limits::Limits;
 use sluice_engine::Graph;
 
 /// Whether a JSON text has at most `max` values, counted without parsing: every value is
@@ -59,39 +61,18 @@ pub fn parse_json(bytes: &[u8], max_values: usize) -> ApiResult<Value> {
     })
 }
 
-/// The server's limits on documents, checked before any analysis.
-#[derive(Debug, Clone, Copy)]
-pub struct DocumentLimits {
-    /// Most nodes of a graph (`--max-nodes`).
-    pub max_nodes: usize,
-    /// Most JSON values of a body or graph file (`--max-json-values`).
-    pub max_json_values: usize,
-}
-
-/// Checks a graph document's size against the limits before it is analysed: its node
-/// count, counted on the parsed JSON. 422 names the limit and its flag.
-pub fn check_document(doc: &Value, max_nodes: usize) -> ApiResult<()> {
-    let nodes = doc
-        .get("nodes")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
-    if nodes > max_nodes {
-        return Err(AppError::unprocessable(format!(
-            "the graph needs {nodes} nodes, over the limit of {max_nodes} nodes (max_nodes; raise it with --max-nodes)"
-        )));
-    }
-    Ok(())
-}
-
-/// What the server can run: a graph within the run limits whose weights it can make.
-pub fn check_runnable(graph: &Graph, batch: usize) -> Result<(), String> {
+/// What the server can run: a graph whose weights it can make, within the run limits
+/// for `config` (one batch).
+pub fn check_runnable(graph: &Graph, config: &RunConfig, limits: &Limits) -> Result<(), String> {
     if let Some(file) = &graph.doc.params.file {
         return Err(format!(
             "the graph takes its weights from the file '{file}', which the server cannot read yet; \
              use seeded weights (\"params\": {{\"seed\": ...}}) or `sluice run` on the command line"
         ));
     }
-    sluice_engine::limits::check_run(graph, batch)
+    sluice_engine::exec::check_run(graph, config, None, limits)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// A run request checked and ready to be accepted.
@@ -132,7 +113,7 @@ fn len(bytes: &[u8]) -> u64 {
 /// Checks a `POST /api/runs` body: the request, its uploads (base64 `.npy` files naming
 /// inputs of the graph), the graph (stored or inline) and its problems, the run limits
 /// and the batch semantics of the configuration.
-pub fn prepare_run(ws: &Workspace, body: &[u8], limits: DocumentLimits) -> ApiResult<Prepared> {
+pub fn prepare_run(ws: &Workspace, body: &[u8], limits: &Limits) -> ApiResult<Prepared> {
     use base64::Engine;
     let value = parse_json(body, limits.max_json_values)?;
     let request = RunRequest::parse(&value).map_err(AppError::unprocessable)?;
@@ -158,7 +139,6 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], limits: DocumentLimits) -> ApiRe
             None => return Err(AppError::not_found(format!("no graph named '{name}'"))),
         },
         GraphRef::Inline(doc) => {
-            check_document(doc, limits.max_nodes)?;
             let text = doc.to_string();
             ("inline".to_string(), text.clone(), Some(text.into_bytes()))
         }
@@ -168,13 +148,8 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], limits: DocumentLimits) -> ApiRe
             ))
         }
     };
-    if inline.is_none() {
-        check_document(
-            &parse_json(text.as_bytes(), limits.max_json_values)?,
-            limits.max_nodes,
-        )?;
-    }
-    let graph = sluice_engine::load_graph(&text).map_err(|p| AppError::problems(p.0))?;
+    let graph =
+        sluice_engine::load_graph_with(&text, limits).map_err(|p| AppError::problems(p.0))?;
     if let Some(name) = request
         .inputs
         .keys()
@@ -186,7 +161,7 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], limits: DocumentLimits) -> ApiRe
             known.join(", ")
         )));
     }
-    check_runnable(&graph, request.batch).map_err(AppError::unprocessable)?;
+    check_runnable(&graph, &request.config(), limits).map_err(AppError::unprocessable)?;
     // Configurations that would change the answer are refused now, not after queueing.
     sluice_engine::exec::config::check_batching(&graph.batch_semantics(), &request.config(), None)
         .map_err(|e| AppError::unprocessable(e.to_string()))?;
@@ -212,14 +187,5 @@ mod tests {
         let e = format!("{:?}", parse_json(b"[0,0,0,0]", 3).unwrap_err());
         assert!(e.contains("--max-json-values"), "{e}");
         assert_eq!(parse_json(b"[0,0]", 3).unwrap(), json!([0, 0]));
-    }
-
-    #[test]
-    fn a_document_over_the_node_limit_is_refused_naming_the_flag() {
-        let nodes: Vec<Value> = (0..5).map(|i| json!({ "id": format!("n{i}") })).collect();
-        let doc = json!({ "nodes": nodes });
-        assert!(check_document(&doc, 5).is_ok());
-        let e = format!("{:?}", check_document(&doc, 4).unwrap_err());
-        assert!(e.contains("--max-nodes") && e.contains("5 nodes"), "{e}");
     }
 }

@@ -132,7 +132,7 @@ impl LocalDevices {
 type RunDevices = (Vec<Box<dyn Device>>, Option<String>);
 
 /// How the queue and the executors are set up.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunSettings {
     /// Runs waiting at most (`--max-queued`).
     pub max_queued: usize,
@@ -144,6 +144,8 @@ pub struct RunSettings {
     pub keep_runs: usize,
     /// Bytes of messages a live run keeps for late watchers (`--event-backlog`).
     pub event_backlog: usize,
+    /// The engine's limits every run is checked against again when it starts.
+    pub limits: sluice_engine::limits::Limits,
 }
 
 /// The run queue, executors, live runs and compiled sessions.
@@ -189,6 +191,7 @@ impl Runs {
         queued: Vec<String>,
     ) -> Arc<Runs> {
         let (tx, rx) = mpsc::unbounded_channel::<String>();
+        let (executors, plan_cache) = (settings.concurrency.max(1), settings.plan_cache);
         let runs = Arc::new(Runs {
             tx,
             waiting: AtomicUsize::new(0),
@@ -196,7 +199,7 @@ impl Runs {
             workers,
             live: Mutex::new(HashMap::new()),
             cache: Mutex::new(PlanCache {
-                capacity: settings.plan_cache,
+                capacity: plan_cache,
                 hasher: RandomState::new(),
                 entries: VecDeque::new(),
             }),
@@ -211,7 +214,7 @@ impl Runs {
             let _ = runs.tx.send(id);
         }
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
-        for _ in 0..settings.concurrency.max(1) {
+        for _ in 0..executors {
             let (runs, db, ws, rx) = (runs.clone(), db.clone(), ws.clone(), rx.clone());
             tokio::spawn(async move {
                 loop {
@@ -461,13 +464,14 @@ impl Runs {
         let began = now_ns();
         let req = RunRequest::parse_as(&row.params, RequestForm::Kept)?;
         let (text, uploaded) = Runs::kept_request(ws, &row.id, &req)?;
-        let graph = sluice_engine::load_graph(&text).map_err(|p| p.render())?;
-        check_runnable(&graph, req.batch)?;
+        let limits = &self.settings.limits;
+        let graph = sluice_engine::load_graph_with(&text, limits).map_err(|p| p.render())?;
+        let config: RunConfig = req.config();
+        check_runnable(&graph, &config, limits)?;
         let weights =
             sluice_engine::weights::init_weights(&graph, graph.doc.params.seed.unwrap_or(0));
         let data =
             dataset::complete(&graph, uploaded, req.seed, req.batch).map_err(|e| e.to_string())?;
-        let config: RunConfig = req.config();
         let (devices, device_key) = self.devices(&req, &row.id, cancel)?;
         let cache_key = device_key.map(|d| lock(&self.cache).key(&d, &config, &text));
         let cached = cache_key.and_then(|k| lock(&self.cache).take(k));

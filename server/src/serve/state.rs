@@ -5,14 +5,12 @@ use super::body::Bodies;
 use super::db::Db;
 use super::editor::Bundle;
 use super::guard::Gate;
-use super::prepare::DocumentLimits;
 use super::runs::Runs;
 use super::work::Work;
 use super::workers::Workers;
 use super::workspace::Workspace;
 use sluice_engine::gpu::AdapterSummary;
 use std::sync::Arc;
-use tokio::sync::Semaphore;
 
 /// Shared server state.
 pub struct Shared {
@@ -28,14 +26,10 @@ pub struct Shared {
     pub bodies: Bodies,
     /// Turns of CPU-heavy request work.
     pub work: Work,
-    /// Limits on documents, checked before any analysis.
-    pub documents: DocumentLimits,
+    /// The engine's limits on documents, graphs and runs.
+    pub limits: sluice_engine::limits::Limits,
     /// Most graphs stored (`--max-graphs`).
     pub max_graphs: usize,
-    /// Places for worker sockets (`--max-workers`).
-    pub worker_places: Arc<Semaphore>,
-    /// Largest WebSocket message from a worker, bytes.
-    pub max_worker_message: usize,
     /// The local adapters (the in-process worker's).
     pub adapters: Vec<AdapterSummary>,
     /// Connected remote workers.
