@@ -60,6 +60,55 @@ fn data_start(bytes: &[u8]) -> Result<usize, NpyError> {
     Ok(start)
 }
 
+/// Checks the header's `shape` tuple before `npyz` reads it (`npyz` multiplies its
+/// dimensions unchecked): every dimension a number, at most [`MAX_RANK`] of them, their
+/// product within [`MAX_ELEMENTS`]. A header without a readable shape is left to `npyz`
+/// to refuse.
+fn check_header_shape(header: &[u8]) -> Result<(), NpyError> {
+    let Ok(text) = std::str::from_utf8(header) else {
+        return Ok(());
+    };
+    let Some(key) = text.find("'shape'") else {
+        return Ok(());
+    };
+    let rest = &text[key..];
+    let (Some(open), Some(close)) = (rest.find('('), rest.find(')')) else {
+        return Ok(());
+    };
+    if close < open {
+        return Ok(());
+    }
+    let dims: Vec<&str> = rest[open + 1..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .collect();
+    if dims.len() > MAX_RANK {
+        return Err(NpyError::Unsupported(format!(
+            "{} axes, over the limit of {MAX_RANK}",
+            dims.len()
+        )));
+    }
+    let mut n: u64 = 1;
+    for d in &dims {
+        let d: u64 = d.trim_end_matches('L').parse().map_err(|_| {
+            NpyError::Format(format!(
+                "the header's shape has a dimension '{d}' that is not a count"
+            ))
+        })?;
+        n = n
+            .checked_mul(d)
+            .filter(|&n| n <= MAX_ELEMENTS)
+            .ok_or_else(|| {
+                NpyError::Unsupported(format!(
+                    "the header's shape ({}) exceeds {MAX_ELEMENTS} elements",
+                    dims.join(", ")
+                ))
+            })?;
+    }
+    Ok(())
+}
+
 /// Why .npy bytes could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
@@ -78,6 +127,8 @@ fn format_err(e: impl std::fmt::Display) -> NpyError {
 /// Parses .npy bytes.
 pub fn parse(bytes: &[u8]) -> Result<Tensor, NpyError> {
     let start = data_start(bytes)?;
+    // The header is bytes[..start] past the magic, version and length (at most 12 bytes).
+    check_header_shape(bytes.get(8..start).unwrap_or_default())?;
     let npy = npyz::NpyFile::new(bytes).map_err(format_err)?;
     if npy.order() != npyz::Order::C {
         return Err(NpyError::Unsupported(
@@ -223,6 +274,40 @@ pub fn to_bytes_f16(t: &Tensor) -> Result<Vec<u8>, NpyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `.npy` bytes with a version 1 header holding `dict`.
+    fn with_header(dict: &str) -> Vec<u8> {
+        let mut h = dict.to_string();
+        let total = (10 + h.len() + 1).div_ceil(64) * 64;
+        h.push_str(&" ".repeat(total - 10 - h.len() - 1));
+        h.push('\n');
+        let mut out = b"\x93NUMPY\x01\x00".to_vec();
+        out.extend_from_slice(&u16::try_from(h.len()).unwrap().to_le_bytes());
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(&[0; 16]);
+        out
+    }
+
+    #[test]
+    fn a_shape_whose_product_overflows_is_refused_before_npyz_multiplies_it() {
+        // Found by the adversarial suite: npyz's own product overflowed (a panic in
+        // debug builds, a wrapped count in release builds).
+        for shape in [
+            "(4294967296, 4294967296, 4294967296)",
+            "(18446744073709551615, 2)",
+            "(4294967296, 4294967296)",
+        ] {
+            let bytes = with_header(&format!(
+                "{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}"
+            ));
+            let e = parse(&bytes).unwrap_err().to_string();
+            assert!(e.contains("exceeds"), "{shape}: {e}");
+        }
+        let bytes = with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }");
+        assert!(parse(&bytes).is_err());
+        let ok = with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }");
+        assert_eq!(parse(&ok).unwrap().shape, vec![2, 2]);
+    }
 
     /// .npy bytes of format version `version` with `header` (its length field as given,
     /// or the header's real length) and `data`.
