@@ -18,7 +18,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(graph) = sluice_engine::load_graph(text) else {
         return;
     };
-    if sluice_engine::limits::check_run(&graph, BATCH).is_err() {
+    let config = sluice_engine::exec::RunConfig {
+        batch: BATCH,
+        ..sluice_engine::exec::RunConfig::default()
+    };
+    if sluice_engine::exec::check_run(&graph, &config, None, &graph.limits).is_err() {
         return;
     }
     let Ok(bound) = dataset::bind(&graph, BATCH) else {
@@ -34,6 +38,8 @@ fuzz_target!(|data: &[u8]| {
             continue;
         };
         let _ = sluice_engine::gpu::program::lower_plan(&plan);
+        // What the planner makes, every device's plan check takes.
+        assert!(plan.check_limits(&graph.limits).is_ok(), "the planner's plan is refused");
         if let Ok(wire) = serde_json::to_value(&plan) {
             let _ = serde_json::from_value::<Plan>(wire);
         }

@@ -1,5 +1,5 @@
 //! The worker protocol from both ends: a control message as either side decodes it (a
-//! `load`'s plan as the worker reads it), and a tensor frame against a header, as the
+//! `load`'s plan as the worker reads and checks it), and a tensor frame against a header, as the
 //! server decodes a worker's outputs and the worker a server's tensors.
 //!
 //! Input layout: a JSON text, then the byte 0xFF, then a frame. Without 0xFF the whole
@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_api::protocol::{decode, TensorHeader, ToServer, ToWorker};
+use sluice_api::protocol::{check_plan, decode, TensorHeader, ToServer, ToWorker};
 
 fuzz_target!(|data: &[u8]| {
     let (json, frame) = match data.iter().position(|&b| b == 0xFF) {
@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
         None => (data, &[][..]),
     };
     if let Ok(ToWorker::Load { plan, .. }) = serde_json::from_slice::<ToWorker>(json) {
-        let _ = serde_json::from_value::<sluice_engine::plan::Plan>(plan);
+        // The worker's check of a plan it is asked to load, on whatever a server sends.
+        if let Ok(plan) = serde_json::from_value::<sluice_engine::plan::Plan>(plan) {
+            let limits = sluice_engine::limits::Limits::default();
+            let _ = check_plan(&plan, &limits, u64::MAX);
+        }
     }
     match serde_json::from_slice::<ToServer>(json) {
         Ok(ToServer::Result { outputs, .. }) => {

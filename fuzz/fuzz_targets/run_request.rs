@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = serde_json::to_value(&req);
     if let GraphRef::Inline(doc) = &req.graph {
         if let Ok(graph) = sluice_engine::load_graph(&doc.to_string()) {
-            if sluice_engine::limits::check_run(&graph, req.batch).is_ok() {
+            if sluice_engine::exec::check_run(&graph, &config, None, &graph.limits).is_ok() {
                 let _ = sluice_engine::exec::config::check_batching(
                     &graph.batch_semantics(),
                     &config,

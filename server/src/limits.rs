@@ -86,4 +86,19 @@ mod tests {
         }
         assert!(Probe::try_parse_from(["probe", "--max-nodes", "0"]).is_err());
     }
+
+    #[test]
+    fn the_security_notes_list_every_limit_with_its_flag() {
+        let notes = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/security.md"),
+        )
+        .expect("docs/security.md");
+        for &limit in Limit::ALL {
+            assert!(
+                notes.contains(&format!("| `{}` |", limit.flag())),
+                "docs/security.md has no row for {}",
+                limit.flag()
+            );
+        }
+    }
 }

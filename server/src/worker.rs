@@ -16,6 +16,7 @@ use rustls_pki_types::CertificateDer;
 use sluice_api::protocol::{self, TensorHeader, ToServer, ToWorker, PROTOCOL};
 use sluice_engine::exec::device::{Executable, TraceContext, Values};
 use sluice_engine::gpu::{GpuContext, GpuExecutable};
+use sluice_engine::limits::Limits;
 use sluice_engine::plan::Plan;
 use sluice_engine::telemetry::{now_ns, Event};
 use sluice_engine::weights::Weights;
@@ -55,6 +56,10 @@ pub struct WorkerArgs {
     /// Stages kept loaded at once; loading one more unloads the least recently used.
     #[arg(long, default_value_t = 16)]
     pub max_jobs: usize,
+    /// The engine's limits every stage plan is checked against (as the server's own
+    /// plans are; a server started with larger limits needs workers started with them).
+    #[command(flatten)]
+    pub limits: crate::limits::LimitArgs,
 }
 
 /// The largest control message (a stage's plan) the worker reads, in bytes.
@@ -207,7 +212,7 @@ pub fn worker(args: &WorkerArgs) -> Result<ExitCode> {
     rt.block_on(async {
         let mut backoff = Duration::from_millis(500);
         loop {
-            let mut jobs = Jobs::new(args.max_jobs, args.max_bytes);
+            let mut jobs = Jobs::new(args.max_jobs, args.max_bytes, args.limits.0.clone());
             match serve(&endpoint, args, &hello, &ctx, &mut jobs).await {
                 Ok(End::Refused(e)) => bail!("the server refused this worker: {e}"),
                 Ok(End::Closed) => {
@@ -444,7 +449,7 @@ async fn load(
     let checked = serde_json::from_value::<Plan>(plan)
         .map_err(|e| format!("the stage plan is not readable: {e}"))
         .and_then(|p| {
-            let bytes = protocol::check_plan(&p, jobs.max_bytes)
+            let bytes = protocol::check_plan(&p, &jobs.limits, jobs.max_bytes)
                 .map_err(|e| format!("the stage plan is not valid: {e}"))?;
             Ok((p, bytes))
         });
@@ -552,14 +557,17 @@ struct Jobs<E> {
     list: VecDeque<Job<E>>,
     max_jobs: usize,
     max_bytes: u64,
+    /// What each plan is checked against.
+    limits: Limits,
 }
 
 impl<E> Jobs<E> {
-    fn new(max_jobs: usize, max_bytes: u64) -> Jobs<E> {
+    fn new(max_jobs: usize, max_bytes: u64, limits: Limits) -> Jobs<E> {
         Jobs {
             list: VecDeque::new(),
             max_jobs: max_jobs.max(1),
             max_bytes,
+            limits,
         }
     }
 
@@ -614,7 +622,7 @@ mod tests {
 
     #[test]
     fn jobs_are_held_to_a_count_and_bytes_least_recently_used_first() {
-        let mut jobs = Jobs::new(2, 100);
+        let mut jobs = Jobs::new(2, 100, Limits::default());
         for (id, bytes) in [("a", 10), ("b", 10)] {
             jobs.make_room(bytes);
             jobs.insert(job(id, bytes));
@@ -640,6 +648,7 @@ mod tests {
             tls_ca: ca.map(PathBuf::from),
             max_bytes: 1 << 20,
             max_jobs: 1,
+            limits: crate::limits::LimitArgs::default(),
         };
         let e = endpoint(&args("ws://127.0.0.1:1/", None)).unwrap();
         assert_eq!(e.url, "ws://127.0.0.1:1/api/workers");
@@ -696,6 +705,7 @@ mod tests {
                 tls_ca: Some(ca.clone()),
                 max_bytes: 1 << 20,
                 max_jobs: 1,
+                limits: crate::limits::LimitArgs::default(),
             };
             let endpoint = endpoint(&args).unwrap();
             let mut socket = open(&endpoint, Some("tok"), 1 << 20).await.unwrap();

@@ -113,6 +113,49 @@ impl<'de> Visitor<'de> for Budget<'_> {
     }
 }
 
+/// Why a JSON text was not parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonError {
+    /// It holds more values than allowed (the message names the limit and its flag).
+    #[error("document too large: {0}")]
+    TooLarge(String),
+    /// It is not JSON: where it breaks, and why.
+    #[error("malformed JSON at line {line}, column {column}: {message}")]
+    Malformed {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// serde_json's sentence.
+        message: String,
+    },
+}
+
+/// Parses JSON text into a tree of at most `max_values` values, counted while the tree is
+/// built (so a text of a million numbers is refused before a million values exist); the
+/// server parses request bodies with it, [`parse`] graph documents.
+pub fn parse_values(text: &str, max_values: usize) -> Result<Value, JsonError> {
+    let left = Cell::new(max_values);
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = Budget {
+        left: &left,
+        max: max_values,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v));
+    parsed.map_err(|e| {
+        if e.is_data() && left.get() == 0 {
+            JsonError::TooLarge(e.to_string())
+        } else {
+            JsonError::Malformed {
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            }
+        }
+    })
+}
+
 /// Parses a graph file's text into JSON, refusing a text over
 /// [`Limits::max_document_bytes`] before parsing and a tree of more than
 /// [`Limits::max_json_values`] values while parsing. A malformed text is a problem at
@@ -126,29 +169,21 @@ pub fn parse(text: &str, limits: &Limits) -> Result<Value, Problem> {
                     Limit::MaxDocumentBytes,
                     "the document",
                     "bytes",
-                    Some(text.len() as u64),
+                    u64::try_from(text.len()).ok(),
                 )
                 .to_string(),
         ));
     }
-    let left = Cell::new(limits.max_json_values);
-    let mut de = serde_json::Deserializer::from_str(text);
-    let parsed = Budget {
-        left: &left,
-        max: limits.max_json_values,
-    }
-    .deserialize(&mut de)
-    .and_then(|v| de.end().map(|()| v));
-    parsed.map_err(|e| {
-        let what = if e.is_data() {
-            "document too large"
-        } else {
-            "malformed JSON"
-        };
-        Problem::at(
-            format!("line {}, column {}", e.line(), e.column()),
-            format!("{what}: {e}"),
-        )
+    parse_values(text, limits.max_json_values).map_err(|e| match e {
+        JsonError::TooLarge(_) => Problem::at("document", e.to_string()),
+        JsonError::Malformed {
+            line,
+            column,
+            ref message,
+        } => Problem::at(
+            format!("line {line}, column {column}"),
+            format!("malformed JSON: {message}"),
+        ),
     })
 }
 

@@ -233,11 +233,11 @@ impl Op {
             }
             Op::MatMul(matmul::MatMulOp::MatMul) | Op::Norm(_) => Ok(()),
             Op::Elementwise(elementwise::ElementwiseOp::Unary(elementwise::Unary::Clip {
-                min: Some(lo),
-                max: Some(hi),
-            })) if matches!(lo.partial_cmp(hi), Some(std::cmp::Ordering::Greater) | None) => {
-                Err(format!("clip: min {lo} is not at most max {hi}"))
-            }
+                min,
+                max,
+            })) if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) => Err(format!(
+                "clip: bounds must be numbers, got min {min:?}, max {max:?}"
+            )),
             Op::Elementwise(_) => Ok(()),
             Op::Reduce(r) => list("axes", r.axes.as_ref().map_or(0, Vec::len)),
             Op::Movement(m) => {

@@ -81,7 +81,11 @@ impl Plan {
             (&self.outputs, None),
         ];
         for (list, kind) in kinds {
+            let mut names = std::collections::HashSet::new();
             for (name, v) in list {
+                if !names.insert(name.as_str()) {
+                    return Err(invalid(format!("'{name}' is listed twice")));
+                }
                 let value = self
                     .values
                     .get(*v)
@@ -185,6 +189,16 @@ impl Plan {
                 let [anchored] = anchored.as_slice() else {
                     return Err("the anchor has several outputs".into());
                 };
+                // The lowering reads every further operand as a scalar or as a row of the
+                // anchor's result (what fusion links), never as a whole tensor.
+                let row = anchored.shape.last().and_then(|d| d.known());
+                for extra in inputs.get(*anchor_inputs..).unwrap_or_default() {
+                    let n = shape::concrete(&extra.shape).and_then(|s| shape::numel(&s).ok());
+                    let is_row = extra.shape.len() == 1 && row.is_some() && n == row;
+                    if n != Some(1) && !is_row {
+                        return Err("an epilogue operand is neither a scalar nor a row".into());
+                    }
+                }
                 let result = expr_type(expr, &inputs, *anchor_inputs, Some(anchored), &outputs)?;
                 if Some(&result) != outputs.first() || outputs.len() != 1 {
                     return Err("the epilogue does not produce its output value".into());

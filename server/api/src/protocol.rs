@@ -16,14 +16,11 @@
 
 use serde::{Deserialize, Serialize};
 use sluice_engine::gpu::AdapterSummary;
-use sluice_engine::ops::{Op, TensorType};
+use sluice_engine::limits::Limits;
 use sluice_engine::plan::cost::Rates;
-use sluice_engine::plan::expr::{Expr, Operand};
-use sluice_engine::plan::{Plan, Step, ValueKind, Work};
-use sluice_engine::shape::{self, Dim};
-use sluice_engine::storage::Storage;
+use sluice_engine::plan::Plan;
 use sluice_engine::telemetry::Event;
-use sluice_engine::{DType, Tensor, TensorData};
+use sluice_engine::{DType, Tensor};
 use std::collections::{HashMap, HashSet};
 
 /// The protocol version this build speaks.
@@ -237,15 +234,13 @@ fn short(name: &str) -> String {
     }
 }
 
-/// Checks a plan a worker is asked to load before it is compiled: every reference
-/// (values, buffers, steps' operands, inputs, outputs, params, constants, index checks)
-/// points at something the plan has; every value's storage suits its dtype and fits its
-/// buffer; constants hold the elements their values declare; every step's operator,
-/// fused expression or epilogue computes exactly the shapes and dtypes of the values it
-/// writes from the values it reads, and writes no buffer it also reads (but its in-place
-/// input); and the plan's buffers need at most `max_bytes` bytes together. Returns those
-/// bytes. Nothing is allocated by the size of anything the plan claims.
-pub fn check_plan(plan: &Plan, max_bytes: u64) -> Result<u64, String> {
+/// Checks a plan a worker is asked to load before it is compiled, with the engine's own
+/// plan check ([`Plan::check_limits`]: every reference in range, every size countable,
+/// every step's values exactly what inference gives, constants holding their elements)
+/// under `limits`, and that its buffers need at most `max_bytes` bytes together. Returns
+/// those bytes. Nothing is allocated by the size of anything the plan claims.
+pub fn check_plan(plan: &Plan, limits: &Limits, max_bytes: u64) -> Result<u64, String> {
+    plan.check_limits(limits).map_err(|e| e.to_string())?;
     let mut total: u64 = 0;
     for (i, &b) in plan.buffers.iter().enumerate() {
         total = total
@@ -255,301 +250,16 @@ pub fn check_plan(plan: &Plan, max_bytes: u64) -> Result<u64, String> {
                 format!("its buffers need more than the {max_bytes} bytes allowed (at buffer {i})")
             })?;
     }
-    for v in &plan.values {
-        let name = short(&v.name);
-        let fits = match v.dtype {
-            DType::F32 => matches!(v.layout, Storage::F32 | Storage::F16 | Storage::Packed),
-            d => v.layout == Storage::of(d),
-        };
-        if !fits {
-            return Err(format!(
-                "value '{name}' stores {} as {:?}",
-                v.dtype, v.layout
-            ));
-        }
-        let bytes = elements(&v.shape)
-            .filter(|&n| n as u64 <= max_bytes)
-            .map(|n| v.layout.bytes(n))
-            .ok_or_else(|| {
-                format!(
-                    "value '{name}' of shape {:?} is over the {max_bytes} bytes allowed",
-                    v.shape
-                )
-            })?;
-        match plan.buffers.get(v.buffer) {
-            Some(&b) if b >= bytes => {}
-            Some(&b) => {
-                return Err(format!(
-                    "value '{name}' needs {bytes} bytes but its buffer {} has {b}",
-                    v.buffer
-                ))
-            }
-            None => {
-                return Err(format!(
-                    "value '{name}' is in buffer {}, which the plan lacks",
-                    v.buffer
-                ))
-            }
-        }
-    }
-    let kinds = [
-        (&plan.inputs, ValueKind::Input, "input"),
-        (&plan.params, ValueKind::Param, "weight"),
-    ];
-    for (list, kind, what) in kinds {
-        let mut names = HashSet::new();
-        for (name, v) in list.iter() {
-            match plan.values.get(*v) {
-                Some(value) if value.kind == kind => {}
-                _ => {
-                    return Err(format!(
-                        "{what} '{}' does not name one of the plan's {what} values",
-                        short(name)
-                    ))
-                }
-            }
-            if !names.insert(name.as_str()) {
-                return Err(format!("{what} '{}' is listed twice", short(name)));
-            }
-        }
-    }
-    let mut names = HashSet::new();
-    for (name, v) in &plan.outputs {
-        if *v >= plan.values.len() || !names.insert(name.as_str()) {
-            return Err(format!(
-                "output '{}' is not one value of the plan",
-                short(name)
-            ));
-        }
-    }
-    for (v, t) in &plan.constants {
-        let value = plan
-            .values
-            .get(*v)
-            .filter(|value| value.kind == ValueKind::Constant)
-            .ok_or_else(|| format!("constant {v} is not a constant value"))?;
-        let held = match &t.data {
-            TensorData::F32(d) => d.len(),
-            TensorData::I32(d) => d.len(),
-            TensorData::Bool(d) => d.len(),
-        };
-        if t.shape != value.shape || t.dtype() != value.dtype || elements(&t.shape) != Some(held) {
-            return Err(format!(
-                "constant '{}' holds {held} {} elements of shape {:?}, its value is {} {:?}",
-                short(&value.name),
-                t.dtype(),
-                t.shape,
-                value.dtype,
-                value.shape
-            ));
-        }
-    }
-    for c in &plan.index_checks {
-        if !plan.inputs.iter().any(|(name, _)| *name == c.input) {
-            return Err(format!(
-                "the index check of '{}' reads '{}', which is not an input",
-                short(&c.node),
-                short(&c.input)
-            ));
-        }
-    }
-    for step in &plan.steps {
-        check_step(plan, step).map_err(|e| format!("step '{}': {e}", short(&step.node)))?;
-    }
     Ok(total)
-}
-
-/// The type of a value as operators' inference sees it.
-fn type_of(plan: &Plan, v: usize) -> Result<TensorType, String> {
-    let value = plan
-        .values
-        .get(v)
-        .ok_or_else(|| format!("it refers to value {v}, which the plan lacks"))?;
-    Ok(TensorType {
-        shape: value.shape.iter().map(|&d| Dim::Known(d)).collect(),
-        dtype: value.dtype,
-    })
-}
-
-/// Whether a shape broadcasts to `out` without growing it.
-fn fits_in(t: &TensorType, out: &TensorType) -> bool {
-    shape::broadcast(&t.shape, &out.shape).is_ok_and(|s| s == out.shape)
-}
-
-fn check_step(plan: &Plan, step: &Step) -> Result<(), String> {
-    let inputs: Vec<TensorType> = step
-        .inputs
-        .iter()
-        .map(|&v| type_of(plan, v))
-        .collect::<Result<_, _>>()?;
-    let outputs: Vec<TensorType> = step
-        .outputs
-        .iter()
-        .map(|&v| type_of(plan, v))
-        .collect::<Result<_, _>>()?;
-    let params: Vec<TensorType> = step
-        .params
-        .iter()
-        .map(|&v| type_of(plan, v))
-        .collect::<Result<_, _>>()?;
-    let out = outputs.first().ok_or("it writes nothing")?;
-    if let Some(k) = step.in_place {
-        if k >= inputs.len() || inputs[k] != *out || outputs.len() != 1 {
-            return Err(format!(
-                "in-place input {k} is not an input of its output's type"
-            ));
-        }
-    }
-    let computed = match &step.work {
-        Work::Op(op) => {
-            op.check_arity(inputs.len())?;
-            if step.in_place.is_some() && !op.capabilities().pointwise {
-                return Err(format!(
-                    "'{}' is not pointwise, so it cannot work in place",
-                    op.name()
-                ));
-            }
-            check_params(op, &inputs, &params)?;
-            op.infer(&inputs)?
-        }
-        Work::Fused(expr) => {
-            if expr.terms.is_empty() {
-                return Err("a fused unit without terms".into());
-            }
-            vec![expr_type(expr, &inputs, 0, None, out)?]
-        }
-        Work::Epilogue {
-            anchor,
-            anchor_inputs,
-            expr,
-        } => {
-            let first = *anchor_inputs;
-            let own = inputs
-                .get(..first)
-                .ok_or("the anchor reads inputs the step lacks")?;
-            if anchor.capabilities().anchor.is_none() {
-                return Err(format!("'{}' cannot anchor an epilogue", anchor.name()));
-            }
-            anchor.check_arity(own.len())?;
-            check_params(anchor, own, &params)?;
-            let anchored = anchor.infer(own)?;
-            let [result] = anchored.as_slice() else {
-                return Err(format!("'{}' has more than one output", anchor.name()));
-            };
-            let row = out.shape.last().and_then(Dim::known).unwrap_or(1);
-            for extra in &inputs[first..] {
-                let n = shape::concrete(&extra.shape).and_then(|s| elements(&s));
-                let is_row = extra.shape.last().and_then(Dim::known) == Some(row) && n == Some(row);
-                if n != Some(1) && !is_row {
-                    return Err("an epilogue operand is neither a scalar nor a row".into());
-                }
-            }
-            vec![expr_type(expr, &inputs, first, Some(result), out)?]
-        }
-    };
-    if computed != outputs {
-        return Err(format!(
-            "it computes {} but writes {}",
-            show(&computed),
-            show(&outputs)
-        ));
-    }
-    // A step may read a buffer through several inputs, but a buffer it writes must not be
-    // read or written again by it, unless it is the in-place input.
-    let buffer = |v: usize| plan.values.get(v).map(|value| value.buffer);
-    let written: Vec<Option<usize>> = step.outputs.iter().map(|&v| buffer(v)).collect();
-    let distinct: HashSet<&Option<usize>> = written.iter().collect();
-    let clash = step
-        .inputs
-        .iter()
-        .enumerate()
-        .filter(|(k, _)| step.in_place != Some(*k))
-        .map(|(_, &v)| v)
-        .chain(step.params.iter().copied())
-        .any(|v| written.contains(&buffer(v)));
-    if distinct.len() != written.len() || clash {
-        return Err("it reads or writes a buffer it writes".into());
-    }
-    Ok(())
-}
-
-/// Checks that a step gives an operator exactly the weights it declares.
-fn check_params(op: &Op, inputs: &[TensorType], params: &[TensorType]) -> Result<(), String> {
-    let wanted: Vec<TensorType> = op
-        .params(inputs)?
-        .iter()
-        .map(|s| TensorType::f32(shape::known(&s.shape)))
-        .collect();
-    if params != wanted.as_slice() {
-        return Err(format!(
-            "its weights are not the ones '{}' declares",
-            op.name()
-        ));
-    }
-    Ok(())
-}
-
-/// The type of a fused expression's result. Inputs before `first` are not its operands
-/// (they are an epilogue anchor's); `anchor` is the anchor's result in an epilogue. Every
-/// term is pointwise, reads only operands it has, and broadcasts into `out`.
-fn expr_type(
-    expr: &Expr,
-    inputs: &[TensorType],
-    first: usize,
-    anchor: Option<&TensorType>,
-    out: &TensorType,
-) -> Result<TensorType, String> {
-    let scalar = TensorType {
-        shape: Vec::new(),
-        dtype: DType::F32,
-    };
-    let mut terms: Vec<TensorType> = Vec::with_capacity(expr.terms.len());
-    for (j, term) in expr.terms.iter().enumerate() {
-        if !term.op.capabilities().pointwise {
-            return Err(format!("'{}' is fused but not pointwise", term.op.name()));
-        }
-        term.op.check_arity(term.args.len())?;
-        let args: Vec<TensorType> = term
-            .args
-            .iter()
-            .map(|a| match *a {
-                Operand::Input(k) if k >= first => inputs.get(k).cloned(),
-                Operand::Input(_) => None,
-                Operand::Term(i) => terms.get(i).cloned(),
-                Operand::Scalar(_) => Some(scalar.clone()),
-                Operand::Anchor => anchor.cloned(),
-            })
-            .collect::<Option<_>>()
-            .ok_or_else(|| format!("term {j} reads an operand it does not have"))?;
-        if let Some(bad) = args.iter().find(|a| !fits_in(a, out)) {
-            return Err(format!(
-                "term {j} reads {bad}, which does not broadcast to {out}"
-            ));
-        }
-        let [t] = <[TensorType; 1]>::try_from(term.op.infer(&args)?)
-            .map_err(|_| format!("term {j} has more than one output"))?;
-        terms.push(t);
-    }
-    match (terms.pop(), anchor) {
-        (Some(t), _) => Ok(t),
-        (None, Some(a)) => Ok(a.clone()),
-        (None, None) => Err("a fused unit without terms".into()),
-    }
-}
-
-fn show(types: &[TensorType]) -> String {
-    types
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use sluice_engine::exec::dataset;
-    use sluice_engine::plan::{HalfStorage, PlanOptions, Precision};
+    use sluice_engine::plan::expr::{Expr, Operand};
+    use sluice_engine::plan::{HalfStorage, PlanOptions, Precision, Step, Work};
+    use sluice_engine::TensorData;
 
     fn plan_with(name: &str, batch: usize, options: PlanOptions) -> Plan {
         let text = match name {
@@ -590,7 +300,7 @@ mod tests {
                             half,
                         };
                         let p = plan_with(name, batch, options);
-                        let bytes = check_plan(&p, u64::MAX)
+                        let bytes = check_plan(&p, &Limits::default(), u64::MAX)
                             .unwrap_or_else(|e| panic!("{name} {options:?}: {e}"));
                         assert_eq!(bytes, p.buffers.iter().sum::<u64>());
                     }
@@ -603,15 +313,14 @@ mod tests {
     fn a_plan_over_the_byte_bound_is_refused() {
         let p = plan("mlp", 2);
         let need: u64 = p.buffers.iter().sum();
-        assert!(check_plan(&p, need).is_ok());
-        let e = check_plan(&p, need - 1).unwrap_err();
+        assert!(check_plan(&p, &Limits::default(), need).is_ok());
+        let e = check_plan(&p, &Limits::default(), need - 1).unwrap_err();
         assert!(e.contains("bytes allowed"), "{e}");
         let mut huge = p.clone();
         huge.buffers[0] = u64::MAX;
         huge.buffers.push(u64::MAX);
-        assert!(check_plan(&huge, u64::MAX)
-            .unwrap_err()
-            .contains("bytes allowed"));
+        let e = check_plan(&huge, &Limits::default(), u64::MAX).unwrap_err();
+        assert!(e.contains("overflow"), "{e}");
     }
 
     #[test]
@@ -691,8 +400,12 @@ mod tests {
         for (want, break_it) in cases {
             let mut bad = p.clone();
             break_it(&mut bad);
-            let e = check_plan(&bad, u64::MAX).expect_err(want);
-            assert!(e.contains(want), "expected '{want}' in: {e}");
+            // The engine's plan check words the reasons; each must be refused with one.
+            let e = check_plan(&bad, &Limits::default(), u64::MAX).expect_err(want);
+            assert!(
+                e.starts_with("invalid plan: ") || e.contains("(max_"),
+                "{want}: {e}"
+            );
         }
     }
 
@@ -721,7 +434,7 @@ mod tests {
             .steps
             .iter()
             .any(|s| matches!(&s.work, Work::Epilogue { expr, .. } if !expr.terms.is_empty())));
-        check_plan(&p, u64::MAX).expect("the planner's plan passes");
+        check_plan(&p, &Limits::default(), u64::MAX).expect("the planner's plan passes");
         p
     }
 
@@ -812,8 +525,12 @@ mod tests {
         for (want, break_it) in cases {
             let mut bad = p.clone();
             break_it(&mut bad);
-            let e = check_plan(&bad, u64::MAX).expect_err(want);
-            assert!(e.contains(want), "expected '{want}' in: {e}");
+            // The engine's plan check words the reasons; each must be refused with one.
+            let e = check_plan(&bad, &Limits::default(), u64::MAX).expect_err(want);
+            assert!(
+                e.starts_with("invalid plan: ") || e.contains("(max_"),
+                "{want}: {e}"
+            );
         }
     }
 

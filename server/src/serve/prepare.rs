@@ -1,6 +1,6 @@
-//! Checking what a request asks before the server does it: JSON bodies, graph documents
-//! against the server's limits (a cheap count before any analysis), and run requests —
-//! graph, limits, batch semantics, uploads — so a run is accepted only if it can start.
+//! Checking what a request asks before the server does it: JSON bodies (values counted
+//! while parsing), and run requests — graph, the engine's limits, batch semantics,
+//! uploads — so a run is accepted only if it can start.
 //! Every function here is CPU work for a blocking thread (see `work.rs`), never the async
 //! runtime.
 
@@ -9,55 +9,24 @@ use super::workspace::Workspace;
 use serde_json::Value;
 use sluice_api::{GraphRef, Kept, RunRequest, Upload};
 use sluice_engine::exec::RunConfig;
+use sluice_engine::graph::json::JsonError;
 use sluice_engine::limits::Limits;
 use sluice_engine::Graph;
 
-/// Whether a JSON text has at most `max` values, counted without parsing: every value is
-/// the first in the text or in a container, or follows a comma, so `1 + commas +
-/// containers` (outside strings) bounds them. Linear, allocates nothing.
-fn within_values(bytes: &[u8], max: usize) -> bool {
-    let mut count: usize = 1;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &b in bytes {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b',' | b'[' | b'{' => {
-                count += 1;
-                if count > max {
-                    return false;
-                }
-            }
-            _ => {}
-        }
-    }
-    true
-}
-
-/// Parses a JSON body of at most `max_values` values (counted before parsing, so a body
-/// of a million numbers is refused before a million values are built), naming the line
-/// and column of a syntax error.
+/// Parses a JSON body of at most `max_values` values (counted while parsing by the
+/// engine's budgeted parser, so a body of a million numbers is refused before a million
+/// values exist): 422 naming the limit, or 400 naming the line and column of a syntax
+/// error.
 pub fn parse_json(bytes: &[u8], max_values: usize) -> ApiResult<Value> {
-    if !within_values(bytes, max_values) {
-        return Err(AppError::unprocessable(format!(
-            "the document has more JSON values than the limit of {max_values} (max_json_values; raise it with --max-json-values)"
-        )));
-    }
-    serde_json::from_slice(bytes).map_err(|e| {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
         AppError::bad(format!(
-            "malformed JSON at line {}, column {}: {e}",
-            e.line(),
-            e.column()
+            "the body is not UTF-8 text (byte {})",
+            e.valid_up_to()
         ))
+    })?;
+    sluice_engine::graph::json::parse_values(text, max_values).map_err(|e| match e {
+        JsonError::TooLarge(_) => AppError::unprocessable(e.to_string()),
+        JsonError::Malformed { .. } => AppError::bad(e.to_string()),
     })
 }
 
@@ -179,13 +148,11 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn json_values_are_counted_before_parsing() {
-        assert!(within_values(b"[1,2,3]", 4));
-        assert!(!within_values(b"[1,2,3]", 3));
-        assert!(within_values(br#"{"a":"[,,,{{{","b":"\"[,"}"#, 3));
-        assert!(!within_values(br#"{"a":[{},{}]}"#, 4));
+    fn json_values_are_counted_while_parsing() {
         let e = format!("{:?}", parse_json(b"[0,0,0,0]", 3).unwrap_err());
         assert!(e.contains("--max-json-values"), "{e}");
         assert_eq!(parse_json(b"[0,0]", 3).unwrap(), json!([0, 0]));
+        let e = format!("{:?}", parse_json(b"[0,", 3).unwrap_err());
+        assert!(e.contains("line 1, column 3"), "{e}");
     }
 }
