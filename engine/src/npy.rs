@@ -60,11 +60,21 @@ fn data_start(bytes: &[u8]) -> Result<usize, NpyError> {
     Ok(start)
 }
 
-/// Checks the header's `shape` tuple before `npyz` reads it (`npyz` multiplies its
-/// dimensions unchecked): every dimension a number, at most [`MAX_RANK`] of them, their
-/// product within [`MAX_ELEMENTS`]. A header without a readable shape is left to `npyz`
-/// to refuse.
-fn check_header_shape(header: &[u8]) -> Result<(), NpyError> {
+/// Checks the header before `npyz` reads it. Its structure: one flat dict, at most one
+/// tuple, no lists — every array Sluice reads has such a header, and `npyz`'s parser
+/// takes exponential time on nested brackets (a 185-byte file held it for minutes).
+/// Its `shape` tuple (`npyz` multiplies the dimensions unchecked): every dimension a
+/// number, at most [`MAX_RANK`] of them, their product within [`MAX_ELEMENTS`]. A header
+/// without a readable shape is left to `npyz` to refuse.
+fn check_header(header: &[u8]) -> Result<(), NpyError> {
+    let count = |c: u8| header.iter().filter(|&&b| b == c).count();
+    if count(b'{') > 1 || count(b'(') > 1 || count(b'[') > 0 {
+        return Err(NpyError::Unsupported(
+            "the header is not a plain .npy header (one dict of descr, fortran_order and shape; \
+             structured dtypes are not supported)"
+                .into(),
+        ));
+    }
     let Ok(text) = std::str::from_utf8(header) else {
         return Ok(());
     };
@@ -128,7 +138,7 @@ fn format_err(e: impl std::fmt::Display) -> NpyError {
 pub fn parse(bytes: &[u8]) -> Result<Tensor, NpyError> {
     let start = data_start(bytes)?;
     // The header is bytes[..start] past the magic, version and length (at most 12 bytes).
-    check_header_shape(bytes.get(8..start).unwrap_or_default())?;
+    check_header(bytes.get(8..start).unwrap_or_default())?;
     let npy = npyz::NpyFile::new(bytes).map_err(format_err)?;
     if npy.order() != npyz::Order::C {
         return Err(NpyError::Unsupported(
@@ -307,6 +317,20 @@ mod tests {
         assert!(parse(&bytes).is_err());
         let ok = with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }");
         assert_eq!(parse(&ok).unwrap().shape, vec![2, 2]);
+    }
+
+    #[test]
+    fn nested_brackets_are_refused_before_npyz_parses_them() {
+        // Found by the npy fuzzer: npyz took minutes on 60 nested braces.
+        let nested = format!(
+            "{{'descr': '<f4', 'x': {}{}, 'shape': (2,), }}",
+            "{".repeat(60),
+            "}".repeat(60)
+        );
+        let e = parse(&with_header(&nested)).unwrap_err().to_string();
+        assert!(e.contains("not a plain .npy header"), "{e}");
+        let listed = "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }";
+        assert!(parse(&with_header(listed)).is_err());
     }
 
     /// .npy bytes of format version `version` with `header` (its length field as given,

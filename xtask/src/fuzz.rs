@@ -199,7 +199,7 @@ fn replay(root: &Path, target: &str) -> Result<usize, String> {
     let out = cargo_fuzz(root)
         .args(["run", "-s", "none", target])
         .args(&kept)
-        .args(["--", "-runs=1"])
+        .args(["--", "-runs=1", "-timeout=20"])
         .output()
         .map_err(|e| format!("cannot run cargo fuzz: {e}"))?;
     if out.status.success() {

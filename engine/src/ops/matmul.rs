@@ -137,6 +137,10 @@ impl MatMulOp {
                         "linear needs a known last dimension (in_features), got '{s}' in {}",
                         show(x)
                     )),
+                    Some(Dim::Known(0)) => Err(format!(
+                        "linear needs at least one input feature, got a last dimension of 0 in {}",
+                        show(x)
+                    )),
                     Some(Dim::Known(_)) => {
                         let mut out = x.clone();
                         out.pop();
@@ -312,6 +316,8 @@ pub fn batched_problem(a: &[usize], b: &[usize]) -> Result<Problem, String> {
 #[cfg(test)]
 mod tests {
     use crate::ops::testing::{couples, rule};
+    use crate::ops::TensorType;
+    use crate::shape::Dim;
     use serde_json::json;
 
     #[test]
@@ -360,5 +366,16 @@ mod tests {
         assert_eq!(l(("N,4", Some(0))), Ok(vec![Some(0)]));
         assert_eq!(l(("2,N,4", Some(1))), Ok(vec![Some(1)]));
         couples(l(("2,4", Some(1))), &["linear", "axis 1"]);
+    }
+
+    #[test]
+    fn linear_without_input_features_is_refused() {
+        // Found by the plan fuzzer: x [N, 0] reached the GPU lowering, which counted no
+        // rows (0 / 0) and would have left the output unwritten.
+        let op = crate::ops::parse("linear", json!({ "out_features": 5 }).as_object().unwrap())
+            .expect("parses");
+        let x = TensorType::f32(vec![Dim::Sym("N".into()), Dim::Known(0)]);
+        let e = op.infer(&[x]).unwrap_err();
+        assert!(e.contains("at least one input feature"), "{e}");
     }
 }

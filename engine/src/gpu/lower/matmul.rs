@@ -20,7 +20,8 @@ impl Lower for MatMulOp {
             MatMulOp::Linear { out_features, bias } => {
                 let x = &inputs[0].shape;
                 let k = x.last().copied().unwrap_or(1);
-                let m = x.iter().product::<usize>() / k.max(1);
+                // Rows: every axis but the last (inference refuses k = 0).
+                let m = x[..x.len().saturating_sub(1)].iter().product::<usize>();
                 let p = Problem {
                     m,
                     n: *out_features,
