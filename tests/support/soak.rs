@@ -230,7 +230,10 @@ fn window_max(samples: &[Sample], from: f64, to: f64) -> (u64, usize) {
 /// Runs the soak for `duration` against a server with `token`, asserting that nothing
 /// leaked, nothing was lost and the server's peak memory stayed under `memory_bound`.
 pub fn soak(duration: Duration, token: &str, memory_bound: u64) {
-    let server = Server::start("soak", Some(token), &[]).expect("sluice serve starts");
+    // Retention is off for the soak (it is tested in the durability class): every run
+    // accepted in the soak must still be there at the end to show how it ended.
+    let server = Server::start("soak", Some(token), &["--keep-runs", "100000000"])
+        .expect("sluice serve starts");
     let pid = server.pid();
     let started = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
