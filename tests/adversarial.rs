@@ -1050,7 +1050,10 @@ fn arithmetic() {
     // A stored graph is checked before anything runs it: storing a poisoned graph either
     // fails or keeps a graph whose runs are refused, and the listing still works.
     for (name, doc) in [
-        ("clip_poison", clip(1.0, -1.0)),
+        (
+            "reshape_poison",
+            one_op(json!(["N", 4]), "reshape", json!({ "shape": [-1, -1] })),
+        ),
         ("concat_poison", cases[6].doc.clone()),
     ] {
         let put = c.http(
