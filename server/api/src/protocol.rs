@@ -279,6 +279,20 @@ mod tests {
     /// Breaks a plan in one way.
     type Breaker = Box<dyn Fn(&mut Plan)>;
 
+    /// Each case breaks a copy of `p`; the plan check must refuse every one with a reason
+    /// (the engine's plan check words them).
+    fn assert_all_refused(p: &Plan, cases: Vec<(&str, Breaker)>) {
+        for (want, break_it) in cases {
+            let mut bad = p.clone();
+            break_it(&mut bad);
+            let e = check_plan(&bad, &Limits::default(), u64::MAX).expect_err(want);
+            assert!(
+                e.starts_with("invalid plan: ") || e.contains("(max_"),
+                "{want}: {e}"
+            );
+        }
+    }
+
     fn header(name: &str, shape: &[usize]) -> TensorHeader {
         TensorHeader {
             name: name.into(),
@@ -397,16 +411,7 @@ mod tests {
                 }),
             ),
         ];
-        for (want, break_it) in cases {
-            let mut bad = p.clone();
-            break_it(&mut bad);
-            // The engine's plan check words the reasons; each must be refused with one.
-            let e = check_plan(&bad, &Limits::default(), u64::MAX).expect_err(want);
-            assert!(
-                e.starts_with("invalid plan: ") || e.contains("(max_"),
-                "{want}: {e}"
-            );
-        }
+        assert_all_refused(&p, cases);
     }
 
     /// A plan with a constant, a fused pointwise unit (exp, tanh, adding the constant) and
@@ -522,16 +527,7 @@ mod tests {
                 }),
             ),
         ];
-        for (want, break_it) in cases {
-            let mut bad = p.clone();
-            break_it(&mut bad);
-            // The engine's plan check words the reasons; each must be refused with one.
-            let e = check_plan(&bad, &Limits::default(), u64::MAX).expect_err(want);
-            assert!(
-                e.starts_with("invalid plan: ") || e.contains("(max_"),
-                "{want}: {e}"
-            );
-        }
+        assert_all_refused(&p, cases);
     }
 
     #[test]
