@@ -45,6 +45,7 @@ pub fn empty(name: &str) -> GraphDoc {
         },
         layout: BTreeMap::new(),
         stages: BTreeMap::new(),
+        training: None,
     }
 }
 

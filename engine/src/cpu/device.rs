@@ -118,13 +118,7 @@ impl CpuExecutable {
         plan.validate()?;
         plan.check_weights(weights)?;
         let mut resident = HashMap::new();
-        for (key, v) in &plan.params {
-            let value = &plan.values[*v];
-            let w = weights
-                .get(key)
-                .ok_or_else(|| RunError::MissingWeight(key.clone()))?;
-            resident.insert(value.storage, stored(w.clone(), value.layout));
-        }
+        keep_weights(&plan, &mut resident, weights)?;
         for (v, t) in &plan.constants {
             let value = &plan.values[*v];
             resident.insert(value.storage, stored(t.clone(), value.layout));
@@ -285,6 +279,22 @@ impl CpuExecutable {
     }
 }
 
+/// Keeps every weight of `plan` in `resident`, rounded to its storage.
+fn keep_weights(
+    plan: &Plan,
+    resident: &mut HashMap<usize, Tensor>,
+    weights: &Weights,
+) -> Result<(), RunError> {
+    for (key, v) in &plan.params {
+        let value = &plan.values[*v];
+        let w = weights
+            .get(key)
+            .ok_or_else(|| RunError::MissingWeight(key.clone()))?;
+        resident.insert(value.storage, stored(w.clone(), value.layout));
+    }
+    Ok(())
+}
+
 impl Executable for CpuExecutable {
     fn plan(&self) -> &Plan {
         &self.plan
@@ -317,6 +327,11 @@ impl Executable for CpuExecutable {
             .pop_front()
             .ok_or_else(|| RunError::Internal("completion awaited with nothing in flight".into()));
         Box::pin(async move { next })
+    }
+
+    fn write_weights(&mut self, weights: &Weights) -> Result<(), RunError> {
+        self.plan.check_weights(weights)?;
+        keep_weights(&self.plan, &mut self.resident, weights)
     }
 
     fn allocated_bytes(&self) -> u64 {

@@ -139,6 +139,11 @@ pub trait Executable: MaybeSend {
         events: &'a mut Vec<Event>,
     ) -> LocalBoxFuture<'a, Result<(usize, Values), RunError>>;
 
+    /// Replaces the weights it was compiled with (a training step's update): every weight
+    /// of its plan must be in `weights`, checked as at compile time; others are ignored.
+    /// Micro-batches started afterwards see the new values, ones already started the old.
+    fn write_weights(&mut self, weights: &Weights) -> Result<(), RunError>;
+
     /// Bytes of device memory it holds.
     fn allocated_bytes(&self) -> u64;
 

@@ -207,6 +207,15 @@ impl Session {
         })
     }
 
+    /// Replaces the weights of every stage (each takes the keys of its plan): later runs
+    /// compute with them. A training step's update.
+    pub fn write_weights(&mut self, weights: &Weights) -> Result<(), RunError> {
+        for stage in &mut self.stages {
+            stage.exe.write_weights(weights)?;
+        }
+        Ok(())
+    }
+
     /// Samples per micro-batch.
     pub fn micro_batch_size(&self) -> usize {
         self.micro

@@ -209,15 +209,7 @@ impl GpuExecutable {
             (buffers, scratch)
         })
         .await?;
-        for (key, v) in &plan.params {
-            let w = weights
-                .get(key)
-                .ok_or_else(|| RunError::MissingWeight(key.clone()))?;
-            // Weights are converted to their device storage once, here.
-            let bytes = w.to_storage_bytes(plan.values[*v].layout);
-            ctx.queue
-                .write_buffer(&buffers[plan.values[*v].buffer], 0, &bytes);
-        }
+        upload_weights(ctx, &plan, &buffers, weights)?;
         for (v, t) in &plan.constants {
             if !t.is_empty() {
                 let bytes = t.to_storage_bytes(plan.values[*v].layout);
@@ -559,6 +551,25 @@ impl GpuExecutable {
     }
 }
 
+/// Converts every weight of `plan` to its device storage and queues its upload (ordered
+/// after work already submitted, before work submitted next).
+fn upload_weights(
+    ctx: &GpuContext,
+    plan: &Plan,
+    buffers: &[wgpu::Buffer],
+    weights: &Weights,
+) -> Result<(), RunError> {
+    for (key, v) in &plan.params {
+        let w = weights
+            .get(key)
+            .ok_or_else(|| RunError::MissingWeight(key.clone()))?;
+        let bytes = w.to_storage_bytes(plan.values[*v].layout);
+        ctx.queue
+            .write_buffer(&buffers[plan.values[*v].buffer], 0, &bytes);
+    }
+    Ok(())
+}
+
 impl Executable for GpuExecutable {
     fn plan(&self) -> &Plan {
         &self.plan
@@ -654,6 +665,11 @@ impl Executable for GpuExecutable {
         events: &'a mut Vec<Event>,
     ) -> LocalBoxFuture<'a, Result<(usize, Values), RunError>> {
         Box::pin(self.finish(trace, events))
+    }
+
+    fn write_weights(&mut self, weights: &Weights) -> Result<(), RunError> {
+        self.plan.check_weights(weights)?;
+        upload_weights(&self.ctx, &self.plan, &self.buffers, weights)
     }
 
     fn allocated_bytes(&self) -> u64 {

@@ -40,6 +40,9 @@ pub struct GraphDoc {
     /// Pipeline-stage pins of nodes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub stages: BTreeMap<String, usize>,
+    /// How to train the graph: its loss, metrics and optimiser defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<super::training::TrainingDoc>,
 }
 
 /// A declared graph input.
@@ -163,6 +166,7 @@ pub(crate) fn decode_into(value: &Value, limits: &Limits, p: &mut Collector) -> 
         obj,
         &[
             "format", "name", "inputs", "nodes", "outputs", "params", "layout", "stages",
+            "training",
         ],
         "",
         None,
@@ -255,6 +259,9 @@ pub(crate) fn decode_into(value: &Value, limits: &Limits, p: &mut Collector) -> 
     let params = typed_field::<ParamsDoc>(obj, "params", p).unwrap_or_default();
     let layout = typed_field(obj, "layout", p).unwrap_or_default();
     let stages = typed_field(obj, "stages", p).unwrap_or_default();
+    let training = obj
+        .get("training")
+        .and_then(|v| super::training::decode(v, p));
     // A document of another format version, or over the limits, is not checked further.
     let usable = usable && format == FORMAT;
     usable.then_some(GraphDoc {
@@ -266,6 +273,7 @@ pub(crate) fn decode_into(value: &Value, limits: &Limits, p: &mut Collector) -> 
         params,
         layout,
         stages,
+        training,
     })
 }
 

@@ -15,6 +15,7 @@ pub mod limits;
 pub mod problem;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod training;
 
 use crate::ops::{Op, ParamSpec, TensorType};
 use petgraph::stable_graph::{NodeIndex, StableDiGraph};
@@ -27,6 +28,7 @@ pub use check::check_document;
 pub use doc::{GraphDoc, FORMAT};
 pub use limits::{Limit, Limits};
 pub use problem::{Problem, Problems};
+pub use training::TrainingDoc;
 
 /// A node of the typed graph.
 #[derive(Debug, Clone)]

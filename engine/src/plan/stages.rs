@@ -190,6 +190,7 @@ pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError
             params: graph.doc.params.clone(),
             layout: BTreeMap::new(),
             stages: BTreeMap::new(),
+            training: None,
         };
         let mut inputs = Vec::new();
         let mut transferred_inputs = Vec::new();

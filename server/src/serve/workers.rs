@@ -1028,6 +1028,13 @@ impl Executable for RemoteExecutable {
         Box::pin(self.compute(trace, events))
     }
 
+    fn write_weights(&mut self, _weights: &Weights) -> Result<(), RunError> {
+        Err(RunError::Unsupported(format!(
+            "{}: a remote worker's stage keeps the weights it was sent; training on remote workers is not supported",
+            self.name
+        )))
+    }
+
     fn allocated_bytes(&self) -> u64 {
         0
     }

@@ -1,0 +1,3 @@
+//! Training: optimisers and their schedules ([`optim`]).
+
+pub mod optim;
