@@ -1,11 +1,14 @@
 //! Reading files named by untrusted input (command-line paths, a graph's weights file,
 //! the server's own workspace files): regular files only — never a device, FIFO, socket
 //! or folder — and at most a given size, checked on the opened file before anything is
-//! read or allocated.
+//! read or allocated. Writing files durably (temp file, fsync, rename, fsync of the
+//! folder), so a crash leaves the old bytes or the new.
 
+use anyhow::{Context, Result};
 use std::fs::{File, Metadata, OpenOptions};
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Refuses what is not a regular file, or a file over `limit` bytes.
 fn check(meta: &Metadata, limit: u64) -> io::Result<()> {
@@ -63,6 +66,46 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 pub fn read_text_bounded(path: &Path, limit: u64) -> io::Result<String> {
     String::from_utf8(read_bounded(path, limit)?)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// Writes `bytes` as `dir/name` durably: a temp file no other writer shares (created
+/// exclusively, named by process and a counter), fsync, rename over the old file, fsync
+/// of the folder. Concurrent writers of one name each rename a whole file; the last wins.
+pub fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+    let written = (|| -> std::io::Result<()> {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()
+    })();
+    let renamed = written.and_then(|()| std::fs::rename(&tmp, dir.join(name)));
+    if let Err(e) = renamed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", dir.join(name).display()));
+    }
+    sync_dir(dir)
+}
+
+/// [`write_durably`] for a path: its folder (the current one when it has none) and name.
+pub fn write_path_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{} names no file", path.display()))?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    write_durably(dir, name, bytes)
+}
+
+/// Makes a folder's entries (a rename, a removal) durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot sync {}", dir.display()))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! same folder, fsync, rename, fsync of the folder — a crash leaves the old bytes or the
 //! new ones, never a mix.
 
-use crate::files::{read_bounded, read_text_bounded};
+use crate::files::{read_bounded, read_text_bounded, sync_dir, write_durably};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_api::valid_name;
@@ -16,7 +16,6 @@ use sluice_engine::telemetry::Event;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The examples copied into a new workspace.
 const EXAMPLES: &[(&str, &str)] = &[
@@ -106,33 +105,6 @@ fn lock(root: &Path) -> Result<WorkspaceLock> {
         );
     }
     Ok(WorkspaceLock { _file: file })
-}
-
-/// Writes `bytes` as `dir/name` durably: a temp file no other writer shares (created
-/// exclusively, named by process and a counter), fsync, rename over the old file, fsync
-/// of the folder. Concurrent writers of one name each rename a whole file; the last wins.
-fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
-    let written = (|| -> std::io::Result<()> {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    let renamed = written.and_then(|()| std::fs::rename(&tmp, dir.join(name)));
-    if let Err(e) = renamed {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", dir.join(name).display()));
-    }
-    sync_dir(dir)
-}
-
-/// Makes a folder's entries (a rename, a removal) durable.
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("cannot sync {}", dir.display()))
 }
 
 /// Creates a folder and makes its entry in the parent durable.
