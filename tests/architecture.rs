@@ -237,6 +237,7 @@ const LAYERS: &[&[&str]] = &[
     &["exec"],
     &["cpu", "gpu"],
     &["precision"],
+    &["train"],
 ];
 
 fn layer(module: &str) -> Option<usize> {

@@ -22,6 +22,7 @@ pub mod shape;
 pub mod storage;
 pub mod telemetry;
 pub mod tensor;
+pub mod train;
 pub mod weights;
 
 pub use dtype::DType;

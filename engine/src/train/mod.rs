@@ -1,0 +1,9 @@
+//! Training: the data a graph is trained on ([`data`]: datasets of named host tensors
+//! from `.npy` or CSV bytes, seeded splits and per-epoch shuffled batches; [`csv`]: the
+//! CSV reader).
+
+pub mod csv;
+pub mod data;
+
+pub use csv::{CsvError, CsvOptions, LabelColumn};
+pub use data::{Batching, DataError, Dataset, Epoch, Feed, FEATURES, LABELS};
