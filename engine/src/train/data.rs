@@ -842,6 +842,42 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_digits_load_and_check() {
+        let data = Dataset::from_npy(
+            &[
+                (
+                    FEATURES,
+                    include_bytes!("../../../assets/datasets/digits/features.npy").as_slice(),
+                ),
+                (
+                    LABELS,
+                    include_bytes!("../../../assets/datasets/digits/labels.npy").as_slice(),
+                ),
+            ],
+            &Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(data.get(FEATURES).unwrap().shape, vec![1797, 64]);
+        let pixels = data.get(FEATURES).unwrap().as_f32().unwrap();
+        assert!(pixels
+            .iter()
+            .all(|&p| (0.0..=1.0).contains(&p) && (p * 16.0).fract() == 0.0));
+        data.check_labels(LABELS, 10).unwrap();
+        let (train, validation) = data.split(0.2, 0).unwrap();
+        assert_eq!((train.samples(), validation.samples()), (1438, 359));
+        let graph = load_graph(
+            r#"{ "format": "sluice/graph@1",
+                 "inputs": { "x": { "shape": ["N", 64] }, "y": { "shape": ["N"], "dtype": "i32" } },
+                 "nodes": [
+                   { "id": "fc", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 10 } }
+                 ],
+                 "outputs": ["fc", "y"] }"#,
+        )
+        .unwrap();
+        train.check_fits(&graph, &feed()).unwrap();
+    }
+
+    #[test]
     fn labels_are_checked_against_the_classes() {
         let data = numbered(10);
         data.check_labels(LABELS, 3).unwrap();
