@@ -315,18 +315,16 @@ impl Dataset {
         let arrays = self
             .arrays
             .iter()
-            .map(|a| Ok((a.name.clone(), gather(a, indices)?)))
-            .collect::<Result<Vec<_>, DataError>>()?;
-        Ok(Dataset {
-            arrays: arrays
-                .into_iter()
-                .zip(&self.arrays)
-                .map(|((name, tensor), a)| Array {
-                    name,
-                    tensor,
+            .map(|a| {
+                Ok(Array {
+                    name: a.name.clone(),
+                    tensor: gather(a, indices)?,
                     row: a.row,
                 })
-                .collect(),
+            })
+            .collect::<Result<_, DataError>>()?;
+        Ok(Dataset {
+            arrays,
             samples: indices.len(),
         })
     }
