@@ -1,4 +1,4 @@
-//! The bounds on documents, graphs and runs, as data: every limit with its default and
+//! The bounds on documents, graphs, runs and datasets, as data: every limit with its default and
 //! the flag that sets it ([`Limits`]), and the check of a tensor type against them. The
 //! CLI, the server, workers and the editor all take their limits from here (re-exported
 //! by `crate::limits`); `super::check` checks raw documents against them.
@@ -29,8 +29,8 @@ impl Widen for u64 {
 
 macro_rules! limits {
     ($( $(#[doc = $doc:literal])* $field:ident: $ty:ty = $default:expr, $variant:ident, $flag:literal; )*) => {
-        /// Every bound a document, a graph or a run must stay within, each with its
-        /// default. Serialised with every field optional (missing fields take their
+        /// Every bound a document, a graph, a run or a dataset must stay within, each with
+        /// its default. Serialised with every field optional (missing fields take their
         /// defaults), so configuration can name only what it changes.
         #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
         #[serde(default, deny_unknown_fields)]
@@ -131,6 +131,12 @@ limits! {
     max_prefetch: usize = MAX_PREFETCH, MaxPrefetch, "--max-prefetch";
     /// Most problems listed for one document; the rest are counted (1,000).
     max_problems: usize = 1000, MaxProblems, "--max-problems";
+    /// Largest dataset file (a CSV table or one `.npy` array), in bytes (256 MiB).
+    max_dataset_bytes: usize = 256 << 20, MaxDatasetBytes, "--max-dataset-bytes";
+    /// Most samples (rows) in a dataset (2^24).
+    max_dataset_rows: usize = 1 << 24, MaxDatasetRows, "--max-dataset-rows";
+    /// Most columns of a CSV dataset, its label column included (65,536).
+    max_dataset_columns: usize = 1 << 16, MaxDatasetColumns, "--max-dataset-columns";
 }
 
 /// Default largest batch a run may ask for.

@@ -1,8 +1,18 @@
-//! Training: the optimisers and their schedules ([`optim`]), the loop's engine side
-//! ([`trainer`]: the joint graph compiled for steps, the forward graph for evaluation,
-//! gradient accumulation) checkpoints ([`checkpoint`]) and dynamic loss scaling ([`scaler`]).
+//! Training: the data a graph is trained on ([`data`]: datasets of named host tensors
+//! from `.npy` or CSV bytes, seeded splits and per-epoch shuffled batches; [`csv`]: the
+//! CSV reader; [`spirals`]: the generated spirals dataset), the optimisers ([`optim`]),
+//! dynamic loss scaling ([`scaler`]), checkpoints ([`checkpoint`]) and the loop's engine
+//! side ([`trainer`]: the joint graph compiled for steps, the forward graph for
+//! evaluation, gradient accumulation).
 
 pub mod checkpoint;
+pub mod csv;
+pub mod data;
 pub mod optim;
 pub mod scaler;
+pub mod spirals;
 // pub mod trainer;
+
+pub use csv::{CsvError, CsvOptions, LabelColumn};
+pub use data::{Batching, DataError, Dataset, Epoch, Feed, FEATURES, LABELS};
+pub use spirals::Spirals;
