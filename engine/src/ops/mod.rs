@@ -118,7 +118,7 @@ pub enum Op {
     MatMul(matmul::MatMulOp),
     /// Unary, binary (broadcasting) and `where`.
     Elementwise(elementwise::ElementwiseOp),
-    /// `reduce_sum`, `reduce_mean`.
+    /// `reduce_sum`, `reduce_mean`, `reduce_max`, `argmax`.
     Reduce(reduce::ReduceOp),
     /// `softmax`, `log_softmax`, `layer_norm`, `batch_norm`.
     Norm(norm::NormOp),
@@ -239,7 +239,16 @@ impl Op {
                 "clip: bounds must be numbers, got min {min:?}, max {max:?}"
             )),
             Op::Elementwise(_) => Ok(()),
-            Op::Reduce(r) => list("axes", r.axes.as_ref().map_or(0, Vec::len)),
+            Op::Reduce(r) => {
+                list("axes", r.axes.as_ref().map_or(0, Vec::len))?;
+                match (r.kind, r.axes.as_deref()) {
+                    (reduce::ReduceKind::ArgMax, Some(&[_])) => Ok(()),
+                    (reduce::ReduceKind::ArgMax, _) => {
+                        Err(format!("argmax: one axis, got {:?}", r.axes))
+                    }
+                    _ => Ok(()),
+                }
+            }
             Op::Movement(m) => {
                 for (what, len) in m.lists() {
                     list(what, len)?;
