@@ -123,7 +123,8 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ReduceOp> {
     })
 }
 
-/// Resolves reduction axes to a sorted set of distinct non-negative axes.
+/// Resolves reduction axes to a sorted set of distinct axes below `rank` (axis 0 of a
+/// rank-0 tensor, which [`shape::axis`] accepts, reduces nothing).
 pub fn resolve_axes(axes: &Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>, String> {
     let mut out = match axes {
         None => (0..rank).collect(),
@@ -138,6 +139,7 @@ pub fn resolve_axes(axes: &Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>, 
     if out.len() != n {
         return Err(format!("axes {axes:?} repeat an axis"));
     }
+    out.retain(|&a| a < rank);
     Ok(out)
 }
 
@@ -307,5 +309,16 @@ mod tests {
             infer("reduce_max", json!({ "axes": [0] }), "3,0").unwrap()[0],
             tensor("1,0")
         );
+    }
+
+    #[test]
+    fn axis_0_of_a_scalar_reduces_nothing() {
+        let infer = |op: &str| {
+            let attrs = json!({ "axes": [0], "keepdims": true });
+            let op = crate::ops::parse(op, attrs.as_object().unwrap()).unwrap();
+            op.infer(&[tensor("")])
+        };
+        assert_eq!(infer("reduce_sum").unwrap()[0], tensor(""));
+        assert_eq!(infer("reduce_max").unwrap()[0], tensor(""));
     }
 }
