@@ -31,6 +31,8 @@ impl Lower for LossOp {
             LossKind::SoftmaxCrossEntropy { label_smoothing } => label_smoothing,
             _ => 0.0,
         };
+        // Every element index of the logits must fit a kernel word too.
+        word(src.numel())?;
         let info = vec![
             word(n)?,
             word(classes)?,
