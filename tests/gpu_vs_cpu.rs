@@ -70,3 +70,68 @@ fn example_graphs_match_the_cpu_reference() {
         }
     }
 }
+
+#[test]
+fn a_mean_loss_runs_end_to_end_and_labels_out_of_range_never_read_past_a_row() {
+    use sluice_engine::exec::{RunConfig, RunContext};
+    use sluice_engine::{Tensor, TensorData};
+    use std::collections::HashMap;
+    let labels = |v: Vec<i32>| Tensor {
+        shape: vec![v.len()],
+        data: TensorData::I32(v),
+    };
+    let x = Tensor::f32(vec![2, 3], vec![1.0, 2.0, 3.0, 0.0, 0.0, 0.0]);
+    // Labels as a graph input: a rank-0 mean through a GPU session (upload, the
+    // driver, readback), and out-of-range labels refused before upload.
+    let g = sluice_engine::load_graph(
+        r#"{ "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 3] }, "y": { "shape": ["N"], "dtype": "i32" } },
+            "nodes": [ { "id": "ce", "op": "softmax_cross_entropy", "inputs": ["x", "y"],
+                         "attrs": { "label_smoothing": 0.1 } } ],
+            "outputs": ["ce"] }"#,
+    )
+    .unwrap();
+    let config = RunConfig {
+        batch: 2,
+        ..RunConfig::default()
+    };
+    let mut session = sluice_engine::gpu::session(&g, &Default::default(), &config).unwrap();
+    let run = |session: &mut sluice_engine::exec::Session, y: Vec<i32>| {
+        let data = HashMap::from([("x".to_string(), x.clone()), ("y".to_string(), labels(y))]);
+        session.run_blocking(&data, &RunContext::new("ce"))
+    };
+    let report = run(&mut session, vec![2, 0]).unwrap();
+    let loss = &report.outputs[0].1;
+    assert_eq!(loss.shape, Vec::<usize>::new());
+    // Row 0: lse 3.407606, nll 0.407606, smoothing term lse − 2; row 1: ln 3 both.
+    let want = (0.9 * 0.407_606 + 0.1 * 1.407_606 + 1.098_612) / 2.0;
+    let got = loss.as_f32().unwrap()[0];
+    assert!((got - want).abs() < 1e-5, "{got} != {want}");
+    let e = run(&mut session, vec![0, 3]).unwrap_err().to_string();
+    assert!(e.contains("label 3 is outside [0, 3)"), "{e}");
+    // Labels computed in the graph cannot be checked before the run: the CPU reference
+    // refuses them, the GPU gives NaN for that element and the right loss for the others.
+    let doc = serde_json::json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": [2, 3] }, "f": { "shape": [2] } },
+        "nodes": [
+            { "id": "y", "op": "cast", "inputs": ["f"], "attrs": { "to": "i32" } },
+            { "id": "l", "op": "nll_loss", "inputs": ["x", "y"], "attrs": { "reduction": "none" } }
+        ],
+        "outputs": ["l"]
+    });
+    let g = graph(&doc);
+    let inputs = HashMap::from([
+        ("x".to_string(), x.clone()),
+        ("f".to_string(), Tensor::f32(vec![2], vec![1.5, -1.0])),
+    ]);
+    let gpu = run_gpu(&g, &Default::default(), &inputs);
+    let v = gpu[0].1.as_f32().unwrap();
+    assert_eq!(v[0], -2.0);
+    assert!(v[1].is_nan(), "{v:?}");
+    let cpu = sluice_engine::cpu::run(&g, &Default::default(), &inputs);
+    assert!(cpu
+        .unwrap_err()
+        .to_string()
+        .contains("label -1 is outside [0, 3)"));
+}

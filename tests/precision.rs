@@ -43,6 +43,9 @@ fn every_operator_matches_its_f32_reference_in_16_bit_storage() {
     let mut failures = Vec::new();
     let cases = op_cases();
     for (i, case) in cases.iter().enumerate() {
+        if !case.half {
+            continue;
+        }
         let g = graph(&case.doc);
         let op = case.doc["nodes"][0]["op"]
             .as_str()

@@ -33,7 +33,30 @@ fn every_generated_kernel_validates_with_naga() {
     let labels: Vec<&String> = kernels.iter().map(|k| &k.label).collect();
     for (file, variants) in [
         ("matmul", &["matmul vec4", "matmul scalar"][..]),
-        ("reduce", &["thread", "group"][..]),
+        (
+            "reduce",
+            &[
+                "thread",
+                "group",
+                "reduce_max thread",
+                "reduce_max group",
+                "argmax",
+            ][..],
+        ),
+        (
+            "convert",
+            &["equal", "less", "greater", "cast", "one_hot"][..],
+        ),
+        (
+            "loss",
+            &[
+                "softmax_cross_entropy elements",
+                "softmax_cross_entropy mean",
+                "nll_loss elements",
+                "mse_loss none",
+                "bce_with_logits",
+            ][..],
+        ),
         ("movement", &["transpose", "gather"][..]),
         ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
         ("norm", &["softmax", "layer_norm", "batch_norm"][..]),

@@ -202,6 +202,10 @@ pub fn case_inputs(graph: &Graph, case: &op_cases::OpCase, seed: u64) -> HashMap
             }
         }
     }
+    for (name, values) in &case.floats {
+        let shape = inputs[*name].shape.clone();
+        inputs.insert(name.to_string(), Tensor::f32(shape, values.clone()));
+    }
     for (name, values) in &case.ints {
         let shape = inputs[*name].shape.clone();
         inputs.insert(

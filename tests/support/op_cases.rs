@@ -15,6 +15,12 @@ pub struct OpCase {
     pub positive: bool,
     /// Explicit i32 inputs: (name, values).
     pub ints: Vec<(&'static str, Vec<i32>)>,
+    /// Explicit f32 inputs: (name, values), for ties, NaN and saturation.
+    pub floats: Vec<(&'static str, Vec<f32>)>,
+    /// Also checked on the 16-bit storage paths (`tests/precision.rs`): false where
+    /// rounding inputs to f16 legitimately changes a discrete answer (an argmax, a
+    /// comparison, a saturating cast) rather than moving it within a tolerance.
+    pub half: bool,
 }
 
 fn case(label: impl Into<String>, doc: Value) -> OpCase {
@@ -23,6 +29,16 @@ fn case(label: impl Into<String>, doc: Value) -> OpCase {
         doc,
         positive: false,
         ints: Vec::new(),
+        floats: Vec::new(),
+        half: true,
+    }
+}
+
+fn typed(name: &'static str, shape: &[usize], dtype: &'static str) -> In<'static> {
+    In {
+        name,
+        shape: shape.to_vec(),
+        dtype,
     }
 }
 
@@ -134,8 +150,9 @@ pub fn op_cases() -> Vec<OpCase> {
         (vec![3, 5000], json!([1]), true),
         (vec![70, 3], json!([0]), false),
         (vec![3, 4], json!([]), true),
+        (vec![3, 4, 5], json!(null), false),
     ] {
-        for op in ["reduce_sum", "reduce_mean"] {
+        for op in ["reduce_sum", "reduce_mean", "reduce_max"] {
             v.push(case(
                 format!("{op} {shape:?} axes {axes} keepdims {keep}"),
                 single_op(
@@ -146,6 +163,43 @@ pub fn op_cases() -> Vec<OpCase> {
                 ),
             ));
         }
+    }
+    // Reduce family: argmax, and maxima with ties, infinities and NaN (f16-exact values).
+    for (shape, attrs) in [
+        (vec![7, 13], json!({})),
+        (vec![3, 70, 5], json!({ "axis": 1, "keepdims": true })),
+        (vec![4, 3], json!({ "axis": 0 })),
+        (vec![65], json!({ "axis": 0 })),
+    ] {
+        let mut c = case(
+            format!("argmax {shape:?} {attrs}"),
+            single_op("argmax", attrs, &[x(&shape)], 1),
+        );
+        c.half = false;
+        v.push(c);
+    }
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let special = vec![
+        1.0, 5.0, 5.0, -1.0, //
+        nan, 2.0, nan, 3.0, //
+        -inf, -inf, -inf, -inf, //
+        -2.0, inf, 7.0, inf, //
+        0.5, 0.5, -0.0, 0.0,
+    ];
+    for (op, attrs) in [
+        ("argmax", json!({})),
+        ("argmax", json!({ "axis": 0, "keepdims": true })),
+        ("reduce_max", json!({ "axes": [1] })),
+        ("reduce_max", json!({ "axes": [0], "keepdims": false })),
+    ] {
+        let mut c = case(
+            format!("{op} ties and NaN {attrs}"),
+            single_op(op, attrs, &[x(&[5, 4])], 1),
+        );
+        c.floats = vec![("x", special.clone())];
+        // f16 storage saturates infinities at ±65504 on upload.
+        c.half = op == "argmax";
+        v.push(c);
     }
     // Normalisation family.
     for axis in [0, 1, -1] {
@@ -273,6 +327,190 @@ pub fn op_cases() -> Vec<OpCase> {
         c.ints = vec![("i", ints)];
         v.push(c);
     }
+    // Convert family.
+    for op in ["equal", "less", "greater"] {
+        let mut c = case(
+            format!("{op} f32 [3,1,5],[4,1]"),
+            single_op(
+                op,
+                json!({}),
+                &[f32_in("a", &[3, 1, 5]), f32_in("b", &[4, 1])],
+                1,
+            ),
+        );
+        c.half = false;
+        v.push(c);
+        let mut c = case(
+            format!("{op} f32 ties and NaN"),
+            single_op(op, json!({}), &[f32_in("a", &[2, 4]), f32_in("b", &[4])], 1),
+        );
+        c.floats = vec![
+            ("a", vec![1.0, nan, -0.0, 3.0, 2.5, 2.0, inf, nan]),
+            ("b", vec![1.0, 1.0, 0.0, 4.0]),
+        ];
+        v.push(c);
+        let mut c = case(
+            format!("{op} i32 broadcast"),
+            single_op(
+                op,
+                json!({}),
+                &[typed("a", &[3, 67], "i32"), typed("b", &[67], "i32")],
+                1,
+            ),
+        );
+        // Beyond 2^24 integers must compare as integers, not as rounded floats.
+        let big = 16_777_217;
+        let a: Vec<i32> = (0..201).map(|i| [big, big - 1, -3, 0][i % 4]).collect();
+        let b: Vec<i32> = (0..67).map(|i| [big - 1, big, 0, -3, 7][i % 5]).collect();
+        c.ints = vec![("a", a), ("b", b)];
+        v.push(c);
+        v.push(case(
+            format!("{op} i32 scalar"),
+            single_op(
+                op,
+                json!({}),
+                &[typed("a", &[], "i32"), typed("b", &[257], "i32")],
+                1,
+            ),
+        ));
+    }
+    for (from, to) in [
+        ("f32", "i32"),
+        ("f32", "bool"),
+        ("f32", "f32"),
+        ("i32", "f32"),
+        ("i32", "bool"),
+        ("i32", "i32"),
+        ("bool", "f32"),
+        ("bool", "i32"),
+        ("bool", "bool"),
+    ] {
+        let mut c = case(
+            format!("cast {from} to {to}"),
+            single_op(
+                "cast",
+                json!({ "to": to }),
+                &[typed("x", &[3, 67], from)],
+                1,
+            ),
+        );
+        if from == "f32" {
+            // Truncation toward zero, saturation, NaN and signed zero; f16-exact where
+            // the 16-bit paths check them, beyond f16 (saturating) where they do not.
+            let mut values: Vec<f32> = (0..201).map(|i| (i as f32 - 100.0) * 0.375).collect();
+            values[..6].copy_from_slice(&[nan, -0.0, 1e4, -1e4, 2.75, -2.75]);
+            c.floats = vec![("x", values.clone())];
+            v.push(c);
+            if to == "i32" {
+                values[6..12].copy_from_slice(&[3e9, -3e9, 2147483520.0, -2147483648.0, inf, -inf]);
+                let mut c = case(
+                    "cast f32 to i32 saturating",
+                    single_op("cast", json!({ "to": "i32" }), &[x(&[201])], 1),
+                );
+                c.floats = vec![("x", values)];
+                c.half = false;
+                v.push(c);
+            }
+            continue;
+        }
+        if from == "i32" {
+            // Beyond 2^24 where the result stays an integer; within f16 where it is a
+            // float the 16-bit paths store.
+            let scale = if to == "f32" { 331 } else { 1_000_003 };
+            let values: Vec<i32> = (0..201).map(|i| (i - 100) * scale).collect();
+            c.ints = vec![("x", values)];
+        }
+        v.push(c);
+    }
+    for (shape, depth, ints) in [
+        (vec![2, 3], 4, vec![0, 3, -1, 4, 2, 1]),
+        (vec![], 1, vec![0]),
+        (
+            vec![67],
+            5,
+            (0..67).map(|i| i % 7 - 1).collect::<Vec<i32>>(),
+        ),
+    ] {
+        let mut c = case(
+            format!("one_hot {shape:?} depth {depth}"),
+            single_op(
+                "one_hot",
+                json!({ "depth": depth }),
+                &[typed("i", &shape, "i32")],
+                1,
+            ),
+        );
+        c.ints = vec![("i", ints)];
+        v.push(c);
+    }
+    // Loss family: every reduction, odd sizes, label smoothing, rank-0 results.
+    for (logits, labels, attrs) in [
+        (vec![5, 7], vec![6, 0, 3, 3, 1], json!({})),
+        (
+            vec![5, 7],
+            vec![6, 0, 3, 3, 1],
+            json!({ "reduction": "sum" }),
+        ),
+        (
+            vec![2, 3, 11],
+            vec![10, 0, 5, 2, 2, 9],
+            json!({ "reduction": "none", "label_smoothing": 0.2 }),
+        ),
+        (vec![9], vec![4], json!({ "reduction": "none" })),
+        (
+            vec![70, 300],
+            (0..70).map(|i| (i * 37) % 300).collect(),
+            json!({ "label_smoothing": 1.0 }),
+        ),
+    ] {
+        for op in ["softmax_cross_entropy", "nll_loss"] {
+            let mut attrs = attrs.clone();
+            if op == "nll_loss" {
+                if let Some(a) = attrs.as_object_mut() {
+                    a.remove("label_smoothing");
+                }
+            }
+            let rows = &logits[..logits.len() - 1];
+            let mut c = case(
+                format!("{op} {logits:?} {attrs}"),
+                single_op(
+                    op,
+                    attrs,
+                    &[f32_in("x", &logits), typed("y", rows, "i32")],
+                    1,
+                ),
+            );
+            c.ints = vec![("y", labels.clone())];
+            v.push(c);
+        }
+    }
+    for reduction in ["mean", "sum", "none"] {
+        for (op, shape) in [("mse_loss", vec![3, 67]), ("bce_with_logits", vec![257])] {
+            v.push(case(
+                format!("{op} {shape:?} {reduction}"),
+                single_op(
+                    op,
+                    json!({ "reduction": reduction }),
+                    &[f32_in("p", &shape), f32_in("t", &shape)],
+                    1,
+                ),
+            ));
+        }
+    }
+    let mut c = case(
+        "bce_with_logits extreme logits",
+        single_op(
+            "bce_with_logits",
+            json!({ "reduction": "none" }),
+            &[f32_in("p", &[6]), f32_in("t", &[6])],
+            1,
+        ),
+    );
+    c.floats = vec![
+        ("p", vec![30.0, -30.0, 0.0, 80.0, -80.0, 1e-3]),
+        ("t", vec![1.0, 0.0, 0.5, 0.0, 1.0, 0.25]),
+    ];
+    v.push(c);
     // Conv/pool family.
     let convs = [
         json!({ "out_channels": 4, "kernel_size": [3, 3] }),

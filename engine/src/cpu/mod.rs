@@ -9,8 +9,10 @@
 //! shapes fit the tensors they index.
 
 mod conv;
+mod convert;
 mod device;
 mod elementwise;
+mod loss;
 mod matmul;
 mod movement;
 mod norm;
@@ -52,6 +54,8 @@ pub fn eval(
         Op::Movement(o) => movement::eval(o, inputs, out_shapes),
         Op::Conv(o) => conv::eval(o, first, params, out).map(|t| vec![t]),
         Op::Constant(_) => Ok(vec![op_constant(op)]),
+        Op::Convert(o) => Ok(vec![convert::eval(o, inputs, out)?]),
+        Op::Loss(o) => Ok(vec![loss::eval(o, inputs, out)?]),
     }
 }
 
@@ -280,5 +284,56 @@ mod tests {
         .unwrap();
         let w = crate::Tensor::f32(vec![5, 3], vec![0.0; 15]);
         assert!(super::eval(&linear, &[&x], &[&w], &[vec![2, 3]]).is_err());
+    }
+
+    #[test]
+    fn a_mean_loss_runs_as_one_batch_refuses_micro_batches_and_checks_labels() {
+        use crate::exec::{RunConfig, RunContext};
+        use crate::tensor::{Tensor, TensorData};
+        let text = r#"{ "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 3] }, "y": { "shape": ["N"], "dtype": "i32" } },
+            "nodes": [ { "id": "ce", "op": "softmax_cross_entropy", "inputs": ["x", "y"] } ],
+            "outputs": ["ce"] }"#;
+        let g = load_graph(text).unwrap();
+        let data = |labels: Vec<i32>| {
+            std::collections::HashMap::from([
+                (
+                    "x".to_string(),
+                    Tensor::f32(vec![2, 3], vec![1.0, 2.0, 3.0, 0.0, 0.0, 0.0]),
+                ),
+                (
+                    "y".to_string(),
+                    Tensor {
+                        shape: vec![2],
+                        data: TensorData::I32(labels),
+                    },
+                ),
+            ])
+        };
+        let run = |microbatches: usize, labels: Vec<i32>| {
+            let config = RunConfig {
+                batch: 2,
+                microbatches,
+                ..RunConfig::default()
+            };
+            super::session(&g, &Default::default(), &config)
+                .and_then(|mut s| s.run_blocking(&data(labels), &RunContext::new("ce")))
+                .map(|r| r.outputs)
+                .map_err(|e| e.to_string())
+        };
+        let outs = run(1, vec![2, 0]).unwrap();
+        assert_eq!(outs[0].1.shape, Vec::<usize>::new());
+        // (0.407606 + ln 3) / 2, as computed by hand in cpu::loss's tests.
+        let v = outs[0].1.as_f32().unwrap()[0];
+        assert!((v - 0.753_109).abs() < 1e-5, "{v}");
+        let e = run(2, vec![2, 0]).unwrap_err();
+        assert!(
+            e.contains("softmax_cross_entropy with reduction \"mean\" over axis 0"),
+            "{e}"
+        );
+        let e = run(1, vec![3, 0]).unwrap_err();
+        assert!(e.contains("label 3 is outside [0, 3)"), "{e}");
+        let e = run(1, vec![0, -1]).unwrap_err();
+        assert!(e.contains("label -1 is outside [0, 3)"), "{e}");
     }
 }

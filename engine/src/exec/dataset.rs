@@ -212,16 +212,25 @@ pub fn check_plan_inputs(plan: &Plan, inputs: &Values) -> Result<(), RunError> {
             continue;
         };
         let len = i64::try_from(check.axis_len).unwrap_or(i64::MAX);
+        let low = if check.non_negative { 0 } else { -len };
         if let Some(bad) = idx
             .iter()
-            .find(|&&k| i64::from(k) < -len || i64::from(k) >= len)
+            .find(|&&k| i64::from(k) < low || i64::from(k) >= len)
         {
-            return Err(RunError::Input {
-                name: check.input.clone(),
-                message: format!(
+            let message = if check.non_negative {
+                format!(
+                    "label {bad} is outside [0, {len}), the classes of '{}'",
+                    check.node
+                )
+            } else {
+                format!(
                     "index {bad} is out of range for axis length {len} of '{}'",
                     check.node
-                ),
+                )
+            };
+            return Err(RunError::Input {
+                name: check.input.clone(),
+                message,
             });
         }
     }

@@ -5,12 +5,15 @@
 //! the mirrored file of `crate::gpu::lower`.
 //!
 //! Operators are grouped in families that share one kernel generator and one WGSL file in
-//! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant.
+//! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant,
+//! convert (comparisons, casts, one-hot), loss.
 
 pub mod attrs;
 pub mod constant;
 pub mod conv;
+pub mod convert;
 pub mod elementwise;
+pub mod loss;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
@@ -118,7 +121,7 @@ pub enum Op {
     MatMul(matmul::MatMulOp),
     /// Unary, binary (broadcasting) and `where`.
     Elementwise(elementwise::ElementwiseOp),
-    /// `reduce_sum`, `reduce_mean`.
+    /// `reduce_sum`, `reduce_mean`, `reduce_max`, `argmax`.
     Reduce(reduce::ReduceOp),
     /// `softmax`, `log_softmax`, `layer_norm`, `batch_norm`.
     Norm(norm::NormOp),
@@ -128,11 +131,15 @@ pub enum Op {
     Conv(conv::ConvOp),
     /// A constant tensor.
     Constant(constant::ConstantOp),
+    /// Comparisons, `cast`, `one_hot`: operators that change dtype.
+    Convert(convert::ConvertOp),
+    /// Losses.
+    Loss(loss::LossOp),
 }
 
 /// Every operator schema, grouped by family (the palette's data).
 pub fn schemas() -> Vec<&'static OpSchema> {
-    let families: [&'static [OpSchema]; 7] = [
+    let families: [&'static [OpSchema]; 9] = [
         matmul::SCHEMAS,
         elementwise::SCHEMAS,
         reduce::SCHEMAS,
@@ -140,6 +147,8 @@ pub fn schemas() -> Vec<&'static OpSchema> {
         movement::SCHEMAS,
         conv::SCHEMAS,
         constant::SCHEMAS,
+        convert::SCHEMAS,
+        loss::SCHEMAS,
     ];
     families.iter().flat_map(|f| f.iter()).collect()
 }
@@ -167,6 +176,8 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
         movement::FAMILY => movement::parse(name, &mut r).map(Op::Movement),
         conv::FAMILY => conv::parse(name, &mut r).map(Op::Conv),
         constant::FAMILY => Some(Op::Constant(constant::parse(&mut r))),
+        convert::FAMILY => convert::parse(name, &mut r).map(Op::Convert),
+        loss::FAMILY => loss::parse(name, &mut r).map(Op::Loss),
         _ => None,
     };
     let Some(op) = op else {
@@ -193,6 +204,8 @@ impl Op {
             Op::Movement(o) => o.name(),
             Op::Conv(o) => o.name(),
             Op::Constant(_) => "constant",
+            Op::Convert(o) => o.name(),
+            Op::Loss(o) => o.name(),
         }
     }
 
@@ -239,7 +252,16 @@ impl Op {
                 "clip: bounds must be numbers, got min {min:?}, max {max:?}"
             )),
             Op::Elementwise(_) => Ok(()),
-            Op::Reduce(r) => list("axes", r.axes.as_ref().map_or(0, Vec::len)),
+            Op::Reduce(r) => {
+                list("axes", r.axes.as_ref().map_or(0, Vec::len))?;
+                match (r.kind, r.axes.as_deref()) {
+                    (reduce::ReduceKind::ArgMax, Some(&[_])) => Ok(()),
+                    (reduce::ReduceKind::ArgMax, _) => {
+                        Err(format!("argmax: one axis, got {:?}", r.axes))
+                    }
+                    _ => Ok(()),
+                }
+            }
             Op::Movement(m) => {
                 for (what, len) in m.lists() {
                     list(what, len)?;
@@ -247,6 +269,8 @@ impl Op {
                 m.validate()
             }
             Op::Conv(c) => c.validate(),
+            Op::Convert(c) => c.validate(),
+            Op::Loss(l) => l.validate(),
             Op::Constant(c) => {
                 c.value.check()?;
                 if c.value.dtype() != DType::F32 || c.value.len() > constant::MAX_ELEMENTS {
@@ -292,6 +316,8 @@ impl Op {
             Op::Movement(o) => o.infer(inputs),
             Op::Conv(o) => o.infer(inputs),
             Op::Constant(o) => o.infer(inputs),
+            Op::Convert(o) => o.infer(inputs),
+            Op::Loss(o) => o.infer(inputs),
         }
     }
 
@@ -339,6 +365,8 @@ impl Op {
             Op::Movement(o) => o.batch(inputs, batch, outputs),
             Op::Conv(o) => o.batch(inputs, batch, outputs),
             Op::Constant(o) => o.batch(inputs, batch, outputs),
+            Op::Convert(o) => o.batch(inputs, batch, outputs),
+            Op::Loss(o) => o.batch(inputs, batch, outputs),
         }?;
         for (k, (t, b)) in outputs.iter().zip(&axes).enumerate() {
             if let Some(a) = *b {
@@ -382,7 +410,7 @@ impl Op {
         let flops = match self {
             Op::MatMul(o) => o.flops(&shapes(inputs), &shapes(outputs)),
             Op::Conv(o) => o.flops(&shapes(inputs), &shapes(outputs)),
-            Op::Norm(_) => read.saturating_mul(8),
+            Op::Norm(_) | Op::Loss(_) => read.saturating_mul(8),
             Op::Movement(_) | Op::Constant(_) => 0,
             _ => read.max(written),
         };
@@ -403,7 +431,8 @@ impl Op {
             },
             Op::Conv(o) => o.capabilities(),
             Op::Movement(o) => o.capabilities(),
-            Op::Reduce(_) | Op::Norm(_) | Op::Constant(_) => Capabilities::default(),
+            Op::Convert(o) => o.capabilities(),
+            Op::Reduce(_) | Op::Norm(_) | Op::Constant(_) | Op::Loss(_) => Capabilities::default(),
         }
     }
 
@@ -412,6 +441,7 @@ impl Op {
     pub fn index_input(&self) -> Option<IndexInput> {
         match self {
             Op::Movement(o) => o.index_input(),
+            Op::Loss(o) => o.index_input(),
             _ => None,
         }
     }
@@ -466,6 +496,9 @@ pub struct IndexInput {
     pub data: usize,
     /// The indexed axis of `data` (negative counts from the end).
     pub axis: i64,
+    /// Indices must be in [0, length) (class labels); otherwise negative ones count from
+    /// the end (`gather`).
+    pub non_negative: bool,
 }
 
 /// A size as a `u64` (lossless: `usize` is at most 64 bits on every target).

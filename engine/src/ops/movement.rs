@@ -329,6 +329,7 @@ impl MovementOp {
                 indices: 1,
                 data: 0,
                 axis: *axis,
+                non_negative: false,
             }),
             _ => None,
         }

@@ -1,10 +1,16 @@
-//! Reduce family: `reduce_sum` and `reduce_mean` over any axes, with or without kept
-//! dimensions. Kernels: `shaders/reduce.wgsl` (a thread per output for short reductions, a
-//! workgroup tree per output for long ones).
+//! Reduce family: `reduce_sum`, `reduce_mean` and `reduce_max` over any axes, with or
+//! without kept dimensions, and `argmax` along one axis. Kernels: `shaders/reduce.wgsl` (a
+//! thread per output for short reductions, a workgroup tree per output for long ones;
+//! `argmax` is a thread per output).
+//!
+//! NaN: `reduce_max` propagates it (a slice holding a NaN has maximum NaN, as numpy and
+//! PyTorch give) and `argmax` counts NaN above every number, so the index of the first NaN
+//! wins (PyTorch's and numpy's behaviour); CPU and GPU agree.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
 use super::{need_f32, Arity, OpSchema, TensorType};
-use crate::shape::{self, Dim};
+use crate::dtype::DType;
+use crate::shape::{self, show, Dim};
 
 /// Family tag.
 pub const FAMILY: &str = "reduce";
@@ -24,34 +30,72 @@ const ATTRS: &[AttrSpec] = &[
     ),
 ];
 
-/// Schemas of the family.
-pub const SCHEMAS: &[OpSchema] = &[
+const ARGMAX_ATTRS: &[AttrSpec] = &[
+    optional(
+        "axis",
+        AttrKind::Int,
+        "-1",
+        "Axis to search (negative counts from the end); it must not be empty.",
+    ),
+    optional(
+        "keepdims",
+        AttrKind::Bool,
+        "false",
+        "Keep the searched axis with size 1.",
+    ),
+];
+
+const fn reduction(name: &'static str, doc: &'static str) -> OpSchema {
     OpSchema {
-        name: "reduce_sum",
+        name,
         family: FAMILY,
-        doc: "Sum over axes.",
+        doc,
         inputs: Arity::Fixed(&["x"]),
         outputs: &["y"],
         attrs: ATTRS,
         params: &[],
-    },
+    }
+}
+
+/// Schemas of the family.
+pub const SCHEMAS: &[OpSchema] = &[
+    reduction("reduce_sum", "Sum over axes."),
+    reduction("reduce_mean", "Mean over axes."),
+    reduction(
+        "reduce_max",
+        "Maximum over axes (NaN when a reduced slice holds one; reduced axes must not be empty).",
+    ),
     OpSchema {
-        name: "reduce_mean",
+        name: "argmax",
         family: FAMILY,
-        doc: "Mean over axes.",
+        doc: "i32 index of the maximum along an axis; ties give the first index, NaN counts as the maximum.",
         inputs: Arity::Fixed(&["x"]),
-        outputs: &["y"],
-        attrs: ATTRS,
+        outputs: &["indices"],
+        attrs: ARGMAX_ATTRS,
         params: &[],
     },
 ];
 
+/// What a reduction computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceKind {
+    /// Sum.
+    Sum,
+    /// Mean.
+    Mean,
+    /// Maximum, NaN-propagating.
+    Max,
+    /// Index of the first maximum along one axis (i32).
+    ArgMax,
+}
+
 /// A parsed reduction.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReduceOp {
-    /// Mean instead of sum.
-    pub mean: bool,
-    /// Axes (None: all).
+    /// What it computes.
+    pub kind: ReduceKind,
+    /// Axes (None: all); `argmax` has exactly one.
     pub axes: Option<Vec<i64>>,
     /// Keep reduced axes as size 1.
     pub keepdims: bool,
@@ -59,19 +103,28 @@ pub struct ReduceOp {
 
 /// Parses attributes; `None` for a name outside the family.
 pub fn parse(name: &str, r: &mut AttrReader) -> Option<ReduceOp> {
-    let mean = match name {
-        "reduce_sum" => false,
-        "reduce_mean" => true,
+    let kind = match name {
+        "reduce_sum" => ReduceKind::Sum,
+        "reduce_mean" => ReduceKind::Mean,
+        "reduce_max" => ReduceKind::Max,
+        "argmax" => {
+            return Some(ReduceOp {
+                kind: ReduceKind::ArgMax,
+                axes: Some(vec![r.int("axis")]),
+                keepdims: r.bool("keepdims"),
+            })
+        }
         _ => return None,
     };
     Some(ReduceOp {
-        mean,
+        kind,
         axes: r.opt_ints("axes"),
         keepdims: r.bool("keepdims"),
     })
 }
 
-/// Resolves reduction axes to a sorted set of distinct non-negative axes.
+/// Resolves reduction axes to a sorted set of distinct axes below `rank` (axis 0 of a
+/// rank-0 tensor, which [`shape::axis`] accepts, reduces nothing).
 pub fn resolve_axes(axes: &Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>, String> {
     let mut out = match axes {
         None => (0..rank).collect(),
@@ -86,24 +139,49 @@ pub fn resolve_axes(axes: &Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>, 
     if out.len() != n {
         return Err(format!("axes {axes:?} repeat an axis"));
     }
+    out.retain(|&a| a < rank);
     Ok(out)
 }
 
 impl ReduceOp {
     /// Name in graph files.
     pub fn name(&self) -> &'static str {
-        if self.mean {
-            "reduce_mean"
-        } else {
-            "reduce_sum"
+        match self.kind {
+            ReduceKind::Sum => "reduce_sum",
+            ReduceKind::Mean => "reduce_mean",
+            ReduceKind::Max => "reduce_max",
+            ReduceKind::ArgMax => "argmax",
         }
     }
 
-    /// Output type.
+    /// The reduced axes of an input of rank `rank`, sorted: for `argmax` its one axis,
+    /// which must exist.
+    pub fn axes(&self, rank: usize) -> Result<Vec<usize>, String> {
+        if self.kind != ReduceKind::ArgMax {
+            return resolve_axes(&self.axes, rank);
+        }
+        match self.axes.as_deref() {
+            Some(&[a]) => shape::existing_axis(a, rank).map(|a| vec![a]),
+            _ => Err(format!("argmax takes one axis, got {:?}", self.axes)),
+        }
+    }
+
+    /// Output type: the input without the reduced axes (or with them as 1), f32 or, for
+    /// `argmax`, i32. `reduce_max` and `argmax` refuse an empty reduced axis (a maximum of
+    /// nothing has no value).
     pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
-        need_f32(self.name(), "input", &inputs[0])?;
+        let name = self.name();
+        need_f32(name, "input", &inputs[0])?;
         let x = &inputs[0].shape;
-        let axes = resolve_axes(&self.axes, x.len())?;
+        let axes = self.axes(x.len())?;
+        if matches!(self.kind, ReduceKind::Max | ReduceKind::ArgMax) {
+            if let Some(&a) = axes.iter().find(|&&a| x[a] == Dim::Known(0)) {
+                return Err(format!(
+                    "{name} over axis {a} of {}, which is empty: a maximum of nothing has no value",
+                    show(x)
+                ));
+            }
+        }
         let mut out = Vec::new();
         for (i, d) in x.iter().enumerate() {
             if !axes.contains(&i) {
@@ -112,7 +190,12 @@ impl ReduceOp {
                 out.push(Dim::Known(1));
             }
         }
-        Ok(vec![TensorType::f32(out)])
+        let dtype = if self.kind == ReduceKind::ArgMax {
+            DType::I32
+        } else {
+            DType::F32
+        };
+        Ok(vec![TensorType { shape: out, dtype }])
     }
 
     /// Batch rule: reducing the batch axis couples (the sum runs over samples); otherwise
@@ -126,7 +209,7 @@ impl ReduceOp {
         let Some(b) = batch[0] else {
             return Ok(vec![None]);
         };
-        let axes = resolve_axes(&self.axes, inputs[0].shape.len())?;
+        let axes = self.axes(inputs[0].shape.len())?;
         if axes.contains(&b) {
             return Err(format!("{} over axis {b}, the batch axis", self.name()));
         }
@@ -141,7 +224,7 @@ impl ReduceOp {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{couples, rule};
+    use crate::ops::testing::{couples, rule, tensor};
     use serde_json::json;
 
     #[test]
@@ -175,5 +258,67 @@ mod tests {
             r(json!({ "axes": [] }), ("N,4", Some(0))),
             Ok(vec![Some(0)])
         );
+    }
+
+    #[test]
+    fn argmax_and_reduce_max_couple_over_the_batch_axis_only() {
+        couples(
+            rule("argmax", json!({ "axis": 0 }), &[("N,4", Some(0))]),
+            &["argmax over axis 0, the batch axis"],
+        );
+        couples(
+            rule("reduce_max", json!({}), &[("N,4", Some(0))]),
+            &["reduce_max over axis 0, the batch axis"],
+        );
+        assert_eq!(
+            rule("argmax", json!({}), &[("N,4", Some(0))]),
+            Ok(vec![Some(0)])
+        );
+        assert_eq!(
+            rule("argmax", json!({ "axis": 0 }), &[("4,N,3", Some(1))]),
+            Ok(vec![Some(0)])
+        );
+        assert_eq!(
+            rule(
+                "argmax",
+                json!({ "axis": 0, "keepdims": true }),
+                &[("4,N", Some(1))]
+            ),
+            Ok(vec![Some(1)])
+        );
+    }
+
+    #[test]
+    fn argmax_gives_i32_and_refuses_empty_or_missing_axes() {
+        let infer = |op: &str, attrs: serde_json::Value, x: &str| {
+            let op = crate::ops::parse(op, attrs.as_object().unwrap()).unwrap();
+            op.infer(&[tensor(x)])
+        };
+        let y = infer("argmax", json!({}), "N,5").unwrap();
+        assert_eq!(y[0], tensor("i32:N"));
+        let y = infer("argmax", json!({ "axis": 1, "keepdims": true }), "2,5,3").unwrap();
+        assert_eq!(y[0], tensor("i32:2,1,3"));
+        let e = infer("argmax", json!({ "axis": 1 }), "3,0").unwrap_err();
+        assert!(e.contains("axis 1 of [3, 0], which is empty"), "{e}");
+        let e = infer("reduce_max", json!({}), "0,2").unwrap_err();
+        assert!(e.contains("reduce_max over axis 0"), "{e}");
+        assert!(infer("argmax", json!({ "axis": 2 }), "3,4").is_err());
+        assert!(infer("argmax", json!({}), "").is_err());
+        assert!(infer("argmax", json!({}), "i32:3").is_err());
+        assert_eq!(
+            infer("reduce_max", json!({ "axes": [0] }), "3,0").unwrap()[0],
+            tensor("1,0")
+        );
+    }
+
+    #[test]
+    fn axis_0_of_a_scalar_reduces_nothing() {
+        let infer = |op: &str| {
+            let attrs = json!({ "axes": [0], "keepdims": true });
+            let op = crate::ops::parse(op, attrs.as_object().unwrap()).unwrap();
+            op.infer(&[tensor("")])
+        };
+        assert_eq!(infer("reduce_sum").unwrap()[0], tensor(""));
+        assert_eq!(infer("reduce_max").unwrap()[0], tensor(""));
     }
 }

@@ -213,6 +213,9 @@ pub struct IndexCheck {
     pub node: String,
     /// Length of the indexed axis.
     pub axis_len: usize,
+    /// Indices must be in [0, axis_len) (class labels); otherwise [-axis_len, axis_len).
+    #[serde(default)]
+    pub non_negative: bool,
 }
 
 /// Planned and naive memory.
@@ -479,6 +482,7 @@ impl<'g> Builder<'g> {
                         input,
                         node: node.id.clone(),
                         axis_len: dims[a],
+                        non_negative: index.non_negative,
                     });
                 }
             }

@@ -19,7 +19,7 @@ impl Lower for ConvOp {
                 input,
                 output,
                 &[2, 3],
-                true,
+                crate::ops::reduce::ReduceKind::Mean,
                 ctx.f16_compute,
             )?;
             return Ok(Lowering::Kernels(vec![k]));

@@ -8,7 +8,9 @@
 //! refuse what does not fit 32 bits.
 
 mod conv;
+mod convert;
 pub mod elementwise;
+mod loss;
 pub mod matmul;
 mod movement;
 mod norm;
@@ -32,6 +34,8 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
         Op::Norm(o) => o.lower(ctx),
         Op::Movement(o) => o.lower(ctx),
         Op::Conv(o) => o.lower(ctx),
+        Op::Convert(o) => o.lower(ctx),
+        Op::Loss(o) => o.lower(ctx),
         Op::Constant(_) => Err("internal: constants are uploaded, not lowered".into()),
     }?;
     let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {

@@ -10,26 +10,26 @@ const SHADER: &str = include_str!("../../../../shaders/reduce.wgsl");
 impl Lower for ReduceOp {
     /// GPU kernel.
     fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
-        let axes = resolve_axes(&self.axes, ctx.inputs[0].shape.len())?;
+        let axes = self.axes(ctx.inputs[0].shape.len())?;
         Ok(Lowering::Kernels(vec![reduce_kernel(
             self.name(),
             &ctx.inputs[0],
             &ctx.outputs[0],
             &axes,
-            self.mean,
+            self.kind,
             ctx.f16_compute,
         )?]))
     }
 }
 
-/// A kernel summing `input` over `axes` (sorted) into `output`, scaled to a mean when
-/// `mean`, accumulating in f16 when `f16_compute`.
+/// A kernel reducing `input` over `axes` (sorted) into `output` as `kind` says: sums
+/// accumulate in f16 when `f16_compute`, maxima and argmax always compare in f32.
 pub fn reduce_kernel(
     label: &str,
     input: &Concrete,
     output: &Concrete,
     axes: &[usize],
-    mean: bool,
+    kind: ReduceKind,
     f16_compute: bool,
 ) -> Result<Kernel, String> {
     let x = &input.shape;
@@ -42,7 +42,7 @@ pub fn reduce_kernel(
         .iter()
         .enumerate()
         .all(|(k, &a)| a == x.len() - axes.len() + k);
-    let scale = if mean && count > 0 {
+    let scale = if kind == ReduceKind::Mean && count > 0 {
         1.0 / count as f32
     } else {
         1.0
@@ -70,9 +70,33 @@ pub fn reduce_kernel(
     let mut b = Bindings::new();
     b.add("dst", Slot::Output(0), output.storage, true);
     b.add("src", Slot::Input(0), input.storage, false);
-    let acc = if f16_compute { "f16" } else { "f32" };
-    let group = count >= WG as usize && n_out <= (MAX_GROUPS as usize) * (MAX_GROUPS as usize);
     let common = variant(SHADER, "common");
+    if kind == ReduceKind::ArgMax {
+        if output.storage != Storage::I32 || count == 0 {
+            return Err(format!(
+                "argmax needs an i32 output and a non-empty axis, got {:?} over {count}",
+                output.storage
+            ));
+        }
+        let body = fill(variant(SHADER, "argmax"), &[("WG", WG.to_string())]);
+        return Ok(Kernel {
+            label: format!("{label} argmax"),
+            source: format!("{}\n{common}\n{body}", b.wgsl()),
+            slots: b.slots(),
+            info,
+            workgroups: dispatch_1d(n_out, WG)?,
+        });
+    }
+    let (acc, combine, init) = match kind {
+        ReduceKind::Max if count == 0 => {
+            return Err(format!("{label} over an empty axis has no value"));
+        }
+        ReduceKind::Max => ("f32", "max", "ld_src(base + red_offset(0u))"),
+        _ if f16_compute => ("f16", "sum", "f16(0.0)"),
+        _ => ("f32", "sum", "f32(0.0)"),
+    };
+    let combine = fill(variant(SHADER, combine), &[("ACC", acc.into())]);
+    let group = count >= WG as usize && n_out <= (MAX_GROUPS as usize) * (MAX_GROUPS as usize);
     let (name, body, workgroups) = if group {
         let packed = output.storage == Storage::Packed;
         let per = if packed { 2 } else { 1 };
@@ -86,13 +110,17 @@ pub fn reduce_kernel(
             &[
                 ("WG", WG.to_string()),
                 ("ACC", acc.into()),
+                ("INIT", init.into()),
                 ("PER_GROUP", per.to_string()),
                 ("STORE", store),
             ],
         );
         ("group", body, dispatch_1d(n_out.div_ceil(per), 1)?)
     } else {
-        let value = fill(variant(SHADER, "thread"), &[("ACC", acc.into())]);
+        let value = fill(
+            variant(SHADER, "thread"),
+            &[("ACC", acc.into()), ("INIT", init.into())],
+        );
         let (main, threads) = per_element_main(output.storage, n_out);
         (
             "thread",
@@ -102,7 +130,7 @@ pub fn reduce_kernel(
     };
     Ok(Kernel {
         label: format!("{label} {name}"),
-        source: format!("{}\n{common}\n{body}", b.wgsl()),
+        source: format!("{}\n{common}\n{combine}\n{body}", b.wgsl()),
         slots: b.slots(),
         info,
         workgroups,

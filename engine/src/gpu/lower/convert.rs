@@ -1,0 +1,121 @@
+//! GPU lowering of the convert family.
+
+use super::Lower;
+use crate::dtype::DType;
+use crate::gpu::kernel::*;
+use crate::ops::convert::*;
+use crate::shape::broadcast_strides;
+
+const SHADER: &str = include_str!("../../../../shaders/convert.wgsl");
+
+/// The WGSL reading element `index` of binding `name` holding `t`: an f32 for float
+/// storages, the i32 itself for i32, and the u32 0/1 for bool.
+fn read(name: &str, t: &Concrete, index: &str) -> String {
+    match t.storage {
+        Storage::I32 | Storage::Bool => format!("{name}[{index}]"),
+        _ => format!("ld_{name}({index})"),
+    }
+}
+
+impl Lower for ConvertOp {
+    /// GPU kernel.
+    fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
+        let (input, out) = (&ctx.inputs[0], &ctx.outputs[0]);
+        let n = out.numel();
+        let mut b = Bindings::new();
+        b.add("dst", Slot::Output(0), out.storage, true);
+        let mut info = vec![word(n)?];
+        let common = variant(SHADER, "common");
+        let body = match self {
+            ConvertOp::Compare(c) => {
+                info.push(word(out.shape.len())?);
+                for &d in &out.shape {
+                    info.push(word(d)?);
+                }
+                let mut args = Vec::new();
+                for (k, t) in ctx.inputs.iter().enumerate() {
+                    for s in broadcast_strides(&t.shape, &out.shape)? {
+                        info.push(word(s)?);
+                    }
+                    let name = format!("src{k}");
+                    b.add(&name, Slot::Input(k), t.storage, false);
+                    args.push(read(&name, t, &format!("sl_offset(i, {k}u)")));
+                }
+                let op = match c {
+                    Comparison::Equal => "==",
+                    Comparison::Less => "<",
+                    Comparison::Greater => ">",
+                };
+                let word_fn = fill(
+                    variant(SHADER, "compare"),
+                    &[
+                        ("A", args[0].clone()),
+                        ("B", args[1].clone()),
+                        ("OP", op.into()),
+                    ],
+                );
+                format!("{}\n{word_fn}\n{}", variant(SHADER, "offset"), words_main())
+            }
+            ConvertOp::Cast { to } => {
+                b.add("src", Slot::Input(0), input.storage, false);
+                let x = read("src", input, "i");
+                let (name, expr) = match (input.dtype, to) {
+                    (DType::F32, DType::I32) => ("to_i32", format!("sl_to_i32({x})")),
+                    (DType::I32, DType::I32) => ("to_i32", x),
+                    (DType::Bool, DType::I32) => ("to_i32", format!("i32({x})")),
+                    (DType::F32, DType::Bool) => (
+                        "to_bool",
+                        format!("select(0u, 1u, sl_isnan({x}) || {x} != 0.0)"),
+                    ),
+                    (DType::I32, DType::Bool) => ("to_bool", format!("select(0u, 1u, {x} != 0)")),
+                    (DType::Bool, DType::Bool) => ("to_bool", format!("select(0u, 1u, {x} != 0u)")),
+                    (DType::F32, DType::F32) => ("to_f32", x),
+                    (_, DType::F32) => ("to_f32", format!("f32({x})")),
+                };
+                let f = fill(variant(SHADER, name), &[("EXPR", expr)]);
+                if *to == DType::F32 {
+                    per_element(&f, out.storage, n)?
+                } else {
+                    format!("{f}\n{}", words_main())
+                }
+            }
+            ConvertOp::OneHot { depth } => {
+                if input.storage != Storage::I32 {
+                    return Err(format!(
+                        "one_hot needs i32 indices, got {:?}",
+                        input.storage
+                    ));
+                }
+                b.add("src", Slot::Input(0), input.storage, false);
+                info.push(word(*depth)?);
+                per_element(variant(SHADER, "one_hot"), out.storage, n)?
+            }
+        };
+        let workgroups = if out.storage == Storage::Packed {
+            dispatch_1d(n.div_ceil(2), WG)?
+        } else {
+            dispatch_1d(n, WG)?
+        };
+        Ok(Lowering::Kernels(vec![Kernel {
+            label: self.name().to_string(),
+            source: format!("{}\n{common}\n{body}", b.wgsl()),
+            slots: b.slots(),
+            info,
+            workgroups,
+        }]))
+    }
+}
+
+/// The entry point writing `word(i)` to every element of an i32 or bool output.
+fn words_main() -> String {
+    fill(variant(SHADER, "words"), &[("WG", WG.to_string())])
+}
+
+/// `value` and the generated entry point for a float output in `storage`.
+fn per_element(value: &str, storage: Storage, n: usize) -> Result<String, String> {
+    if !matches!(storage, Storage::F32 | Storage::F16 | Storage::Packed) {
+        return Err(format!("internal: a float output stored as {storage:?}"));
+    }
+    let (main, _) = per_element_main(storage, n);
+    Ok(format!("{value}\n{main}"))
+}

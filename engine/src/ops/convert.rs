@@ -1,0 +1,287 @@
+//! Convert family: operators whose output dtype differs from their inputs'. Comparisons
+//! (`equal`, `less`, `greater`: f32 or i32 operands of one dtype, numpy broadcasting, bool
+//! output), `cast` between f32, i32 and bool, and `one_hot` (i32 indices → f32 rows).
+//! Kernels: `shaders/convert.wgsl`.
+//!
+//! They are not fused with pointwise neighbours: fused units compose f32 expressions, and
+//! these operators exist to leave f32. Integers are compared and copied as integers (never
+//! through f32, which would round those beyond 2^24).
+//!
+//! Conversions: f32 → i32 truncates toward zero and saturates at i32's range, NaN giving 0
+//! (Rust's `as`); i32 → f32 rounds to nearest; bool → number is 1 or 0; number → bool is
+//! `x != 0` (so NaN is true, as in PyTorch). Comparisons follow IEEE: NaN is neither equal
+//! to, less than nor greater than anything.
+
+use super::attrs::{required, AttrKind, AttrReader, AttrSpec};
+use super::{broadcast_batch, Arity, Capabilities, OpSchema, TensorType};
+use crate::dtype::DType;
+use crate::shape::{broadcast, show, Dim};
+
+/// Family tag.
+pub const FAMILY: &str = "convert";
+
+const CAST_ATTRS: &[AttrSpec] = &[required(
+    "to",
+    AttrKind::Choice(&["f32", "i32", "bool"]),
+    "Target dtype: f32 → i32 truncates toward zero, saturating, NaN → 0; bool → number is 1/0; number → bool is x != 0.",
+)];
+
+const ONE_HOT_ATTRS: &[AttrSpec] = &[required(
+    "depth",
+    AttrKind::Int,
+    "Number of classes (at least 1): the length of the added last axis.",
+)];
+
+const fn comparison(name: &'static str, doc: &'static str) -> OpSchema {
+    OpSchema {
+        name,
+        family: FAMILY,
+        doc,
+        inputs: Arity::Fixed(&["a", "b"]),
+        outputs: &["y"],
+        attrs: &[],
+        params: &[],
+    }
+}
+
+/// Schemas of the family.
+pub const SCHEMAS: &[OpSchema] = &[
+    comparison(
+        "equal",
+        "a == b as bool, broadcasting; a and b both f32 or both i32 (NaN equals nothing).",
+    ),
+    comparison(
+        "less",
+        "a < b as bool, broadcasting; a and b both f32 or both i32.",
+    ),
+    comparison(
+        "greater",
+        "a > b as bool, broadcasting; a and b both f32 or both i32.",
+    ),
+    OpSchema {
+        name: "cast",
+        family: FAMILY,
+        doc: "Converts x to another dtype (f32, i32 or bool).",
+        inputs: Arity::Fixed(&["x"]),
+        outputs: &["y"],
+        attrs: CAST_ATTRS,
+        params: &[],
+    },
+    OpSchema {
+        name: "one_hot",
+        family: FAMILY,
+        doc: "f32 one-hot rows of i32 indices: shape indices.shape + [depth]; an index outside [0, depth) gives a row of zeros.",
+        inputs: Arity::Fixed(&["indices"]),
+        outputs: &["y"],
+        attrs: ONE_HOT_ATTRS,
+        params: &[],
+    },
+];
+
+/// A comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Comparison {
+    /// a == b
+    Equal,
+    /// a < b
+    Less,
+    /// a > b
+    Greater,
+}
+
+/// A parsed convert-family operator.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConvertOp {
+    /// `equal`, `less`, `greater`.
+    Compare(Comparison),
+    /// `cast` to a dtype.
+    Cast {
+        /// Target dtype.
+        to: DType,
+    },
+    /// `one_hot` with `depth` classes.
+    OneHot {
+        /// Length of the added axis (at least 1).
+        depth: usize,
+    },
+}
+
+/// Parses attributes; `None` for a name outside the family.
+pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvertOp> {
+    Some(match name {
+        "equal" => ConvertOp::Compare(Comparison::Equal),
+        "less" => ConvertOp::Compare(Comparison::Less),
+        "greater" => ConvertOp::Compare(Comparison::Greater),
+        "cast" => ConvertOp::Cast {
+            to: DType::parse(&r.choice("to")).unwrap_or(DType::F32),
+        },
+        "one_hot" => ConvertOp::OneHot {
+            depth: r.size("depth", 1),
+        },
+        _ => return None,
+    })
+}
+
+impl Comparison {
+    /// The operator's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Comparison::Equal => "equal",
+            Comparison::Less => "less",
+            Comparison::Greater => "greater",
+        }
+    }
+}
+
+impl ConvertOp {
+    /// Name in graph files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ConvertOp::Compare(c) => c.name(),
+            ConvertOp::Cast { .. } => "cast",
+            ConvertOp::OneHot { .. } => "one_hot",
+        }
+    }
+
+    /// Nothing beyond the defaults: not pointwise for fusion (see the module docs).
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    /// Checks what parsing guarantees (`one_hot`'s depth in range).
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            ConvertOp::OneHot { depth } => {
+                let max = usize::try_from(super::attrs::MAX_SIZE).unwrap_or(usize::MAX);
+                if *depth == 0 || *depth > max {
+                    return Err(format!("one_hot: depth {depth} is out of range"));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Output types.
+    pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        let name = self.name();
+        match self {
+            ConvertOp::Compare(_) => {
+                let (a, b) = (&inputs[0], &inputs[1]);
+                if a.dtype != b.dtype || a.dtype == DType::Bool {
+                    return Err(format!(
+                        "'{name}' compares two f32 or two i32 operands, got {a} and {b}"
+                    ));
+                }
+                let shape = broadcast(&a.shape, &b.shape).map_err(|_| {
+                    format!(
+                        "input shapes {} and {} do not broadcast",
+                        show(&a.shape),
+                        show(&b.shape)
+                    )
+                })?;
+                Ok(vec![TensorType {
+                    shape,
+                    dtype: DType::Bool,
+                }])
+            }
+            ConvertOp::Cast { to } => Ok(vec![TensorType {
+                shape: inputs[0].shape.clone(),
+                dtype: *to,
+            }]),
+            ConvertOp::OneHot { depth } => {
+                let i = &inputs[0];
+                if i.dtype != DType::I32 {
+                    return Err(format!("'one_hot' needs i32 indices, got {i}"));
+                }
+                let mut shape = i.shape.clone();
+                shape.push(Dim::Known(*depth));
+                Ok(vec![TensorType::f32(shape)])
+            }
+        }
+    }
+
+    /// Batch rule: comparisons broadcast like the elementwise operators; `cast` keeps the
+    /// axis, and so does `one_hot` (its new axis is last).
+    pub fn batch(
+        &self,
+        inputs: &[TensorType],
+        batch: &[Option<usize>],
+        outputs: &[TensorType],
+    ) -> Result<Vec<Option<usize>>, String> {
+        match self {
+            ConvertOp::Compare(_) => {
+                let rank = outputs[0].shape.len();
+                Ok(vec![broadcast_batch(self.name(), inputs, batch, rank)?])
+            }
+            ConvertOp::Cast { .. } | ConvertOp::OneHot { .. } => Ok(vec![batch[0]]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::testing::{couples, rule, tensor};
+    use crate::ops::{parse, TensorType};
+    use serde_json::{json, Value};
+
+    fn infer(op: &str, attrs: Value, inputs: &[&str]) -> Result<Vec<TensorType>, String> {
+        let op = parse(op, attrs.as_object().unwrap()).map_err(|e| format!("{e:?}"))?;
+        let types: Vec<TensorType> = inputs.iter().map(|t| tensor(t)).collect();
+        op.infer(&types)
+    }
+
+    #[test]
+    fn comparisons_broadcast_same_dtype_operands_into_bool() {
+        let y = infer("less", json!({}), &["N,1,3", "4,1"]).unwrap();
+        assert_eq!(y[0], tensor("bool:N,4,3"));
+        let y = infer("equal", json!({}), &["i32:2,3", "i32:"]).unwrap();
+        assert_eq!(y[0], tensor("bool:2,3"));
+        let e = infer("greater", json!({}), &["2,3", "i32:2,3"]).unwrap_err();
+        assert!(e.contains("two f32 or two i32"), "{e}");
+        assert!(e.contains("f32 [2, 3] and i32 [2, 3]"), "{e}");
+        assert!(infer("equal", json!({}), &["bool:2", "bool:2"]).is_err());
+        let e = infer("equal", json!({}), &["2,3", "4"]).unwrap_err();
+        assert!(e.contains("[2, 3] and [4] do not broadcast"), "{e}");
+    }
+
+    #[test]
+    fn cast_and_one_hot_types() {
+        let y = infer("cast", json!({ "to": "i32" }), &["N,3"]).unwrap();
+        assert_eq!(y[0], tensor("i32:N,3"));
+        let y = infer("cast", json!({ "to": "bool" }), &["i32:"]).unwrap();
+        assert_eq!(y[0], tensor("bool:"));
+        assert!(infer("cast", json!({ "to": "f16" }), &["3"]).is_err());
+        assert!(infer("cast", json!({}), &["3"]).is_err());
+        let y = infer("one_hot", json!({ "depth": 5 }), &["i32:N,2"]).unwrap();
+        assert_eq!(y[0], tensor("N,2,5"));
+        let y = infer("one_hot", json!({ "depth": 1 }), &["i32:"]).unwrap();
+        assert_eq!(y[0], tensor("1"));
+        let e = infer("one_hot", json!({ "depth": 3 }), &["N,2"]).unwrap_err();
+        assert!(e.contains("needs i32 indices, got f32 [N, 2]"), "{e}");
+        assert!(infer("one_hot", json!({ "depth": 0 }), &["i32:3"]).is_err());
+        assert!(infer("one_hot", json!({}), &["i32:3"]).is_err());
+    }
+
+    #[test]
+    fn batch_rules() {
+        assert_eq!(
+            rule("equal", json!({}), &[("N,4", Some(0)), ("4", None)]),
+            Ok(vec![Some(0)])
+        );
+        couples(
+            rule("less", json!({}), &[("N,1", Some(0)), ("1,N", Some(1))]),
+            &["less", "axis 0", "axis 1"],
+        );
+        assert_eq!(
+            rule("cast", json!({ "to": "f32" }), &[("i32:3,N", Some(1))]),
+            Ok(vec![Some(1)])
+        );
+        assert_eq!(
+            rule("one_hot", json!({ "depth": 7 }), &[("i32:N", Some(0))]),
+            Ok(vec![Some(0)])
+        );
+    }
+}
