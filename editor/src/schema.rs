@@ -179,6 +179,7 @@ pub fn parse_value(kind: &AttrKind, text: &str) -> Result<Option<Value>, String>
         },
         AttrKind::Ints => list(&int)?,
         AttrKind::Floats => list(&float)?,
+        AttrKind::Text => Value::String(t.to_string()),
         AttrKind::Choice(options) => {
             if !options.iter().any(|o| o == t) {
                 return Err(format!("'{t}' is not one of {}", options.join(", ")));

@@ -11,6 +11,7 @@
 mod conv;
 mod device;
 mod elementwise;
+mod grad;
 mod matmul;
 mod movement;
 mod norm;
@@ -42,6 +43,7 @@ pub fn eval(
     let (first, out) = match (x, out_shapes.first()) {
         (Some(x), Some(out)) => (x, out),
         _ if matches!(op, Op::Constant(_)) => return Ok(vec![op_constant(op)]),
+        _ if matches!(op, Op::Param(_)) => return param_value(params),
         _ => return Err("an operator needs an input and an output shape".into()),
     };
     match op {
@@ -52,6 +54,8 @@ pub fn eval(
         Op::Movement(o) => movement::eval(o, inputs, out_shapes),
         Op::Conv(o) => conv::eval(o, first, params, out).map(|t| vec![t]),
         Op::Constant(_) => Ok(vec![op_constant(op)]),
+        Op::Param(_) => param_value(params),
+        Op::Grad(o) => grad::eval(o, inputs, out).map(|t| vec![t]),
     }
 }
 
@@ -98,6 +102,14 @@ fn check_operands(
     Ok(())
 }
 
+/// A `param` operator's value: the weight it reads.
+fn param_value(params: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+    match params {
+        [w] => Ok(vec![(*w).clone()]),
+        _ => Err("a param reads exactly one weight".into()),
+    }
+}
+
 /// A constant operator's value.
 fn op_constant(op: &Op) -> Tensor {
     op.constant_value()
@@ -136,7 +148,7 @@ pub fn run(
             .params
             .iter()
             .map(|p| {
-                let key = format!("{}.{}", node.id, p.name);
+                let key = node.param_key(p);
                 weights.get(&key).ok_or(RunError::MissingWeight(key))
             })
             .collect::<Result<_, _>>()?;

@@ -5,12 +5,16 @@
 //! the mirrored file of `crate::gpu::lower`.
 //!
 //! Operators are grouped in families that share one kernel generator and one WGSL file in
-//! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant.
+//! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant
+//! (and `param`), gradient. Each family also declares its gradient rule (`fn grad`, over
+//! [`backward::GradContext`]), which `crate::autodiff` drives.
 
 pub mod attrs;
+pub mod backward;
 pub mod constant;
 pub mod conv;
 pub mod elementwise;
+pub mod grad;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
@@ -128,11 +132,15 @@ pub enum Op {
     Conv(conv::ConvOp),
     /// A constant tensor.
     Constant(constant::ConstantOp),
+    /// A weight read by key.
+    Param(constant::ParamOp),
+    /// Backward operators.
+    Grad(grad::GradOp),
 }
 
 /// Every operator schema, grouped by family (the palette's data).
 pub fn schemas() -> Vec<&'static OpSchema> {
-    let families: [&'static [OpSchema]; 7] = [
+    let families: [&'static [OpSchema]; 9] = [
         matmul::SCHEMAS,
         elementwise::SCHEMAS,
         reduce::SCHEMAS,
@@ -140,6 +148,8 @@ pub fn schemas() -> Vec<&'static OpSchema> {
         movement::SCHEMAS,
         conv::SCHEMAS,
         constant::SCHEMAS,
+        constant::PARAM_SCHEMAS,
+        grad::SCHEMAS,
     ];
     families.iter().flat_map(|f| f.iter()).collect()
 }
@@ -166,7 +176,9 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
         norm::FAMILY => norm::parse(name, &mut r).map(Op::Norm),
         movement::FAMILY => movement::parse(name, &mut r).map(Op::Movement),
         conv::FAMILY => conv::parse(name, &mut r).map(Op::Conv),
+        constant::FAMILY if name == "param" => Some(Op::Param(constant::parse_param(&mut r))),
         constant::FAMILY => Some(Op::Constant(constant::parse(&mut r))),
+        grad::FAMILY => grad::parse(name, &mut r).map(Op::Grad),
         _ => None,
     };
     let Some(op) = op else {
@@ -193,6 +205,8 @@ impl Op {
             Op::Movement(o) => o.name(),
             Op::Conv(o) => o.name(),
             Op::Constant(_) => "constant",
+            Op::Param(_) => "param",
+            Op::Grad(o) => o.name(),
         }
     }
 
@@ -232,6 +246,15 @@ impl Op {
                 Ok(())
             }
             Op::MatMul(matmul::MatMulOp::MatMul) | Op::Norm(_) => Ok(()),
+            Op::Param(p) => list("shape", p.shape.len()),
+            Op::Grad(grad::GradOp::UnaryGrad(elementwise::Unary::Clip { min, max }))
+                if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) =>
+            {
+                Err(format!(
+                    "unary_grad: clip bounds must be numbers, got min {min:?}, max {max:?}"
+                ))
+            }
+            Op::Grad(_) => Ok(()),
             Op::Elementwise(elementwise::ElementwiseOp::Unary(elementwise::Unary::Clip {
                 min,
                 max,
@@ -292,6 +315,8 @@ impl Op {
             Op::Movement(o) => o.infer(inputs),
             Op::Conv(o) => o.infer(inputs),
             Op::Constant(o) => o.infer(inputs),
+            Op::Param(o) => o.infer(inputs),
+            Op::Grad(o) => o.infer(inputs),
         }
     }
 
@@ -339,6 +364,9 @@ impl Op {
             Op::Movement(o) => o.batch(inputs, batch, outputs),
             Op::Conv(o) => o.batch(inputs, batch, outputs),
             Op::Constant(o) => o.batch(inputs, batch, outputs),
+            // A param has no inputs: it never depends on the batch (returned above).
+            Op::Param(_) => Ok(vec![None]),
+            Op::Grad(o) => o.batch(inputs, batch, outputs),
         }?;
         for (k, (t, b)) in outputs.iter().zip(&axes).enumerate() {
             if let Some(a) = *b {
@@ -359,6 +387,7 @@ impl Op {
             Op::MatMul(o) => o.params(inputs),
             Op::Norm(o) => o.params(inputs),
             Op::Conv(o) => o.params(inputs),
+            Op::Param(o) => Ok(o.params()),
             _ => Ok(Vec::new()),
         }
     }
@@ -383,7 +412,7 @@ impl Op {
             Op::MatMul(o) => o.flops(&shapes(inputs), &shapes(outputs)),
             Op::Conv(o) => o.flops(&shapes(inputs), &shapes(outputs)),
             Op::Norm(_) => read.saturating_mul(8),
-            Op::Movement(_) | Op::Constant(_) => 0,
+            Op::Movement(_) | Op::Constant(_) | Op::Param(_) => 0,
             _ => read.max(written),
         };
         Cost {
@@ -403,7 +432,8 @@ impl Op {
             },
             Op::Conv(o) => o.capabilities(),
             Op::Movement(o) => o.capabilities(),
-            Op::Reduce(_) | Op::Norm(_) | Op::Constant(_) => Capabilities::default(),
+            Op::Grad(o) => o.capabilities(),
+            Op::Reduce(_) | Op::Norm(_) | Op::Constant(_) | Op::Param(_) => Capabilities::default(),
         }
     }
 
@@ -413,6 +443,35 @@ impl Op {
         match self {
             Op::Movement(o) => o.index_input(),
             _ => None,
+        }
+    }
+
+    /// The key of the weight a `param` operator reads (its declared weight's key is this,
+    /// not `node.value`).
+    pub fn param_key(&self) -> Option<&str> {
+        match self {
+            Op::Param(p) => Some(&p.key),
+            _ => None,
+        }
+    }
+
+    /// The gradient rule: emits, through `g`, the gradients of the inputs that want one and
+    /// of the weights, from the gradients reaching the outputs. Err (a reason) when the
+    /// operator has no gradient with respect to what wants one.
+    pub(crate) fn grad(&self, g: &mut dyn backward::GradContext) -> Result<(), String> {
+        match self {
+            Op::MatMul(o) => o.grad(g),
+            Op::Elementwise(o) => o.grad(g),
+            Op::Reduce(o) => o.grad(g),
+            Op::Norm(o) => o.grad(g),
+            Op::Movement(o) => o.grad(g),
+            Op::Conv(o) => o.grad(g),
+            Op::Constant(_) => Ok(()),
+            Op::Param(_) => {
+                let dy = g.dy()?;
+                g.param_grad("value", dy)
+            }
+            Op::Grad(o) => o.grad(g),
         }
     }
 

@@ -9,6 +9,7 @@
 
 mod conv;
 pub mod elementwise;
+mod grad;
 pub mod matmul;
 mod movement;
 mod norm;
@@ -33,6 +34,8 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
         Op::Movement(o) => o.lower(ctx),
         Op::Conv(o) => o.lower(ctx),
         Op::Constant(_) => Err("internal: constants are uploaded, not lowered".into()),
+        Op::Param(_) => Err("internal: a param is its weight's buffer, not lowered".into()),
+        Op::Grad(o) => o.lower(ctx),
     }?;
     let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {
         ks.into_iter()
@@ -53,6 +56,7 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
 pub fn pointwise_wgsl(op: &Op, args: &[String]) -> Result<String, String> {
     match op {
         Op::Elementwise(e) => Ok(elementwise::wgsl(e, args)),
+        Op::Grad(g) => Ok(grad::wgsl(g, args)),
         other => Err(format!(
             "internal: '{}' is not pointwise and cannot be fused",
             other.name()
