@@ -34,6 +34,8 @@ pub enum AttrKind {
     Floats,
     /// One of these strings.
     Choice(Vec<String>),
+    /// Any string (a weight's key).
+    Text,
 }
 
 /// One attribute.

@@ -369,5 +369,18 @@ pub fn op_cases() -> Vec<OpCase> {
             v.push(c);
         }
     }
+    for op in ["softmax_grad", "log_softmax_grad"] {
+        for (shape, axis) in [(vec![37, 29], -1), (vec![3, 33, 5], 1), (vec![4, 7], 0)] {
+            v.push(case(
+                format!("{op} {shape:?} axis {axis}"),
+                single_op(
+                    op,
+                    json!({ "axis": axis }),
+                    &[f32_in("y", &shape), f32_in("dy", &shape)],
+                    1,
+                ),
+            ));
+        }
+    }
     v
 }

@@ -1,9 +1,10 @@
 //! CPU reference of the gradient family.
 
 use super::elementwise::erf;
-use super::unravel;
+use super::{floats, unravel};
 use crate::ops::elementwise::Unary;
 use crate::ops::grad::GradOp;
+use crate::shape;
 use crate::shape::{broadcast_strides, numel};
 use crate::tensor::Tensor;
 
@@ -58,9 +59,12 @@ pub fn derivative(u: Unary, x: f32) -> f32 {
 
 /// Evaluates a gradient-family operator into an output of shape `out`.
 pub fn eval(op: &GradOp, inputs: &[&Tensor], out: &[usize]) -> Result<Tensor, String> {
-    let GradOp::UnaryGrad(u) = op;
     let [x, dy] = inputs else {
-        return Err("unary_grad takes x and dy".into());
+        return Err(format!("{} takes two inputs", op.name()));
+    };
+    let u = match op {
+        GradOp::UnaryGrad(u) => u,
+        GradOp::SoftmaxGrad { axis, log } => return softmax_grad(*axis, *log, x, dy),
     };
     let n = numel(out)?;
     let sx = broadcast_strides(&x.shape, out)?;
@@ -80,4 +84,36 @@ pub fn eval(op: &GradOp, inputs: &[&Tensor], out: &[usize]) -> Result<Tensor, St
         data.push(derivative(*u, at(&sx, &xv)?) * at(&sd, &dv)?);
     }
     Ok(Tensor::f32(out.to_vec(), data))
+}
+
+/// softmax: y·(dy − Σ dy·y); log_softmax: dy − exp(y)·Σ dy, sums along `axis` in f64.
+fn softmax_grad(axis: i64, log: bool, y: &Tensor, dy: &Tensor) -> Result<Tensor, String> {
+    let (yv, dv) = (floats(y)?, floats(dy)?);
+    let dims = &y.shape;
+    let a = shape::existing_axis(axis, dims.len())?;
+    let len = dims[a];
+    let inner: usize = dims[a + 1..].iter().product();
+    let outer: usize = dims[..a].iter().product();
+    let mut out = vec![0.0f32; yv.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |j: usize| o * len * inner + j * inner + i;
+            let s: f64 = (0..len)
+                .map(|j| {
+                    let d = f64::from(dv[at(j)]);
+                    if log {
+                        d
+                    } else {
+                        d * f64::from(yv[at(j)])
+                    }
+                })
+                .sum();
+            let s = s as f32;
+            for j in 0..len {
+                let (y, d) = (yv[at(j)], dv[at(j)]);
+                out[at(j)] = if log { d - y.exp() * s } else { y * (d - s) };
+            }
+        }
+    }
+    Ok(Tensor::f32(dims.clone(), out))
 }

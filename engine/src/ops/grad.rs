@@ -1,5 +1,6 @@
 //! Gradient family: backward operators where composing forward operators would be slow or
-//! impossible (`unary_grad`: dy times a unary operator's derivative at x, one pass). The
+//! impossible (`unary_grad`: dy times a unary operator's derivative at x, one pass;
+//! `softmax_grad`, `log_softmax_grad`: one sum along the axis, then one pass). The
 //! rules that emit them are in each family file (`fn grad`, over
 //! [`super::backward::GradContext`]).
 
@@ -29,28 +30,69 @@ const UNARY_GRAD_ATTRS: &[AttrSpec] = &[
     optional("max", AttrKind::Float, "null", "clip's upper bound."),
 ];
 
+const SOFTMAX_GRAD_ATTRS: &[AttrSpec] = &[optional(
+    "axis",
+    AttrKind::Int,
+    "-1",
+    "The forward operator's axis.",
+)];
+
 /// Schemas of the family.
-pub const SCHEMAS: &[OpSchema] = &[OpSchema {
-    name: "unary_grad",
-    family: FAMILY,
-    doc: "dy × f′(x) for a unary operator f (the backward of relu, gelu, clip, ...).",
-    inputs: Arity::Fixed(&["x", "dy"]),
-    outputs: &["dx"],
-    attrs: UNARY_GRAD_ATTRS,
-    params: &[],
-}];
+pub const SCHEMAS: &[OpSchema] = &[
+    OpSchema {
+        name: "unary_grad",
+        family: FAMILY,
+        doc: "dy × f′(x) for a unary operator f (the backward of relu, gelu, clip, ...).",
+        inputs: Arity::Fixed(&["x", "dy"]),
+        outputs: &["dx"],
+        attrs: UNARY_GRAD_ATTRS,
+        params: &[],
+    },
+    OpSchema {
+        name: "softmax_grad",
+        family: FAMILY,
+        doc: "y × (dy − Σ dy·y) along an axis: the backward of softmax from its output y.",
+        inputs: Arity::Fixed(&["y", "dy"]),
+        outputs: &["dx"],
+        attrs: SOFTMAX_GRAD_ATTRS,
+        params: &[],
+    },
+    OpSchema {
+        name: "log_softmax_grad",
+        family: FAMILY,
+        doc: "dy − exp(y) × Σ dy along an axis: the backward of log_softmax from its output y.",
+        inputs: Arity::Fixed(&["y", "dy"]),
+        outputs: &["dx"],
+        attrs: SOFTMAX_GRAD_ATTRS,
+        params: &[],
+    },
+];
 
 /// A parsed gradient-family operator.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum GradOp {
     /// `unary_grad`: dy × f′(x).
     UnaryGrad(Unary),
+    /// `softmax_grad` or `log_softmax_grad`.
+    SoftmaxGrad {
+        /// The forward operator's axis.
+        axis: i64,
+        /// log_softmax's.
+        log: bool,
+    },
 }
 
 /// Parses attributes; `None` for a name outside the family.
 pub fn parse(name: &str, r: &mut AttrReader) -> Option<GradOp> {
-    if name != "unary_grad" {
-        return None;
+    match name {
+        "unary_grad" => {}
+        "softmax_grad" | "log_softmax_grad" => {
+            return Some(GradOp::SoftmaxGrad {
+                axis: r.int("axis"),
+                log: name == "log_softmax_grad",
+            })
+        }
+        _ => return None,
     }
     let unary = match r.choice("op").as_str() {
         "sigmoid" => Unary::Sigmoid,
@@ -77,22 +119,36 @@ impl GradOp {
     pub fn name(&self) -> &'static str {
         match self {
             GradOp::UnaryGrad(_) => "unary_grad",
+            GradOp::SoftmaxGrad { log: false, .. } => "softmax_grad",
+            GradOp::SoftmaxGrad { log: true, .. } => "log_softmax_grad",
         }
     }
 
     /// `unary_grad` is pointwise: it fuses with other pointwise operators.
     pub fn capabilities(&self) -> Capabilities {
         Capabilities {
-            pointwise: true,
+            pointwise: matches!(self, GradOp::UnaryGrad(_)),
             ..Capabilities::default()
         }
     }
 
-    /// Output type: the broadcast of x and dy.
+    /// Output type: the broadcast of x and dy; for the softmax backwards, y's type (dy
+    /// must have it too).
     pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         let name = self.name();
-        need_f32(name, "x", &inputs[0])?;
+        need_f32(name, "input 0", &inputs[0])?;
         need_f32(name, "dy", &inputs[1])?;
+        if let GradOp::SoftmaxGrad { axis, .. } = self {
+            if inputs[0].shape != inputs[1].shape {
+                return Err(format!(
+                    "{name}: y {} and dy {} differ",
+                    show(&inputs[0].shape),
+                    show(&inputs[1].shape)
+                ));
+            }
+            crate::shape::existing_axis(*axis, inputs[0].shape.len())?;
+            return Ok(vec![inputs[0].clone()]);
+        }
         let shape = broadcast(&inputs[0].shape, &inputs[1].shape).map_err(|_| {
             format!(
                 "{name}: x {} and dy {} do not broadcast",
@@ -103,7 +159,8 @@ impl GradOp {
         Ok(vec![TensorType::f32(shape)])
     }
 
-    /// Batch rule: elementwise, as the binary operators.
+    /// Batch rule: elementwise, as the binary operators; the softmax backwards couple
+    /// along their axis, as softmax does.
     pub fn batch(
         &self,
         inputs: &[TensorType],
@@ -111,7 +168,13 @@ impl GradOp {
         outputs: &[TensorType],
     ) -> Result<Vec<Option<usize>>, String> {
         let rank = outputs[0].shape.len();
-        Ok(vec![broadcast_batch(self.name(), inputs, batch, rank)?])
+        let b = broadcast_batch(self.name(), inputs, batch, rank)?;
+        if let (GradOp::SoftmaxGrad { axis, .. }, Some(b)) = (self, b) {
+            if crate::shape::axis(*axis, rank)? == b {
+                return Err(format!("{} along axis {b}, the batch axis", self.name()));
+            }
+        }
+        Ok(vec![b])
     }
 
     /// Gradient rule: backward operators are not differentiated again (no second order).

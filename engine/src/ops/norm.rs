@@ -189,8 +189,8 @@ impl NormOp {
         Ok(vec![Some(b)])
     }
 
-    /// Gradient rule, composed. softmax: dx = y·(dy − Σ dy·y); log_softmax: dx = dy −
-    /// exp(y)·Σ dy; layer_norm: the normalised x̂ recomputed, dx = (dx̂ − mean dx̂ − x̂·mean
+    /// Gradient rule. softmax, log_softmax: `softmax_grad`, `log_softmax_grad` from the
+    /// output y. Composed: layer_norm: the normalised x̂ recomputed, dx = (dx̂ − mean dx̂ − x̂·mean
     /// dx̂·x̂)/σ with dx̂ = dy·scale, dscale = Σ dy·x̂ and dbias = Σ dy over the leading axes;
     /// batch_norm (running statistics): dx = dy·scale/σ, dscale and dbias summed over every
     /// axis but the channels, and no gradient for the statistics.
@@ -206,17 +206,12 @@ impl NormOp {
                 }
                 let a = shape::existing_axis(*axis, rank)?;
                 let y = g.output(0)?;
-                let dx = if *log {
-                    let s = g.sum(&dy, &[a], true)?;
-                    let p = g.emit("exp", json!({}), &[&y])?;
-                    let t = g.binary("mul", &p, &s)?;
-                    g.binary("sub", &dy, &t)?
+                let op = if *log {
+                    "log_softmax_grad"
                 } else {
-                    let t = g.binary("mul", &dy, &y)?;
-                    let s = g.sum(&t, &[a], true)?;
-                    let d = g.binary("sub", &dy, &s)?;
-                    g.binary("mul", &y, &d)?
+                    "softmax_grad"
                 };
+                let dx = g.emit(op, json!({ "axis": a }), &[&y, &dy])?;
                 g.input_grad(0, dx)
             }
             NormOp::LayerNorm { axis, epsilon } => {

@@ -56,7 +56,7 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
 pub fn pointwise_wgsl(op: &Op, args: &[String]) -> Result<String, String> {
     match op {
         Op::Elementwise(e) => Ok(elementwise::wgsl(e, args)),
-        Op::Grad(g) => Ok(grad::wgsl(g, args)),
+        Op::Grad(g) => grad::wgsl(g, args),
         other => Err(format!(
             "internal: '{}' is not pointwise and cannot be fused",
             other.name()
