@@ -516,3 +516,85 @@ impl GradContext for NodeContext<'_, '_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::backward_wrt;
+    use crate::exec::dataset;
+    use crate::graph::testing::{random_document, Mode};
+    use crate::graph::{load_graph, Graph};
+    use crate::weights::init_weights;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// For random accepted graphs (about one in six binds and is differentiated), differentiating the sum of their first output with
+        /// respect to every weight and f32 input never panics: it is refused or gives a
+        /// joint graph the CPU reference runs (or refuses) without panicking.
+        #[test]
+        fn random_graphs_are_differentiated_or_refused_never_panic(seed in any::<u64>()) {
+            let mut doc = random_document(seed, Mode::Tame);
+            let Some(out) = doc["outputs"][0].as_str().map(String::from) else { return Ok(()) };
+            if let Some(nodes) = doc["nodes"].as_array_mut() {
+                nodes.push(json!({ "id": "__loss", "op": "reduce_sum", "inputs": [out],
+                                   "attrs": { "keepdims": false } }));
+            }
+            doc["outputs"] = json!(["__loss"]);
+            let Ok(g) = load_graph(&doc.to_string()) else { return Ok(()) };
+            let Ok(bound) = dataset::bind(&g, 2) else { return Ok(()) };
+            let wrt: Vec<String> = bound
+                .inputs
+                .iter()
+                .filter(|(_, ix)| bound.dag[*ix].outputs[0].dtype == crate::DType::F32)
+                .map(|(n, _)| n.clone())
+                .collect();
+            let wrt: Vec<&str> = wrt.iter().map(String::as_str).collect();
+            if let Ok(joint) = backward_wrt(&bound, "__loss", &wrt) {
+                let weights = init_weights(&joint.graph, 1);
+                let inputs = dataset::random_inputs(&joint.graph, 2)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let _ = crate::cpu::run(&joint.graph, &weights, &inputs);
+                // Every backward node is an operator of the catalogue.
+                let ops = joint.graph.op_nodes().count();
+                prop_assert!(ops >= bound.op_nodes().count());
+            }
+        }
+    }
+
+    #[test]
+    fn only_nodes_on_a_path_get_backward_nodes() {
+        // 'side' depends on a weight but not the loss; 'c' feeds the loss but depends on
+        // nothing differentiated: neither gets backward nodes.
+        let g = load_graph(
+            r#"{ "format": "sluice/graph@1", "inputs": { "x": { "shape": [2, 3] } },
+                 "nodes": [
+                   { "id": "fc", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 3 } },
+                   { "id": "side", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 2 } },
+                   { "id": "c", "op": "exp", "inputs": ["x"] },
+                   { "id": "m", "op": "mul", "inputs": ["fc", "c"] },
+                   { "id": "loss", "op": "reduce_sum", "inputs": ["m"], "attrs": { "keepdims": false } }
+                 ],
+                 "outputs": ["loss", "side"] }"#,
+        )
+        .unwrap();
+        let j = super::backward(&g, "loss").unwrap();
+        let added: Vec<&str> = j.doc.nodes[g.doc.nodes.len()..]
+            .iter()
+            .map(|n| n.id.as_str())
+            .collect();
+        assert!(
+            added
+                .iter()
+                .all(|id| !id.starts_with("side") && !id.starts_with("c.")),
+            "{added:?}"
+        );
+        let of: Vec<&str> = j.params.iter().map(|p| p.of.as_str()).collect();
+        assert_eq!(of, ["fc.weight", "fc.bias"]);
+        // The joint graph is an ordinary graph: it builds again from its document.
+        let again = Graph::build(j.doc.clone()).unwrap();
+        let outputs: Vec<&str> = again.outputs.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(outputs, ["loss", "side", "fc.weight.grad", "fc.bias.grad"]);
+    }
+}
