@@ -233,6 +233,7 @@ const LAYERS: &[&[&str]] = &[
     &["npy", "ops"],
     &["graph"],
     &["weights", "limits"],
+    &["autodiff"],
     &["plan"],
     &["exec"],
     &["cpu", "gpu"],

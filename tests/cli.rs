@@ -374,3 +374,53 @@ fn devices_and_ops_list_what_exists() {
         assert!(names.contains(&op), "{op} missing from sluice ops");
     }
 }
+
+#[test]
+fn plan_train_prints_the_joint_graph_and_its_gradients() {
+    let dir = tmp("train");
+    let path = dir.join("train.json");
+    let doc = serde_json::json!({
+        "format": "sluice/graph@1", "name": "train",
+        "inputs": { "x": { "shape": ["N", 8] } },
+        "nodes": [
+            { "id": "fc1", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 16 } },
+            { "id": "act", "op": "relu", "inputs": ["fc1"] },
+            { "id": "fc2", "op": "linear", "inputs": ["act"], "attrs": { "out_features": 4 } },
+            { "id": "p", "op": "log_softmax", "inputs": ["fc2"] },
+            { "id": "loss", "op": "reduce_mean", "inputs": ["p"], "attrs": { "keepdims": false } }
+        ],
+        "outputs": ["loss"] });
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let path = path.to_str().unwrap();
+    let v = run_json(&["plan", path, "--batch", "4", "--train", "loss"]);
+    let grads = v["gradients"].as_array().unwrap();
+    assert_eq!(grads.len(), 4);
+    assert_eq!(
+        grads[0],
+        serde_json::json!(["fc1.weight", "fc1.weight.grad"])
+    );
+    // relu's backward is a unary_grad step, log_softmax's a log_softmax_grad one.
+    let steps = v["stages"][0]["steps"].to_string();
+    assert!(
+        steps.contains("UnaryGrad") && steps.contains("SoftmaxGrad"),
+        "{steps}"
+    );
+    for (args, says) in [
+        (
+            vec!["--microbatches", "2", "--train", "loss"],
+            "micro-batches",
+        ),
+        (vec!["--train", "p"], "not an output"),
+    ] {
+        let out = sluice()
+            .args(["plan", path, "--batch", "4"])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -34,6 +34,8 @@ pub enum AttrKind {
     Floats,
     /// One of these strings.
     Choice(Vec<String>),
+    /// Any string (a weight's key).
+    Text,
 }
 
 /// One attribute.
@@ -179,6 +181,7 @@ pub fn parse_value(kind: &AttrKind, text: &str) -> Result<Option<Value>, String>
         },
         AttrKind::Ints => list(&int)?,
         AttrKind::Floats => list(&float)?,
+        AttrKind::Text => Value::String(t.to_string()),
         AttrKind::Choice(options) => {
             if !options.iter().any(|o| o == t) {
                 return Err(format!("'{t}' is not one of {}", options.join(", ")));

@@ -6,6 +6,7 @@
 //! `wasm32-unknown-unknown` with wgpu's `webgpu` backend: every GPU call is async, and the
 //! only blocking wait (a native device poll) sits behind the `native` feature.
 
+pub mod autodiff;
 pub mod cpu;
 pub mod dtype;
 pub mod error;

@@ -122,16 +122,18 @@ pub fn footprint(
     }
     // Weights and constants.
     let mut weights = Some(0u64);
+    let mut keys = std::collections::HashSet::new();
     for (_, node, op) in graph.op_nodes() {
         for p in &node.params {
+            let key = node.param_key(p);
+            if !keys.insert(key.clone()) {
+                continue;
+            }
             let count = p
                 .shape
                 .iter()
                 .try_fold(1u64, |a, &d| a.checked_mul(wide(d)?));
-            weights = add(
-                weights,
-                bytes(consider(&format!("{}.{}", node.id, p.name), count)?),
-            );
+            weights = add(weights, bytes(consider(&key, count)?));
         }
         if let Some(c) = op.constant_value() {
             weights = add(weights, bytes(consider(&node.id, wide(c.len()))?));

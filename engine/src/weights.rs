@@ -45,15 +45,19 @@ pub enum WeightsError {
 /// four weights; files may hold a few unused ones besides).
 const TENSORS_PER_NODE: u64 = 8;
 
-/// Every declared weight of a graph: (key, spec), in topological order.
+/// Every declared weight of a graph: (key, spec), in topological order, each key once
+/// (several nodes may declare one key — a `param` reading another node's weight — and a
+/// built graph gives them one shape; the first declaration's initialisation is used).
 pub fn param_specs(graph: &Graph) -> Vec<(String, ParamSpec)> {
+    let mut seen = std::collections::HashSet::new();
     graph
         .op_nodes()
         .flat_map(|(_, node, _)| {
             node.params
                 .iter()
-                .map(move |p| (format!("{}.{}", node.id, p.name), p.clone()))
+                .map(move |p| (node.param_key(p), p.clone()))
         })
+        .filter(|(key, _)| seen.insert(key.clone()))
         .collect()
 }
 

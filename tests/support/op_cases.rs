@@ -573,5 +573,52 @@ pub fn op_cases() -> Vec<OpCase> {
             1,
         ),
     ));
+    v.push(case(
+        "param",
+        single_op("param", json!({ "key": "w", "shape": [5, 7] }), &[], 1),
+    ));
+    // Gradient family: every unary's derivative, contiguous and broadcast dy.
+    for (op, attrs, positive) in [
+        ("relu", json!({}), false),
+        ("sigmoid", json!({}), false),
+        ("tanh", json!({}), false),
+        ("gelu", json!({ "approximate": "none" }), false),
+        ("gelu", json!({ "approximate": "tanh" }), false),
+        ("exp", json!({}), false),
+        ("log", json!({}), true),
+        ("sqrt", json!({}), true),
+        ("erf", json!({}), false),
+        ("clip", json!({ "min": -0.3, "max": 0.4 }), false),
+        ("clip", json!({ "min": 0.1 }), false),
+    ] {
+        let mut attrs = attrs;
+        attrs["op"] = json!(op);
+        for dy in [vec![37, 29], vec![29]] {
+            let mut c = case(
+                format!("unary_grad {attrs} dy {dy:?}"),
+                single_op(
+                    "unary_grad",
+                    attrs.clone(),
+                    &[f32_in("x", &[37, 29]), f32_in("dy", &dy)],
+                    1,
+                ),
+            );
+            c.positive = positive;
+            v.push(c);
+        }
+    }
+    for op in ["softmax_grad", "log_softmax_grad"] {
+        for (shape, axis) in [(vec![37, 29], -1), (vec![3, 33, 5], 1), (vec![4, 7], 0)] {
+            v.push(case(
+                format!("{op} {shape:?} axis {axis}"),
+                single_op(
+                    op,
+                    json!({ "axis": axis }),
+                    &[f32_in("y", &shape), f32_in("dy", &shape)],
+                    1,
+                ),
+            ));
+        }
+    }
     v
 }

@@ -12,6 +12,7 @@ mod conv;
 mod convert;
 mod device;
 mod elementwise;
+mod grad;
 mod loss;
 mod matmul;
 mod movement;
@@ -44,6 +45,7 @@ pub fn eval(
     let (first, out) = match (x, out_shapes.first()) {
         (Some(x), Some(out)) => (x, out),
         _ if matches!(op, Op::Constant(_)) => return Ok(vec![op_constant(op)]),
+        _ if matches!(op, Op::Param(_)) => return param_value(params),
         _ => return Err("an operator needs an input and an output shape".into()),
     };
     match op {
@@ -56,6 +58,8 @@ pub fn eval(
         Op::Constant(_) => Ok(vec![op_constant(op)]),
         Op::Convert(o) => Ok(vec![convert::eval(o, inputs, out)?]),
         Op::Loss(o) => Ok(vec![loss::eval(o, inputs, out)?]),
+        Op::Param(_) => param_value(params),
+        Op::Grad(o) => grad::eval(o, inputs, out).map(|t| vec![t]),
     }
 }
 
@@ -102,6 +106,14 @@ fn check_operands(
     Ok(())
 }
 
+/// A `param` operator's value: the weight it reads.
+fn param_value(params: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+    match params {
+        [w] => Ok(vec![(*w).clone()]),
+        _ => Err("a param reads exactly one weight".into()),
+    }
+}
+
 /// A constant operator's value.
 fn op_constant(op: &Op) -> Tensor {
     op.constant_value()
@@ -140,7 +152,7 @@ pub fn run(
             .params
             .iter()
             .map(|p| {
-                let key = format!("{}.{}", node.id, p.name);
+                let key = node.param_key(p);
                 weights.get(&key).ok_or(RunError::MissingWeight(key))
             })
             .collect::<Result<_, _>>()?;

@@ -252,6 +252,10 @@ pub(crate) fn build_into(
     };
     // Bytes of every weight and constant, checked against the limits at the end.
     let mut weight_bytes: Option<u64> = Some(0);
+    // Every weight key with the node that declared it first and its shape: a key declared
+    // again (a `param` reading another node's weight) must have the same shape, and its
+    // bytes count once.
+    let mut keys: HashMap<String, (String, Vec<usize>)> = HashMap::new();
     for &ix in &order {
         let Some((i, op)) = ops_by_ix.get(&ix) else {
             continue;
@@ -320,7 +324,25 @@ pub(crate) fn build_into(
                 match op.params(&types) {
                     Ok(params) => {
                         for spec in &params {
-                            let key = format!("{id}.{}", spec.name);
+                            let key = match op.param_key() {
+                                Some(k) => k.to_string(),
+                                None => format!("{id}.{}", spec.name),
+                            };
+                            if let Some((first, shape)) = keys.get(&key) {
+                                if *shape != spec.shape {
+                                    p.push(Problem::node(
+                                        &id,
+                                        format!("nodes[{i}]"),
+                                        format!(
+                                            "weight '{}' is {:?} here but {shape:?} in '{first}': one key, one shape",
+                                            echo(&key),
+                                            spec.shape
+                                        ),
+                                    ));
+                                }
+                                continue;
+                            }
+                            keys.insert(key.clone(), (id.clone(), spec.shape.clone()));
                             match weight_elements(limits, &key, spec) {
                                 Ok(n) => {
                                     weight_bytes = weight_bytes

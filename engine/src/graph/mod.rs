@@ -53,6 +53,19 @@ impl Node {
             NodeKind::Op(op) => op.name().into(),
         }
     }
+
+    /// The key of one of its declared weights in a weights file: `node.param`, or for a
+    /// `param` operator the key it names (several nodes may declare one key, all with one
+    /// shape).
+    pub fn param_key(&self, spec: &ParamSpec) -> String {
+        match &self.kind {
+            NodeKind::Op(op) => match op.param_key() {
+                Some(key) => key.to_string(),
+                None => format!("{}.{}", self.id, spec.name),
+            },
+            NodeKind::Input => format!("{}.{}", self.id, spec.name),
+        }
+    }
 }
 
 /// What a node is.

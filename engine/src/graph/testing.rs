@@ -109,6 +109,7 @@ fn attr(rng: &mut Rng, mode: Mode, kind: AttrKind, name: &str) -> Value {
             };
             Value::Array((0..len).map(|_| float(rng, mode)).collect())
         }
+        AttrKind::Text => json!(format!("n{}.weight", rng.below(3))),
         AttrKind::Choice(choices) => match (mode, rng.below(5)) {
             (Mode::Hostile, 0) => json!("nonsense"),
             _ => json!(pick(rng, choices)),

@@ -20,6 +20,8 @@ pub enum AttrKind {
     Floats,
     /// One of a fixed set of strings.
     Choice(&'static [&'static str]),
+    /// Any string (a weight's key).
+    Text,
 }
 
 /// One attribute of an operator: name, type, default and documentation.
@@ -237,6 +239,20 @@ impl<'a> AttrReader<'a> {
             _ => {
                 let expected = format!("one of {}", choices.join(", "));
                 self.bad(name, &expected, &v);
+                String::new()
+            }
+        }
+    }
+
+    /// A string (empty when missing or wrong; the problem is recorded).
+    pub fn text(&mut self, name: &str) -> String {
+        let Some(v) = self.value(name) else {
+            return String::new();
+        };
+        match v.as_str() {
+            Some(s) => s.to_string(),
+            None => {
+                self.bad(name, "a string", &v);
                 String::new()
             }
         }

@@ -1,7 +1,8 @@
-//! `constant`: a tensor given in the graph file, uploaded once with the weights.
+//! `constant`: a tensor given in the graph file, uploaded once with the weights; `param`:
+//! a weight read by key as a value (what backward nodes use to read a forward weight).
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
-use super::{Arity, OpSchema, TensorType};
+use super::{Arity, Init, OpSchema, ParamSpec, TensorType};
 use crate::shape::known;
 use crate::tensor::Tensor;
 
@@ -87,5 +88,74 @@ impl ConstantOp {
         outputs: &[TensorType],
     ) -> Result<Vec<Option<usize>>, String> {
         Ok(vec![None; outputs.len()])
+    }
+}
+
+/// Schemas of `param`, in the constant family (a tensor that comes from outside the
+/// graph's dataflow: the weights, not the file).
+pub const PARAM_SCHEMAS: &[OpSchema] = &[OpSchema {
+    name: "param",
+    family: FAMILY,
+    doc: "The weight stored under `key` (another node's `node.param`), read as a value.",
+    inputs: Arity::Fixed(&[]),
+    outputs: &["y"],
+    attrs: PARAM_ATTRS,
+    params: &["value"],
+}];
+
+const PARAM_ATTRS: &[AttrSpec] = &[
+    required(
+        "key",
+        AttrKind::Text,
+        "The weight's key, such as \"fc1.weight\".",
+    ),
+    required("shape", AttrKind::Ints, "The weight's shape."),
+];
+
+/// A parsed `param`: the weight stored under `key`, of shape `shape`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ParamOp {
+    /// The weight's key (`node.param`).
+    pub key: String,
+    /// Its shape.
+    pub shape: Vec<usize>,
+}
+
+/// Parses a `param`'s attributes: a non-empty key and a shape of sizes.
+pub fn parse_param(r: &mut AttrReader) -> ParamOp {
+    let key = r.text("key");
+    if key.is_empty() {
+        r.reject("key", "a param needs a non-empty key");
+    }
+    let dims = r.ints("shape");
+    let max = super::attrs::MAX_SIZE;
+    let shape = if dims.iter().all(|&d| (0..=max).contains(&d)) {
+        dims.iter()
+            .filter_map(|&d| usize::try_from(d).ok())
+            .collect()
+    } else {
+        r.reject(
+            "shape",
+            format!("shape {dims:?} has a negative or oversized dimension"),
+        );
+        Vec::new()
+    };
+    ParamOp { key, shape }
+}
+
+impl ParamOp {
+    /// Its type: the weight's.
+    pub fn infer(&self, _inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        Ok(vec![TensorType::f32(known(&self.shape))])
+    }
+
+    /// The one weight it reads (its key is [`ParamOp::key`], not `node.value`).
+    pub fn params(&self) -> Vec<ParamSpec> {
+        let fan_in = self.shape.first().copied().unwrap_or(1).max(1);
+        vec![ParamSpec {
+            name: "value",
+            shape: self.shape.clone(),
+            init: Init::Uniform(1.0 / (fan_in as f32).sqrt()),
+        }]
     }
 }

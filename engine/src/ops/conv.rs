@@ -3,6 +3,7 @@
 //! Kernels: `shaders/conv.wgsl`; `global_avg_pool` uses the reduce kernel.
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
+use super::backward::GradContext;
 use super::{
     need_f32, product, widen, Anchor, Arity, Capabilities, Init, OpSchema, ParamSpec, TensorType,
 };
@@ -476,6 +477,36 @@ impl ConvOp {
             }
             ConvOp::GlobalAvgPool => product(x),
             ConvOp::MaxPool(w) | ConvOp::AvgPool { window: w, .. } => out.saturating_mul(window(w)),
+        }
+    }
+}
+
+impl ConvOp {
+    /// Gradient rule: global_avg_pool spreads dy / (H·W) over the window; convolutions and
+    /// windowed pooling have none yet (they need their own backward kernels).
+    pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        match self {
+            ConvOp::GlobalAvgPool => {
+                if !g.needs(0) {
+                    return Ok(());
+                }
+                let dy = g.dy()?;
+                let x = g.input(0)?;
+                let xs = g.shape(&x)?;
+                let area = xs
+                    .get(2..)
+                    .unwrap_or_default()
+                    .iter()
+                    .try_fold(1usize, |a, &d| a.checked_mul(d))
+                    .ok_or_else(|| format!("the window of {xs:?} overflows"))?;
+                let d = g.scale(&dy, 1.0 / area.max(1) as f32)?;
+                let dx = g.expand(&d, &xs)?;
+                g.input_grad(0, dx)
+            }
+            _ => Err(format!(
+                "{} has no gradient rule yet (it needs a backward kernel)",
+                self.name()
+            )),
         }
     }
 }

@@ -3,9 +3,11 @@
 //! expressions are what fusion composes.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
+use super::backward::GradContext;
 use super::{broadcast_batch, need_f32, Arity, Capabilities, OpSchema, TensorType};
 use crate::dtype::DType;
 use crate::shape::{broadcast, show};
+use serde_json::json;
 
 /// Family tag.
 pub const FAMILY: &str = "elementwise";
@@ -197,6 +199,17 @@ impl Unary {
             Unary::Clip { .. } => "clip",
         }
     }
+
+    /// The attributes of the `unary_grad` node differentiating this operator.
+    pub fn grad_attrs(self) -> serde_json::Value {
+        match self {
+            Unary::Gelu { tanh } => {
+                json!({ "op": "gelu", "approximate": if tanh { "tanh" } else { "none" } })
+            }
+            Unary::Clip { min, max } => json!({ "op": "clip", "min": min, "max": max }),
+            other => json!({ "op": other.name() }),
+        }
+    }
 }
 
 impl Binary {
@@ -270,6 +283,124 @@ impl ElementwiseOp {
     ) -> Result<Vec<Option<usize>>, String> {
         let rank = outputs[0].shape.len();
         Ok(vec![broadcast_batch(self.name(), inputs, batch, rank)?])
+    }
+
+    /// Gradient rule. Unary: `unary_grad`. add/sub/mul/div/pow by their partial
+    /// derivatives; max/min pass dy to the larger (smaller) operand, to b on ties; where
+    /// passes dy to the picked side. Broadcasting is undone (summed) per input.
+    pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        let dy = g.dy()?;
+        match self {
+            ElementwiseOp::Unary(u) => {
+                if g.needs(0) {
+                    let x = g.input(0)?;
+                    let dx = g.emit("unary_grad", u.grad_attrs(), &[&x, &dy])?;
+                    g.input_grad_unbroadcast(0, &dx)?;
+                }
+                Ok(())
+            }
+            ElementwiseOp::Binary(op) => {
+                let (a, b) = (g.input(0)?, g.input(1)?);
+                let (da, db) = match op {
+                    Binary::Add => (Some(dy.clone()), Some(dy.clone())),
+                    Binary::Sub => {
+                        let db = if g.needs(1) {
+                            Some(g.scale(&dy, -1.0)?)
+                        } else {
+                            None
+                        };
+                        (Some(dy.clone()), db)
+                    }
+                    Binary::Mul => {
+                        let da = if g.needs(0) {
+                            Some(g.binary("mul", &dy, &b)?)
+                        } else {
+                            None
+                        };
+                        let db = if g.needs(1) {
+                            Some(g.binary("mul", &dy, &a)?)
+                        } else {
+                            None
+                        };
+                        (da, db)
+                    }
+                    Binary::Div => {
+                        let da = if g.needs(0) {
+                            Some(g.binary("div", &dy, &b)?)
+                        } else {
+                            None
+                        };
+                        let db = if g.needs(1) {
+                            // d(a/b)/db = -(a/b)/b
+                            let y = g.output(0)?;
+                            let t = g.binary("mul", &dy, &y)?;
+                            let t = g.binary("div", &t, &b)?;
+                            Some(g.scale(&t, -1.0)?)
+                        } else {
+                            None
+                        };
+                        (da, db)
+                    }
+                    Binary::Pow => {
+                        let da = if g.needs(0) {
+                            // b · a^(b-1)
+                            let one = g.scalar(1.0)?;
+                            let e = g.binary("sub", &b, &one)?;
+                            let p = g.binary("pow", &a, &e)?;
+                            let p = g.binary("mul", &p, &b)?;
+                            Some(g.binary("mul", &dy, &p)?)
+                        } else {
+                            None
+                        };
+                        let db = if g.needs(1) {
+                            // a^b · ln a
+                            let y = g.output(0)?;
+                            let l = g.emit("log", json!({}), &[&a])?;
+                            let t = g.binary("mul", &y, &l)?;
+                            Some(g.binary("mul", &dy, &t)?)
+                        } else {
+                            None
+                        };
+                        (da, db)
+                    }
+                    Binary::Max | Binary::Min => {
+                        // dy where a wins (a - b > 0 for max, b - a > 0 for min), else 0.
+                        let d = if *op == Binary::Max {
+                            g.binary("sub", &a, &b)?
+                        } else {
+                            g.binary("sub", &b, &a)?
+                        };
+                        let attrs = Unary::Relu.grad_attrs();
+                        let da = g.emit("unary_grad", attrs, &[&d, &dy])?;
+                        let db = if g.needs(1) {
+                            Some(g.binary("sub", &dy, &da)?)
+                        } else {
+                            None
+                        };
+                        (Some(da), db)
+                    }
+                };
+                for (k, d) in [(0, da), (1, db)] {
+                    if let Some(d) = d {
+                        g.input_grad_unbroadcast(k, &d)?;
+                    }
+                }
+                Ok(())
+            }
+            ElementwiseOp::Where => {
+                let cond = g.input(0)?;
+                let zero = g.scalar(0.0)?;
+                if g.needs(1) {
+                    let da = g.emit("where", json!({}), &[&cond, &dy, &zero])?;
+                    g.input_grad_unbroadcast(1, &da)?;
+                }
+                if g.needs(2) {
+                    let db = g.emit("where", json!({}), &[&cond, &zero, &dy])?;
+                    g.input_grad_unbroadcast(2, &db)?;
+                }
+                Ok(())
+            }
+        }
     }
 }
 

@@ -2,8 +2,10 @@
 //! `linear` (x · weight + bias, weight stored [in, out]). Kernels: `shaders/matmul.wgsl`.
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
+use super::backward::{GradContext, Ref};
 use super::{need_f32, Arity, Init, OpSchema, ParamSpec, TensorType};
 use crate::shape::{broadcast, broadcast_strides, numel, show, Dim};
+use serde_json::json;
 
 /// Family tag.
 pub const FAMILY: &str = "matmul";
@@ -229,6 +231,80 @@ impl MatMulOp {
         Ok(specs)
     }
 
+    /// Gradient rule. `linear`: dx = dy·Wᵀ, dW = xᵀ·dy over every row, db = dy summed
+    /// over every row. `matmul`: da = dy·bᵀ, db = aᵀ·dy on the 1-D-promoted operands,
+    /// with broadcast batch axes summed back.
+    pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        let dy = g.dy()?;
+        let x = g.input(0)?;
+        let xs = g.shape(&x)?;
+        let ys = g.shape(&dy)?;
+        match self {
+            MatMulOp::Linear { bias, .. } => {
+                let (Some(&in_f), Some(&out_f)) = (xs.last(), ys.last()) else {
+                    return Err("linear needs inputs of rank 1 or more".into());
+                };
+                if g.needs(0) {
+                    let w = g.param("weight")?;
+                    let wt = g.emit("transpose", json!({ "perm": [1, 0] }), &[&w])?;
+                    let dx = g.emit("matmul", json!({}), &[&dy, &wt])?;
+                    g.input_grad(0, dx)?;
+                }
+                let rows = checked_product(&xs[..xs.len() - 1])?;
+                let x2 = g.reshape(&x, &[rows, in_f])?;
+                let dy2 = g.reshape(&dy, &[rows, out_f])?;
+                let xt = g.emit("transpose", json!({ "perm": [1, 0] }), &[&x2])?;
+                let dw = g.emit("matmul", json!({}), &[&xt, &dy2])?;
+                g.param_grad("weight", dw)?;
+                if *bias {
+                    let lead: Vec<usize> = (0..ys.len() - 1).collect();
+                    let db = g.sum(&dy, &lead, false)?;
+                    g.param_grad("bias", db)?;
+                }
+                Ok(())
+            }
+            MatMulOp::MatMul => {
+                let b = g.input(1)?;
+                let bs = g.shape(&b)?;
+                let (Some(&k), Some(&kb)) = (xs.last(), bs.get(bs.len().saturating_sub(2))) else {
+                    return Err("matmul needs inputs of rank 1 or more".into());
+                };
+                let a2s = if xs.len() == 1 {
+                    vec![1, k]
+                } else {
+                    xs.clone()
+                };
+                let b2s = if bs.len() == 1 {
+                    vec![kb, 1]
+                } else {
+                    bs.clone()
+                };
+                let problem = batched_problem(&a2s, &b2s)?;
+                let (ba, bb) = (&a2s[..a2s.len() - 2], &b2s[..b2s.len() - 2]);
+                let mut y2s = broadcast_dims(ba, bb)?;
+                y2s.extend([problem.m, problem.n]);
+                let dy2 = g.reshape(&dy, &y2s)?;
+                if g.needs(0) {
+                    let b2 = g.reshape(&b, &b2s)?;
+                    let bt = transpose_last2(g, &b2, b2s.len())?;
+                    let da = g.emit("matmul", json!({}), &[&dy2, &bt])?;
+                    let da = g.unbroadcast(&da, &a2s)?;
+                    let da = g.reshape(&da, &xs)?;
+                    g.input_grad(0, da)?;
+                }
+                if g.needs(1) {
+                    let a2 = g.reshape(&x, &a2s)?;
+                    let at = transpose_last2(g, &a2, a2s.len())?;
+                    let db = g.emit("matmul", json!({}), &[&at, &dy2])?;
+                    let db = g.unbroadcast(&db, &b2s)?;
+                    let db = g.reshape(&db, &bs)?;
+                    g.input_grad(1, db)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// 2·M·N·K per product (saturating: a cost, never a size).
     pub fn flops(&self, inputs: &[Vec<usize>], outputs: &[Vec<usize>]) -> u64 {
         let k = inputs
@@ -238,6 +314,36 @@ impl MatMulOp {
         let out = outputs.first().map_or(0, |o| super::product(o));
         2u64.saturating_mul(k).saturating_mul(out)
     }
+}
+
+/// The product of concrete sizes, checked.
+fn checked_product(dims: &[usize]) -> Result<usize, String> {
+    dims.iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("the product of {dims:?} overflows"))
+}
+
+/// numpy broadcasting of two concrete batch shapes.
+fn broadcast_dims(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    let rank = a.len().max(b.len());
+    (0..rank)
+        .map(|i| {
+            let da = (i + a.len()).checked_sub(rank).map_or(1, |j| a[j]);
+            let db = (i + b.len()).checked_sub(rank).map_or(1, |j| b[j]);
+            match (da, db) {
+                (x, y) if x == y || y == 1 => Ok(x),
+                (1, y) => Ok(y),
+                _ => Err(format!("batch dimensions {a:?} and {b:?} do not broadcast")),
+            }
+        })
+        .collect()
+}
+
+/// `v` (of rank `rank` ≥ 2) with its last two axes swapped.
+fn transpose_last2(g: &mut dyn GradContext, v: &str, rank: usize) -> Result<Ref, String> {
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(rank - 2, rank - 1);
+    g.emit("transpose", json!({ "perm": perm }), &[v])
 }
 
 /// A batched matmul problem: sizes and per-batch element offsets of A and B.

@@ -5,14 +5,18 @@
 //! the mirrored file of `crate::gpu::lower`.
 //!
 //! Operators are grouped in families that share one kernel generator and one WGSL file in
-//! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant,
-//! convert (comparisons, casts, one-hot), loss.
+//! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant
+//! (and `param`), convert (comparisons, casts, one-hot), loss, gradient. Each family also
+//! declares its gradient rule (`fn grad`, over [`backward::GradContext`]), which
+//! `crate::autodiff` drives.
 
 pub mod attrs;
+pub mod backward;
 pub mod constant;
 pub mod conv;
 pub mod convert;
 pub mod elementwise;
+pub mod grad;
 pub mod loss;
 pub mod matmul;
 pub mod movement;
@@ -135,11 +139,15 @@ pub enum Op {
     Convert(convert::ConvertOp),
     /// Losses.
     Loss(loss::LossOp),
+    /// A weight read by key.
+    Param(constant::ParamOp),
+    /// Backward operators.
+    Grad(grad::GradOp),
 }
 
 /// Every operator schema, grouped by family (the palette's data).
 pub fn schemas() -> Vec<&'static OpSchema> {
-    let families: [&'static [OpSchema]; 9] = [
+    let families: [&'static [OpSchema]; 11] = [
         matmul::SCHEMAS,
         elementwise::SCHEMAS,
         reduce::SCHEMAS,
@@ -149,6 +157,8 @@ pub fn schemas() -> Vec<&'static OpSchema> {
         constant::SCHEMAS,
         convert::SCHEMAS,
         loss::SCHEMAS,
+        constant::PARAM_SCHEMAS,
+        grad::SCHEMAS,
     ];
     families.iter().flat_map(|f| f.iter()).collect()
 }
@@ -175,9 +185,11 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
         norm::FAMILY => norm::parse(name, &mut r).map(Op::Norm),
         movement::FAMILY => movement::parse(name, &mut r).map(Op::Movement),
         conv::FAMILY => conv::parse(name, &mut r).map(Op::Conv),
+        constant::FAMILY if name == "param" => Some(Op::Param(constant::parse_param(&mut r))),
         constant::FAMILY => Some(Op::Constant(constant::parse(&mut r))),
         convert::FAMILY => convert::parse(name, &mut r).map(Op::Convert),
         loss::FAMILY => loss::parse(name, &mut r).map(Op::Loss),
+        grad::FAMILY => grad::parse(name, &mut r).map(Op::Grad),
         _ => None,
     };
     let Some(op) = op else {
@@ -206,6 +218,8 @@ impl Op {
             Op::Constant(_) => "constant",
             Op::Convert(o) => o.name(),
             Op::Loss(o) => o.name(),
+            Op::Param(_) => "param",
+            Op::Grad(o) => o.name(),
         }
     }
 
@@ -245,6 +259,15 @@ impl Op {
                 Ok(())
             }
             Op::MatMul(matmul::MatMulOp::MatMul) | Op::Norm(_) => Ok(()),
+            Op::Param(p) => list("shape", p.shape.len()),
+            Op::Grad(grad::GradOp::UnaryGrad(elementwise::Unary::Clip { min, max }))
+                if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) =>
+            {
+                Err(format!(
+                    "unary_grad: clip bounds must be numbers, got min {min:?}, max {max:?}"
+                ))
+            }
+            Op::Grad(_) => Ok(()),
             Op::Elementwise(elementwise::ElementwiseOp::Unary(elementwise::Unary::Clip {
                 min,
                 max,
@@ -318,6 +341,8 @@ impl Op {
             Op::Constant(o) => o.infer(inputs),
             Op::Convert(o) => o.infer(inputs),
             Op::Loss(o) => o.infer(inputs),
+            Op::Param(o) => o.infer(inputs),
+            Op::Grad(o) => o.infer(inputs),
         }
     }
 
@@ -367,6 +392,9 @@ impl Op {
             Op::Constant(o) => o.batch(inputs, batch, outputs),
             Op::Convert(o) => o.batch(inputs, batch, outputs),
             Op::Loss(o) => o.batch(inputs, batch, outputs),
+            // A param has no inputs: it never depends on the batch (returned above).
+            Op::Param(_) => Ok(vec![None]),
+            Op::Grad(o) => o.batch(inputs, batch, outputs),
         }?;
         for (k, (t, b)) in outputs.iter().zip(&axes).enumerate() {
             if let Some(a) = *b {
@@ -387,6 +415,7 @@ impl Op {
             Op::MatMul(o) => o.params(inputs),
             Op::Norm(o) => o.params(inputs),
             Op::Conv(o) => o.params(inputs),
+            Op::Param(o) => Ok(o.params()),
             _ => Ok(Vec::new()),
         }
     }
@@ -411,7 +440,7 @@ impl Op {
             Op::MatMul(o) => o.flops(&shapes(inputs), &shapes(outputs)),
             Op::Conv(o) => o.flops(&shapes(inputs), &shapes(outputs)),
             Op::Norm(_) | Op::Loss(_) => read.saturating_mul(8),
-            Op::Movement(_) | Op::Constant(_) => 0,
+            Op::Movement(_) | Op::Constant(_) | Op::Param(_) => 0,
             _ => read.max(written),
         };
         Cost {
@@ -432,7 +461,10 @@ impl Op {
             Op::Conv(o) => o.capabilities(),
             Op::Movement(o) => o.capabilities(),
             Op::Convert(o) => o.capabilities(),
-            Op::Reduce(_) | Op::Norm(_) | Op::Constant(_) | Op::Loss(_) => Capabilities::default(),
+            Op::Grad(o) => o.capabilities(),
+            Op::Reduce(_) | Op::Norm(_) | Op::Constant(_) | Op::Param(_) | Op::Loss(_) => {
+                Capabilities::default()
+            }
         }
     }
 
@@ -443,6 +475,37 @@ impl Op {
             Op::Movement(o) => o.index_input(),
             Op::Loss(o) => o.index_input(),
             _ => None,
+        }
+    }
+
+    /// The key of the weight a `param` operator reads (its declared weight's key is this,
+    /// not `node.value`).
+    pub fn param_key(&self) -> Option<&str> {
+        match self {
+            Op::Param(p) => Some(&p.key),
+            _ => None,
+        }
+    }
+
+    /// The gradient rule: emits, through `g`, the gradients of the inputs that want one and
+    /// of the weights, from the gradients reaching the outputs. Err (a reason) when the
+    /// operator has no gradient with respect to what wants one.
+    pub(crate) fn grad(&self, g: &mut dyn backward::GradContext) -> Result<(), String> {
+        match self {
+            Op::MatMul(o) => o.grad(g),
+            Op::Elementwise(o) => o.grad(g),
+            Op::Reduce(o) => o.grad(g),
+            Op::Norm(o) => o.grad(g),
+            Op::Movement(o) => o.grad(g),
+            Op::Conv(o) => o.grad(g),
+            Op::Constant(_) => Ok(()),
+            Op::Param(_) => {
+                let dy = g.dy()?;
+                g.param_grad("value", dy)
+            }
+            Op::Grad(o) => o.grad(g),
+            Op::Convert(o) => o.grad(g),
+            Op::Loss(o) => o.grad(g),
         }
     }
 

@@ -4,9 +4,11 @@
 //! `gather` an indexed copy (`shaders/movement.wgsl`).
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
+use super::backward::GradContext;
 use super::{broadcast_batch, Arity, Capabilities, IndexInput, OpSchema, TensorType};
 use crate::dtype::DType;
 use crate::shape::{self, broadcast, show, Dim, Product, Shape};
+use serde_json::json;
 
 /// Family tag.
 pub const FAMILY: &str = "movement";
@@ -890,6 +892,121 @@ pub fn reshape_target(dims: &[Dim], target: &[i64], allowzero: bool) -> Result<S
         None => {}
     }
     Ok(out.into_iter().flatten().collect())
+}
+
+impl MovementOp {
+    /// Gradient rule. Views: dy reshaped back; transpose: the inverse permutation; concat:
+    /// slices of dy; split: the parts' gradients concatenated (zeros for parts none
+    /// reaches); slice with step 1: dy padded with zeros; expand: broadcasting undone.
+    /// gather (a scatter-add) and strided slices have none yet.
+    pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        if !g.needs(0) && !matches!(self, MovementOp::Concat { .. }) {
+            return Ok(());
+        }
+        let x = g.input(0)?;
+        let xs = g.shape(&x)?;
+        let rank = xs.len();
+        let dx = match self {
+            MovementOp::Reshape { .. }
+            | MovementOp::Flatten { .. }
+            | MovementOp::Squeeze { .. }
+            | MovementOp::Unsqueeze { .. }
+            | MovementOp::Identity { .. } => {
+                let dy = g.dy()?;
+                g.reshape(&dy, &xs)?
+            }
+            MovementOp::Transpose { perm } => {
+                let p = permutation(perm, rank)?;
+                let mut inverse = vec![0usize; rank];
+                for (i, &a) in p.iter().enumerate() {
+                    *inverse
+                        .get_mut(a)
+                        .ok_or("internal: permutation out of range")? = i;
+                }
+                let dy = g.dy()?;
+                g.emit("transpose", json!({ "perm": inverse }), &[&dy])?
+            }
+            MovementOp::Concat { axis } => {
+                let dy = g.dy()?;
+                let a = shape::existing_axis(*axis, rank)?;
+                let mut offset = 0usize;
+                for k in 0.. {
+                    let Ok(input) = g.input(k) else { break };
+                    let len = *g
+                        .shape(&input)?
+                        .get(a)
+                        .ok_or("internal: concat ranks differ")?;
+                    let end = offset.checked_add(len).ok_or("concat length overflows")?;
+                    if g.needs(k) {
+                        let part = g.emit(
+                            "slice",
+                            json!({ "starts": [offset], "ends": [end], "axes": [a] }),
+                            &[&dy],
+                        )?;
+                        g.input_grad(k, part)?;
+                    }
+                    offset = end;
+                }
+                return Ok(());
+            }
+            MovementOp::Split { axis, .. } => {
+                let a = shape::existing_axis(*axis, rank)?;
+                let sizes = self.split_sizes(xs[a])?;
+                let mut parts = Vec::new();
+                for (k, &len) in sizes.iter().enumerate() {
+                    let part = match g.output_grad(k) {
+                        Some(d) => d,
+                        None => {
+                            let mut s = xs.clone();
+                            s[a] = len;
+                            g.zeros(&s)?
+                        }
+                    };
+                    parts.push(part);
+                }
+                let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+                g.emit("concat", json!({ "axis": a }), &refs)?
+            }
+            MovementOp::Slice { .. } => {
+                let dims: Vec<Dim> = xs.iter().map(|&d| Dim::Known(d)).collect();
+                let mut v = g.dy()?;
+                for (a, start, step, len) in self.slice_axes(&dims)? {
+                    if step != 1 {
+                        return Err(format!(
+                            "slice with step {step} has no gradient rule yet (only step 1)"
+                        ));
+                    }
+                    let after = xs[a]
+                        .checked_sub(start)
+                        .and_then(|r| r.checked_sub(len))
+                        .ok_or("internal: slice past its axis")?;
+                    let mut pieces = Vec::new();
+                    for (size, middle) in [(start, false), (len, true), (after, false)] {
+                        if middle {
+                            pieces.push(v.clone());
+                        } else if size > 0 {
+                            let mut s = g.shape(&v)?;
+                            s[a] = size;
+                            pieces.push(g.zeros(&s)?);
+                        }
+                    }
+                    if pieces.len() > 1 {
+                        let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+                        v = g.emit("concat", json!({ "axis": a }), &refs)?;
+                    }
+                }
+                v
+            }
+            MovementOp::Expand { .. } => {
+                let dy = g.dy()?;
+                g.unbroadcast(&dy, &xs)?
+            }
+            MovementOp::Gather { .. } => {
+                return Err("gather has no gradient rule yet (a scatter-add)".into())
+            }
+        };
+        g.input_grad(0, dx)
+    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,10 @@
 //! statistics as weights). Kernels: `shaders/norm.wgsl`.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
+use super::backward::{GradContext, Ref};
 use super::{need_f32, Arity, Init, OpSchema, ParamSpec, TensorType};
 use crate::shape::{self, show, Dim};
+use serde_json::json;
 
 /// Family tag.
 pub const FAMILY: &str = "normalisation";
@@ -187,6 +189,96 @@ impl NormOp {
         Ok(vec![Some(b)])
     }
 
+    /// Gradient rule. softmax, log_softmax: `softmax_grad`, `log_softmax_grad` from the
+    /// output y. Composed: layer_norm: the normalised x̂ recomputed, dx = (dx̂ − mean dx̂ − x̂·mean
+    /// dx̂·x̂)/σ with dx̂ = dy·scale, dscale = Σ dy·x̂ and dbias = Σ dy over the leading axes;
+    /// batch_norm (running statistics): dx = dy·scale/σ, dscale and dbias summed over every
+    /// axis but the channels, and no gradient for the statistics.
+    pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        let dy = g.dy()?;
+        let x = g.input(0)?;
+        let xs = g.shape(&x)?;
+        let rank = xs.len();
+        match self {
+            NormOp::Softmax { axis, log } => {
+                if !g.needs(0) {
+                    return Ok(());
+                }
+                let a = shape::existing_axis(*axis, rank)?;
+                let y = g.output(0)?;
+                let op = if *log {
+                    "log_softmax_grad"
+                } else {
+                    "softmax_grad"
+                };
+                let dx = g.emit(op, json!({ "axis": a }), &[&y, &dy])?;
+                g.input_grad(0, dx)
+            }
+            NormOp::LayerNorm { axis, epsilon } => {
+                let a = shape::axis(*axis, rank)?;
+                let norm: Vec<usize> = (a..rank).collect();
+                let lead: Vec<usize> = (0..a).collect();
+                let mean = |g: &mut dyn GradContext, v: &str| -> Result<Ref, String> {
+                    g.emit(
+                        "reduce_mean",
+                        json!({ "axes": norm, "keepdims": true }),
+                        &[v],
+                    )
+                };
+                let mu = mean(g, &x)?;
+                let xc = g.binary("sub", &x, &mu)?;
+                let sq = g.binary("mul", &xc, &xc)?;
+                let var = mean(g, &sq)?;
+                let rstd = inverse_sqrt(g, &var, *epsilon)?;
+                let xhat = g.binary("mul", &xc, &rstd)?;
+                let t = g.binary("mul", &dy, &xhat)?;
+                let dscale = g.sum(&t, &lead, false)?;
+                g.param_grad("scale", dscale)?;
+                let dbias = g.sum(&dy, &lead, false)?;
+                g.param_grad("bias", dbias)?;
+                if g.needs(0) {
+                    let scale = g.param("scale")?;
+                    let dxhat = g.binary("mul", &dy, &scale)?;
+                    let m1 = mean(g, &dxhat)?;
+                    let t = g.binary("mul", &dxhat, &xhat)?;
+                    let m2 = mean(g, &t)?;
+                    let t = g.binary("mul", &xhat, &m2)?;
+                    let d = g.binary("sub", &dxhat, &m1)?;
+                    let d = g.binary("sub", &d, &t)?;
+                    let dx = g.binary("mul", &d, &rstd)?;
+                    g.input_grad(0, dx)?;
+                }
+                Ok(())
+            }
+            NormOp::BatchNorm { epsilon } => {
+                let c = *xs.get(1).ok_or("batch_norm needs [N, C, ...]")?;
+                let mut bshape = vec![c];
+                bshape.resize(rank - 1, 1);
+                let others: Vec<usize> = (0..rank).filter(|&i| i != 1).collect();
+                let var = g.param("var")?;
+                let rstd = inverse_sqrt(g, &var, *epsilon)?;
+                let rstd = g.reshape(&rstd, &bshape)?;
+                let mean = g.param("mean")?;
+                let mean = g.reshape(&mean, &bshape)?;
+                let xc = g.binary("sub", &x, &mean)?;
+                let xhat = g.binary("mul", &xc, &rstd)?;
+                let t = g.binary("mul", &dy, &xhat)?;
+                let dscale = g.sum(&t, &others, false)?;
+                g.param_grad("scale", dscale)?;
+                let dbias = g.sum(&dy, &others, false)?;
+                g.param_grad("bias", dbias)?;
+                if g.needs(0) {
+                    let scale = g.param("scale")?;
+                    let scale = g.reshape(&scale, &bshape)?;
+                    let f = g.binary("mul", &scale, &rstd)?;
+                    let dx = g.binary("mul", &dy, &f)?;
+                    g.input_grad(0, dx)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Weights: layer-norm scale/bias of the normalised shape; batch-norm per-channel stats.
     pub fn params(&self, inputs: &[TensorType]) -> Result<Vec<ParamSpec>, String> {
         let x = &inputs[0].shape;
@@ -224,6 +316,15 @@ impl NormOp {
             }
         }
     }
+}
+
+/// 1 / √(v + ε).
+fn inverse_sqrt(g: &mut dyn GradContext, v: &str, epsilon: f32) -> Result<Ref, String> {
+    let e = g.scalar(epsilon)?;
+    let t = g.binary("add", v, &e)?;
+    let s = g.emit("sqrt", json!({}), &[&t])?;
+    let one = g.scalar(1.0)?;
+    g.binary("div", &one, &s)
 }
 
 #[cfg(test)]

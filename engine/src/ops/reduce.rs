@@ -8,6 +8,7 @@
 //! wins (PyTorch's and numpy's behaviour); CPU and GPU agree.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
+use super::backward::GradContext;
 use super::{need_f32, Arity, OpSchema, TensorType};
 use crate::dtype::DType;
 use crate::shape::{self, show, Dim};
@@ -219,6 +220,33 @@ impl ReduceOp {
             axes.iter().filter(|&&a| a < b).count()
         };
         Ok(vec![Some(b - dropped)])
+    }
+
+    /// Gradient rule: dy with the reduced axes restored as size 1, broadcast back to the
+    /// input's shape (divided by the count for a mean).
+    pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        if !g.needs(0) {
+            return Ok(());
+        }
+        let dy = g.dy()?;
+        let x = g.input(0)?;
+        let xs = g.shape(&x)?;
+        let axes = resolve_axes(&self.axes, xs.len())?;
+        let kept: Vec<usize> = (0..xs.len())
+            .map(|i| if axes.contains(&i) { 1 } else { xs[i] })
+            .collect();
+        let dk = g.reshape(&dy, &kept)?;
+        let dk = if self.mean {
+            let count = axes
+                .iter()
+                .try_fold(1usize, |a, &i| a.checked_mul(xs[i]))
+                .ok_or_else(|| format!("the reduced size of {xs:?} overflows"))?;
+            g.scale(&dk, 1.0 / count.max(1) as f32)?
+        } else {
+            dk
+        };
+        let dx = g.expand(&dk, &xs)?;
+        g.input_grad(0, dx)
     }
 }
 

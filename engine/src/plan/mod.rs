@@ -379,11 +379,15 @@ impl<'g> Builder<'g> {
         let specs: Vec<(String, Vec<usize>)> = node
             .params
             .iter()
-            .map(|p| (format!("{}.{}", node.id, p.name), p.shape.clone()))
+            .map(|p| (node.param_key(p), p.shape.clone()))
             .collect();
         specs
             .into_iter()
             .map(|(key, shape)| {
+                // One value per key: a `param` node reads the weight another node declares.
+                if let Some(&(_, v)) = self.plan.params.iter().find(|(k, _)| *k == key) {
+                    return v;
+                }
                 let c = Concrete {
                     shape,
                     dtype: DType::F32,
@@ -452,6 +456,13 @@ impl<'g> Builder<'g> {
             let name = self.name_of(ix, 0);
             let v = self.add_value(name, &outputs[0], ValueKind::Constant, None);
             self.plan.constants.push((v, value.clone()));
+            self.value_of.insert((ix, 0), v);
+            return Ok(());
+        }
+        if op.param_key().is_some() {
+            let v = *self.params(ix).first().ok_or_else(|| {
+                RunError::Internal(format!("param '{}' declares no weight", node.id))
+            })?;
             self.value_of.insert((ix, 0), v);
             return Ok(());
         }

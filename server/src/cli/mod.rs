@@ -292,6 +292,10 @@ pub struct PlanArgs {
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Plan the joint forward + backward graph of this loss output (an f32 scalar): the
+    /// gradients of every weight on a path to it become extra outputs.
+    #[arg(long, value_name = "LOSS")]
+    pub train: Option<String>,
     /// The engine's limits on graphs and runs.
     #[command(flatten)]
     pub limits: crate::limits::LimitArgs,

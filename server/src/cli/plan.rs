@@ -1,7 +1,8 @@
 //! `sluice plan`: the device-neutral execution plan per stage — steps (operators, fused
 //! units) with the values they read and write, the buffer of every tensor, planned and
 //! naive memory, predicted cost — and, with `--kernels`, the WGSL passes the GPU backend
-//! lowers each step to.
+//! lowers each step to. With `--train LOSS`, the plan of the joint forward + backward
+//! graph (`sluice_engine::autodiff`), whose extra outputs are the weights' gradients.
 
 use super::{load, report::mib, PlanArgs};
 use anyhow::{bail, Result};
@@ -46,6 +47,19 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode> {
     sluice_engine::exec::check_run(&graph, &config, None, &args.limits.0)?;
     let micro = args.batch / args.microbatches;
     let bound = bind(&graph, micro)?;
+    let (bound, gradients) = match &args.train {
+        Some(_) if args.microbatches > 1 => bail!(
+            "--train sums weight gradients over the whole batch: micro-batches would each \
+             give their own (use --microbatches 1)"
+        ),
+        Some(loss) => {
+            let joint = sluice_engine::autodiff::backward(&bound, loss)?;
+            let names: Vec<(String, String)> =
+                joint.params.into_iter().map(|g| (g.of, g.output)).collect();
+            (joint.graph, names)
+        }
+        None => (bound, Vec::new()),
+    };
     let options = PlanOptions {
         fuse: !args.no_fuse,
         precision: args.precision.engine(),
@@ -78,7 +92,7 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode> {
         println!(
             "{}",
             json!({ "graph": graph.doc.name, "micro_batch": micro, "stages": plans, "partition": summary,
-                    "partition_rates": rates_used, "gpu_programs": kernels,
+                    "partition_rates": rates_used, "gpu_programs": kernels, "gradients": gradients,
                     "batch": { "inputs": semantics.inputs, "outputs": semantics.outputs, "couplings": semantics.couplings } })
         );
         return Ok(ExitCode::SUCCESS);
@@ -88,6 +102,16 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode> {
         graph.doc.name,
         if args.no_fuse { "off" } else { "on" }
     );
+    if let Some(loss) = &args.train {
+        println!(
+            "joint forward + backward graph of loss '{loss}': {} nodes, {} weight gradients",
+            bound.doc.nodes.len(),
+            gradients.len()
+        );
+        for (key, output) in &gradients {
+            println!("  {key} -> output '{output}'");
+        }
+    }
     for (s, p) in plans.iter().enumerate() {
         println!(
             "stage {s}: {} steps, {:.3} GFLOP, planned peak {:.2} MiB (naive {:.2} MiB, {:.0}%), weights {:.2} MiB",

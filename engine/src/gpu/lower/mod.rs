@@ -10,6 +10,7 @@
 mod conv;
 mod convert;
 pub mod elementwise;
+mod grad;
 mod loss;
 pub mod matmul;
 mod movement;
@@ -37,6 +38,8 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
         Op::Convert(o) => o.lower(ctx),
         Op::Loss(o) => o.lower(ctx),
         Op::Constant(_) => Err("internal: constants are uploaded, not lowered".into()),
+        Op::Param(_) => Err("internal: a param is its weight's buffer, not lowered".into()),
+        Op::Grad(o) => o.lower(ctx),
     }?;
     let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {
         ks.into_iter()
@@ -57,6 +60,7 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
 pub fn pointwise_wgsl(op: &Op, args: &[String]) -> Result<String, String> {
     match op {
         Op::Elementwise(e) => Ok(elementwise::wgsl(e, args)),
+        Op::Grad(g) => grad::wgsl(g, args),
         other => Err(format!(
             "internal: '{}' is not pointwise and cannot be fused",
             other.name()

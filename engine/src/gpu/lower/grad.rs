@@ -1,0 +1,157 @@
+//! GPU lowering of the gradient family: `unary_grad` as an elementwise expression (so it
+//! fuses like the forward pointwise operators), in the generated per-element kernel; the
+//! softmax backwards as a row-sum pass into scratch and an element pass
+//! (`shaders/grad.wgsl`).
+
+use super::elementwise::elementwise_kernel;
+use super::Lower;
+use crate::gpu::kernel::*;
+use crate::ops::elementwise::Unary;
+use crate::ops::grad::GradOp;
+use crate::shape;
+
+const SHADER: &str = include_str!("../../../../shaders/grad.wgsl");
+
+/// The WGSL expression of dy × f′(x) (f32 expressions `x`, `dy`).
+fn unary_grad_wgsl(u: Unary, x: &str, dy: &str) -> String {
+    let d = match u {
+        Unary::Relu => format!("select(0.0, 1.0, ({x}) > 0.0)"),
+        Unary::Sigmoid => format!("(sl_sigmoid({x}) * (1.0 - sl_sigmoid({x})))"),
+        Unary::Tanh => format!("(1.0 - sl_tanh({x}) * sl_tanh({x}))"),
+        Unary::Gelu { tanh: false } => format!(
+            "(0.5 * (1.0 + sl_erf(({x}) * 0.70710678118654752)) + ({x}) * exp(-0.5 * ({x}) * ({x})) * 0.39894228040143268)"
+        ),
+        Unary::Gelu { tanh: true } => {
+            let t = format!("sl_tanh(0.79788456080286536 * (({x}) + 0.044715 * ({x}) * ({x}) * ({x})))");
+            format!(
+                "(0.5 * (1.0 + {t}) + 0.5 * ({x}) * (1.0 - {t} * {t}) * 0.79788456080286536 * (1.0 + 0.134145 * ({x}) * ({x})))"
+            )
+        }
+        Unary::Exp => format!("exp({x})"),
+        Unary::Log => format!("(1.0 / ({x}))"),
+        Unary::Sqrt => format!("(0.5 / sqrt({x}))"),
+        Unary::Erf => format!("(1.12837916709551257 * exp(-({x}) * ({x})))"),
+        Unary::Clip { min, max } => {
+            let mut c = "true".to_string();
+            if let Some(lo) = min {
+                c = format!("{c} && ({x}) >= {}", f32_literal(lo));
+            }
+            if let Some(hi) = max {
+                c = format!("{c} && ({x}) <= {}", f32_literal(hi));
+            }
+            format!("select(0.0, 1.0, {c})")
+        }
+    };
+    format!("({d} * ({dy}))")
+}
+
+/// The expression of a pointwise gradient-family operator over inputs `args` (x, dy).
+pub fn wgsl(op: &GradOp, args: &[String]) -> Result<String, String> {
+    match (op, args) {
+        (GradOp::UnaryGrad(u), [x, dy]) => Ok(unary_grad_wgsl(*u, x, dy)),
+        _ => Err(format!(
+            "internal: '{}' is not pointwise over {} operands",
+            op.name(),
+            args.len()
+        )),
+    }
+}
+
+impl Lower for GradOp {
+    /// GPU kernel.
+    fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
+        let (inputs, outputs) = (ctx.inputs, ctx.outputs);
+        let out = outputs
+            .first()
+            .ok_or("internal: unary_grad without an output")?;
+        if inputs.len() != 2 {
+            return Err("internal: unary_grad takes x and dy".into());
+        }
+        if let GradOp::SoftmaxGrad { axis, log } = self {
+            return softmax_grad(ctx, *axis, *log);
+        }
+        let args: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
+        let kernel = elementwise_kernel(
+            self.name(),
+            "",
+            &wgsl(self, &args)?,
+            inputs,
+            &out.shape,
+            out.storage,
+            None,
+        )?;
+        Ok(Lowering::Kernels(vec![kernel]))
+    }
+}
+
+/// The two passes of `softmax_grad` / `log_softmax_grad`: each row's sum along the axis
+/// into f32 scratch, then every element (whole words for packed storage).
+fn softmax_grad(ctx: &LowerCtx, axis: i64, log: bool) -> Result<Lowering, String> {
+    let (Some(y), Some(dy), Some(out)) =
+        (ctx.inputs.first(), ctx.inputs.get(1), ctx.outputs.first())
+    else {
+        return Err("internal: a softmax backward takes y and dy".into());
+    };
+    let dims = &y.shape;
+    let n: usize = dims.iter().product();
+    let a = shape::existing_axis(axis, dims.len())?;
+    let len = dims[a];
+    let inner: usize = dims[a + 1..].iter().product();
+    let rows = n.checked_div(len).unwrap_or(0);
+    let info = vec![word(rows)?, word(len)?, word(inner.max(1))?];
+    let (term, value) = if log {
+        ("ld_dy(k)", "dy - exp(y) * s")
+    } else {
+        ("ld_y(k) * ld_dy(k)", "y * (dy - s)")
+    };
+    let label = if log {
+        "log_softmax_grad"
+    } else {
+        "softmax_grad"
+    };
+    let mut sb = Bindings::new();
+    // log_softmax's sums read dy only (a binding the kernel never reads is no binding).
+    if !log {
+        sb.add("y", Slot::Input(0), y.storage, false);
+    }
+    sb.add("dy", Slot::Input(1), dy.storage, false);
+    sb.add("stats", Slot::Scratch(0), Storage::F32, true);
+    let stats = Kernel {
+        label: format!("{label} sums"),
+        source: format!(
+            "{}\n{}",
+            sb.wgsl(),
+            fill(
+                variant(SHADER, "softmax_grad_stats"),
+                &[("WG", WG.to_string()), ("TERM", term.into())]
+            )
+        ),
+        slots: sb.slots(),
+        info: info.clone(),
+        workgroups: dispatch_1d(rows, WG)?,
+    };
+    let mut b = Bindings::new();
+    b.add("dst", Slot::Output(0), out.storage, true);
+    b.add("y", Slot::Input(0), y.storage, false);
+    b.add("dy", Slot::Input(1), dy.storage, false);
+    b.add("stats", Slot::Scratch(0), Storage::F32, false);
+    let (main, threads) = per_element_main(out.storage, n);
+    let element = Kernel {
+        label: label.into(),
+        source: format!(
+            "{}\n{}\n{main}",
+            b.wgsl(),
+            fill(
+                variant(SHADER, "softmax_grad_value"),
+                &[("OUT", value.into())]
+            )
+        ),
+        slots: b.slots(),
+        info,
+        workgroups: dispatch_1d(threads, WG)?,
+    };
+    Ok(Lowering::KernelsWithScratch(
+        vec![stats, element],
+        vec![rows],
+    ))
+}

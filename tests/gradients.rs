@@ -1,0 +1,699 @@
+//! Gradient checks: for every operator with a gradient rule, a one-operator graph with
+//! small odd-sized random inputs (broadcasting, each attribute), the loss
+//! `reduce_sum(output × R)` with a fixed random R, its joint graph run by the CPU reference,
+//! and every gradient (of the inputs and of the weights) compared with central finite
+//! differences of the forward graph on the CPU reference.
+//!
+//! The reference computes in f32, so the differences use ε = 1e-2 (round-off of the loss,
+//! about 1e-6 of a loss of order 10, stays near 1e-4 after dividing by 2ε; the truncation
+//! error is of order ε² times the third derivative). Inputs of operators with kinks (relu,
+//! clip, max, min) sit on grids away from the kinks. A gradient element is wrong when
+//! |analytic − numeric| > 1e-2 · max(1, |numeric|); a wrong rule (a flipped sign, a missing
+//! factor) is off by the size of the gradient itself, which the check below shows.
+//! `cargo test -p sluice-tests --test gradients -- --nocapture` prints the table.
+
+use serde_json::{json, Value};
+use sluice_engine::autodiff::{backward, backward_wrt, AutodiffError};
+use sluice_engine::rng::Rng;
+use sluice_engine::weights::Weights;
+use sluice_engine::{cpu, Graph, Tensor, TensorData};
+use sluice_tests::{graph, random_weights};
+use std::collections::HashMap;
+
+/// Central differences step.
+const EPS: f32 = 1e-2;
+/// Largest |analytic − numeric| / max(1, |numeric|) accepted.
+const TOLERANCE: f32 = 1e-2;
+
+/// How an input's values are drawn.
+#[derive(Clone, Copy)]
+enum Values {
+    /// Uniform in [-2, 2).
+    Any,
+    /// Uniform in [0.5, 2) (log, sqrt, pow bases, divisors).
+    Positive,
+    /// offset + 0.5·k for k in -4..4: away from kinks at multiples of 0.5 (offset 0.25).
+    Grid(f32),
+    /// Random bools (not differentiated).
+    Bool,
+}
+
+/// One case: an operator, its attributes and inputs, and which outputs the loss reads.
+struct Case {
+    label: String,
+    op: &'static str,
+    attrs: Value,
+    inputs: Vec<(&'static str, Vec<usize>, Values)>,
+    outputs: Vec<usize>,
+}
+
+fn case(op: &'static str, attrs: Value, inputs: &[(&'static str, &[usize], Values)]) -> Case {
+    Case {
+        label: format!(
+            "{op} {attrs} {:?}",
+            inputs.iter().map(|i| &i.1).collect::<Vec<_>>()
+        ),
+        op,
+        attrs,
+        inputs: inputs
+            .iter()
+            .map(|(n, s, v)| (*n, s.to_vec(), *v))
+            .collect(),
+        outputs: vec![0],
+    }
+}
+
+/// Every case.
+fn cases() -> Vec<Case> {
+    use Values::*;
+    let mut v = Vec::new();
+    let x = |s: &'static [usize], vals| ("x", s, vals);
+    for (op, vals) in [
+        ("relu", Grid(0.25)),
+        ("sigmoid", Any),
+        ("tanh", Any),
+        ("exp", Any),
+        ("log", Positive),
+        ("sqrt", Positive),
+        ("erf", Any),
+    ] {
+        v.push(case(op, json!({}), &[x(&[3, 5], vals)]));
+    }
+    for a in ["none", "tanh"] {
+        v.push(case(
+            "gelu",
+            json!({ "approximate": a }),
+            &[x(&[2, 3, 5], Any)],
+        ));
+    }
+    for attrs in [
+        json!({ "min": -1.0, "max": 1.0 }),
+        json!({ "min": -0.5 }),
+        json!({ "max": 0.5 }),
+        json!({ "min": 1.0, "max": -1.0 }),
+    ] {
+        v.push(case("clip", attrs, &[x(&[3, 7], Grid(0.25))]));
+    }
+    let pairs: [(&[usize], &[usize]); 4] = [
+        (&[3, 5], &[3, 5]),
+        (&[3, 5], &[5]),
+        (&[2, 1, 3], &[4, 1]),
+        (&[1], &[2, 3]),
+    ];
+    for (a, b) in pairs {
+        for op in ["add", "sub", "mul"] {
+            v.push(case(op, json!({}), &[("a", a, Any), ("b", b, Any)]));
+        }
+        v.push(case("div", json!({}), &[("a", a, Any), ("b", b, Positive)]));
+        v.push(case("pow", json!({}), &[("a", a, Positive), ("b", b, Any)]));
+        v.push(case(
+            "max",
+            json!({}),
+            &[("a", a, Grid(0.25)), ("b", b, Grid(0.0))],
+        ));
+        v.push(case(
+            "min",
+            json!({}),
+            &[("a", a, Grid(0.0)), ("b", b, Grid(0.25))],
+        ));
+    }
+    v.push(case(
+        "where",
+        json!({}),
+        &[("c", &[3, 1], Bool), ("a", &[3, 5], Any), ("b", &[5], Any)],
+    ));
+    // Matmul family.
+    let products: [(&[usize], &[usize]); 6] = [
+        (&[3, 5], &[5, 4]),
+        (&[2, 3, 5], &[5, 4]),
+        (&[5], &[5, 3]),
+        (&[3, 5], &[5]),
+        (&[5], &[5]),
+        (&[2, 1, 3, 4], &[3, 4, 2]),
+    ];
+    for (a, b) in products {
+        v.push(case("matmul", json!({}), &[("a", a, Any), ("b", b, Any)]));
+    }
+    v.push(case(
+        "linear",
+        json!({ "out_features": 4 }),
+        &[x(&[3, 5], Any)],
+    ));
+    v.push(case(
+        "linear",
+        json!({ "out_features": 3, "bias": false }),
+        &[x(&[2, 3, 5], Any)],
+    ));
+    v.push(case(
+        "linear",
+        json!({ "out_features": 3 }),
+        &[x(&[5], Any)],
+    ));
+    // Reduce family.
+    for op in ["reduce_sum", "reduce_mean"] {
+        for attrs in [
+            json!({}),
+            json!({ "axes": [1] }),
+            json!({ "axes": [0, 2], "keepdims": false }),
+            json!({ "axes": [-1], "keepdims": false }),
+            json!({ "axes": [] }),
+        ] {
+            v.push(case(op, attrs, &[x(&[2, 3, 5], Any)]));
+        }
+    }
+    // Normalisation family.
+    for op in ["softmax", "log_softmax"] {
+        for axis in [-1, 0, 1] {
+            v.push(case(op, json!({ "axis": axis }), &[x(&[2, 3, 5], Any)]));
+        }
+    }
+    v.push(case("layer_norm", json!({}), &[x(&[3, 5], Any)]));
+    v.push(case(
+        "layer_norm",
+        json!({ "axis": 1, "epsilon": 1e-3 }),
+        &[x(&[2, 3, 4], Any)],
+    ));
+    v.push(case("batch_norm", json!({}), &[x(&[2, 3, 4], Any)]));
+    v.push(case(
+        "batch_norm",
+        json!({ "epsilon": 0.1 }),
+        &[x(&[3, 2], Any)],
+    ));
+    // Movement family.
+    v.push(case(
+        "reshape",
+        json!({ "shape": [5, -1] }),
+        &[x(&[3, 5], Any)],
+    ));
+    v.push(case("flatten", json!({ "axis": 2 }), &[x(&[2, 3, 5], Any)]));
+    v.push(case("squeeze", json!({}), &[x(&[3, 1, 5], Any)]));
+    v.push(case(
+        "unsqueeze",
+        json!({ "axes": [0, 3] }),
+        &[x(&[3, 5], Any)],
+    ));
+    v.push(case("identity", json!({}), &[x(&[3, 5], Any)]));
+    v.push(case("dropout", json!({ "ratio": 0.3 }), &[x(&[3, 5], Any)]));
+    v.push(case("transpose", json!({}), &[x(&[2, 3, 5], Any)]));
+    v.push(case(
+        "transpose",
+        json!({ "perm": [1, 2, 0] }),
+        &[x(&[2, 3, 5], Any)],
+    ));
+    v.push(case(
+        "concat",
+        json!({ "axis": 1 }),
+        &[
+            ("a", &[2, 3], Any),
+            ("b", &[2, 1], Any),
+            ("c", &[2, 4], Any),
+        ],
+    ));
+    let mut split = case(
+        "split",
+        json!({ "axis": 1, "sizes": [2, 1, 4] }),
+        &[x(&[3, 7], Any)],
+    );
+    split.outputs = vec![0, 2];
+    v.push(split);
+    let mut split = case("split", json!({ "num_outputs": 2 }), &[x(&[5, 3], Any)]);
+    split.outputs = vec![1];
+    v.push(split);
+    v.push(case(
+        "slice",
+        json!({ "starts": [1, -4], "ends": [3, 100], "axes": [0, 1] }),
+        &[x(&[4, 7], Any)],
+    ));
+    v.push(case(
+        "expand",
+        json!({ "shape": [3, 4, 5] }),
+        &[x(&[4, 1], Any)],
+    ));
+    // Conv family.
+    v.push(case("global_avg_pool", json!({}), &[x(&[2, 3, 3, 5], Any)]));
+    v
+}
+
+/// Random values for one input.
+fn values(rng: &mut Rng, shape: &[usize], how: Values) -> Tensor {
+    let n: usize = shape.iter().product();
+    let data: Vec<f32> = (0..n)
+        .map(|_| match how {
+            Values::Any => rng.uniform(-2.0, 2.0),
+            Values::Positive => rng.uniform(0.5, 2.0),
+            Values::Grid(offset) => offset + 0.5 * (rng.uniform(-4.0, 4.0).floor()),
+            Values::Bool => f32::from(rng.uniform(0.0, 1.0) < 0.5),
+        })
+        .collect();
+    match how {
+        Values::Bool => Tensor {
+            shape: shape.to_vec(),
+            data: TensorData::Bool(data.iter().map(|&b| b != 0.0).collect()),
+        },
+        _ => Tensor::f32(shape.to_vec(), data),
+    }
+}
+
+/// The graph of a case with its loss: `loss = Σ_k reduce_sum(output_k × R_k)`.
+fn loss_graph(c: &Case, rng: &mut Rng) -> Graph {
+    let decls: serde_json::Map<String, Value> = c
+        .inputs
+        .iter()
+        .map(|(n, s, v)| {
+            let dtype = if matches!(v, Values::Bool) {
+                "bool"
+            } else {
+                "f32"
+            };
+            (n.to_string(), json!({ "shape": s, "dtype": dtype }))
+        })
+        .collect();
+    let names: Vec<&str> = c.inputs.iter().map(|i| i.0).collect();
+    let forward = graph(&json!({
+        "format": "sluice/graph@1", "inputs": decls,
+        "nodes": [{ "id": "n", "op": c.op, "inputs": names, "attrs": c.attrs }],
+        "outputs": ["n"],
+    }));
+    let node = forward.op_nodes().next().expect("one node").1;
+    let mut nodes = vec![json!({ "id": "n", "op": c.op, "inputs": names, "attrs": c.attrs })];
+    let mut terms = Vec::new();
+    for &k in &c.outputs {
+        let shape: Vec<usize> = sluice_engine::shape::concrete(&node.outputs[k].shape).unwrap();
+        let n: usize = shape.iter().product();
+        let r: Vec<f32> = (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let out = if k == 0 {
+            "n".to_string()
+        } else {
+            format!("n:{k}")
+        };
+        nodes.push(json!({ "id": format!("r{k}"), "op": "constant",
+                           "attrs": { "value": r, "shape": shape } }));
+        nodes.push(json!({ "id": format!("m{k}"), "op": "mul", "inputs": [out, format!("r{k}")] }));
+        nodes.push(json!({ "id": format!("s{k}"), "op": "reduce_sum",
+                           "inputs": [format!("m{k}")], "attrs": { "keepdims": false } }));
+        terms.push(format!("s{k}"));
+    }
+    let mut last = terms[0].clone();
+    for (i, t) in terms.iter().enumerate().skip(1) {
+        let id = format!("t{i}");
+        nodes.push(json!({ "id": id, "op": "add", "inputs": [last, t] }));
+        last = id;
+    }
+    nodes.push(json!({ "id": "loss", "op": "identity", "inputs": [last] }));
+    graph(&json!({
+        "format": "sluice/graph@1", "inputs": decls, "nodes": nodes, "outputs": ["loss"],
+        "params": { "seed": 7 },
+    }))
+}
+
+/// The loss of a graph on inputs and weights.
+fn loss(g: &Graph, weights: &Weights, inputs: &HashMap<String, Tensor>) -> f32 {
+    let outs = cpu::run(g, weights, inputs).expect("the forward graph runs");
+    outs[0].1.as_f32().expect("f32 loss")[0]
+}
+
+/// Central differences of the loss with respect to every element of `t`, which `set`
+/// writes into a copy of the inputs and weights.
+fn numeric(
+    g: &Graph,
+    weights: &Weights,
+    inputs: &HashMap<String, Tensor>,
+    of: &str,
+    is_weight: bool,
+) -> Vec<f32> {
+    let base = if is_weight { &weights[of] } else { &inputs[of] };
+    let n = base.as_f32().unwrap().len();
+    (0..n)
+        .map(|i| {
+            let at = |delta: f32| {
+                let (mut w, mut x) = (weights.clone(), inputs.clone());
+                let t = if is_weight {
+                    w.get_mut(of)
+                } else {
+                    x.get_mut(of)
+                }
+                .unwrap();
+                let mut data = t.as_f32().unwrap().to_vec();
+                data[i] += delta;
+                *t = Tensor::f32(t.shape.clone(), data);
+                loss(g, &w, &x)
+            };
+            (at(EPS) - at(-EPS)) / (2.0 * EPS)
+        })
+        .collect()
+}
+
+/// The largest error of a joint graph's gradients against finite differences, and how
+/// many gradients it checked.
+fn check_joint(
+    forward: &Graph,
+    joint: &Graph,
+    grads: &[(String, String, bool)],
+    weights: &Weights,
+    inputs: &HashMap<String, Tensor>,
+) -> (f32, usize) {
+    let outs: HashMap<String, Tensor> = cpu::run(joint, weights, inputs)
+        .expect("the joint graph runs")
+        .into_iter()
+        .collect();
+    let mut worst = 0.0f32;
+    for (of, output, is_weight) in grads {
+        let analytic = outs[output].as_f32().unwrap();
+        let fd = numeric(forward, weights, inputs, of, *is_weight);
+        assert_eq!(analytic.len(), fd.len(), "{of}: gradient size");
+        for (a, n) in analytic.iter().zip(&fd) {
+            let e = (a - n).abs() / n.abs().max(1.0);
+            // f32::max ignores NaN: a NaN gradient counts as infinitely wrong.
+            worst = if e.is_nan() {
+                f32::INFINITY
+            } else {
+                worst.max(e)
+            };
+        }
+    }
+    (worst, grads.len())
+}
+
+#[test]
+fn every_rule_matches_finite_differences() {
+    let mut table: Vec<(String, usize, usize, f32)> = Vec::new();
+    let mut failures = Vec::new();
+    for (i, c) in cases().iter().enumerate() {
+        let mut rng = Rng::new(1000 + i as u64);
+        let g = loss_graph(c, &mut rng);
+        let inputs: HashMap<String, Tensor> = c
+            .inputs
+            .iter()
+            .map(|(n, s, v)| (n.to_string(), values(&mut rng, s, *v)))
+            .collect();
+        let weights = random_weights(&g, 11 + i as u64);
+        let wrt: Vec<&str> = c
+            .inputs
+            .iter()
+            .filter(|i| !matches!(i.2, Values::Bool))
+            .map(|i| i.0)
+            .collect();
+        let joint = match backward_wrt(&g, "loss", &wrt) {
+            Ok(j) => j,
+            Err(e) => {
+                failures.push(format!("{}: {e}", c.label));
+                continue;
+            }
+        };
+        let grads: Vec<(String, String, bool)> = joint
+            .inputs
+            .iter()
+            .map(|gr| (gr.of.clone(), gr.output.clone(), false))
+            .chain(
+                joint
+                    .params
+                    .iter()
+                    .map(|gr| (gr.of.clone(), gr.output.clone(), true)),
+            )
+            .collect();
+        let expected = wrt.len() + sluice_engine::weights::param_specs(&g).len()
+            - usize::from(c.op == "batch_norm") * 2;
+        if grads.len() != expected {
+            failures.push(format!(
+                "{}: {} gradients, expected {expected}",
+                c.label,
+                grads.len()
+            ));
+        }
+        let (err, n) = check_joint(&g, &joint.graph, &grads, &weights, &inputs);
+        if err.is_nan() || err > TOLERANCE {
+            failures.push(format!("{}: error {err:.2e}", c.label));
+        }
+        match table.iter_mut().find(|r| r.0 == c.op) {
+            Some(row) => {
+                row.1 += 1;
+                row.2 += n;
+                row.3 = row.3.max(err);
+            }
+            None => table.push((c.op.to_string(), 1, n, err)),
+        }
+    }
+    println!("| operator | cases | gradients | max error |");
+    println!("|---|---|---|---|");
+    for (op, cases, grads, err) in &table {
+        println!("| {op} | {cases} | {grads} | {err:.1e} |");
+    }
+    assert!(
+        failures.is_empty(),
+        "wrong gradients:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// The check catches a wrong rule: the joint graph of `sub` with the −1 of its rule
+/// flipped to +1, and of `mul` with a factor of 2, fail it.
+#[test]
+fn a_wrong_rule_is_caught() {
+    for (op, from, to) in [("sub", -1.0, 1.0), ("div", -1.0, 1.0)] {
+        let c = case(
+            op,
+            json!({}),
+            &[("a", &[3, 5], Values::Any), ("b", &[5], Values::Positive)],
+        );
+        let mut rng = Rng::new(5);
+        let g = loss_graph(&c, &mut rng);
+        let inputs: HashMap<String, Tensor> = c
+            .inputs
+            .iter()
+            .map(|(n, s, v)| (n.to_string(), values(&mut rng, s, *v)))
+            .collect();
+        let joint = backward_wrt(&g, "loss", &["a", "b"]).unwrap();
+        let mut doc = joint.doc.clone();
+        let mut flipped = 0;
+        for n in doc.nodes.iter_mut().skip(g.doc.nodes.len()) {
+            if n.op == "constant" && n.attrs["value"] == json!([from]) {
+                n.attrs.insert("value".into(), json!([to]));
+                flipped += 1;
+            }
+        }
+        assert_eq!(flipped, 1, "{op}: the rule's constant");
+        let wrong = Graph::build(doc).unwrap();
+        let grads: Vec<(String, String, bool)> = joint
+            .inputs
+            .iter()
+            .map(|gr| (gr.of.clone(), gr.output.clone(), false))
+            .collect();
+        let (ok, _) = check_joint(&g, &joint.graph, &grads, &Weights::new(), &inputs);
+        let (err, _) = check_joint(&g, &wrong, &grads, &Weights::new(), &inputs);
+        assert!(ok <= TOLERANCE, "{op}: the right rule passes ({ok})");
+        assert!(
+            err > 10.0 * TOLERANCE,
+            "{op}: a flipped sign is caught ({err})"
+        );
+    }
+}
+
+/// Operators without a rule on a path to the loss are refused, naming the node and the
+/// operator; off the path they do not matter.
+#[test]
+fn operators_without_a_rule_are_refused_by_name() {
+    let refused = |op: &'static str,
+                   attrs: Value,
+                   inputs: &[(&'static str, &[usize], Values)],
+                   wrt: &[&str]| {
+        let c = case(op, attrs, inputs);
+        let g = loss_graph(&c, &mut Rng::new(1));
+        match backward_wrt(&g, "loss", wrt) {
+            Err(AutodiffError::NoGradient {
+                node,
+                op: o,
+                reason,
+            }) => {
+                assert_eq!((node.as_str(), o.as_str()), ("n", op), "{reason}");
+                reason
+            }
+            other => panic!(
+                "{op}: expected a refusal, got {:?}",
+                other.map(|j| j.params)
+            ),
+        }
+    };
+    let window = json!({ "kernel_size": [2, 2] });
+    refused(
+        "max_pool2d",
+        window.clone(),
+        &[("x", &[1, 2, 4, 4], Values::Any)],
+        &["x"],
+    );
+    refused(
+        "avg_pool2d",
+        window,
+        &[("x", &[1, 2, 4, 4], Values::Any)],
+        &["x"],
+    );
+    // conv2d has weights: it is on a path even when its input is not differentiated.
+    let conv = json!({ "out_channels": 2, "kernel_size": [3, 3] });
+    refused("conv2d", conv, &[("x", &[1, 2, 5, 5], Values::Any)], &[]);
+    let r = refused(
+        "slice",
+        json!({ "starts": [0], "ends": [5], "steps": [2] }),
+        &[("x", &[5, 2], Values::Any)],
+        &["x"],
+    );
+    assert!(r.contains("step 2"), "{r}");
+    let r = refused(
+        "unary_grad",
+        json!({ "op": "relu" }),
+        &[("x", &[3], Values::Any), ("dy", &[3], Values::Any)],
+        &["x"],
+    );
+    assert!(r.contains("second"), "{r}");
+    // gather's indices are integers: only x could carry a gradient, and it has no rule yet.
+    let text = json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": [4, 3] }, "i": { "shape": [2], "dtype": "i32" } },
+        "nodes": [
+            { "id": "emb", "op": "gather", "inputs": ["x", "i"] },
+            { "id": "loss", "op": "reduce_sum", "inputs": ["emb"], "attrs": { "keepdims": false } }
+        ],
+        "outputs": ["loss"] });
+    let g = graph(&text);
+    let e = backward_wrt(&g, "loss", &["x"]).unwrap_err().to_string();
+    assert!(
+        e.contains("'emb' (gather)") && e.contains("scatter-add"),
+        "{e}"
+    );
+    // Not differentiated: no path, no refusal, no gradients.
+    let j = backward(&g, "loss").unwrap();
+    assert!(j.params.is_empty() && j.inputs.is_empty());
+}
+
+/// The loss must be an f32 scalar output; shapes must be concrete.
+#[test]
+fn bad_losses_and_unbound_graphs_are_refused() {
+    let doc = |shape: Value| {
+        json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": shape } },
+            "nodes": [
+                { "id": "fc", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 2 } },
+                { "id": "loss", "op": "reduce_mean", "inputs": ["fc"], "attrs": { "keepdims": false } }
+            ],
+            "outputs": ["fc", "loss"] })
+    };
+    let g = graph(&doc(json!([3, 4])));
+    let e = backward(&g, "fc").unwrap_err().to_string();
+    assert!(e.contains("f32 scalar"), "{e}");
+    let e = backward(&g, "nothing").unwrap_err().to_string();
+    assert!(e.contains("not an output") && e.contains("fc, loss"), "{e}");
+    let e = backward_wrt(&g, "loss", &["fc"]).unwrap_err().to_string();
+    assert!(e.contains("'fc'"), "{e}");
+    let e = backward(&graph(&doc(json!(["N", 4]))), "loss")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bind the graph first"), "{e}");
+    // The joint graph: the forward outputs, then the weights' gradients in order.
+    let j = backward(&g, "loss").unwrap();
+    assert_eq!(
+        j.doc.outputs,
+        ["fc", "loss", "fc.weight.grad", "fc.bias.grad"]
+    );
+    let of: Vec<&str> = j.params.iter().map(|p| p.of.as_str()).collect();
+    assert_eq!(of, ["fc.weight", "fc.bias"]);
+}
+
+/// A weight used by two nodes (a `param` reading `fc.weight`, tied weights) gets the sum
+/// of both contributions; a key declared twice with two shapes is refused naming both.
+#[test]
+fn shared_weights_sum_their_gradients() {
+    let doc = json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": [2, 3] } },
+        "nodes": [
+            { "id": "fc", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 3, "bias": false } },
+            { "id": "w", "op": "param", "attrs": { "key": "fc.weight", "shape": [3, 3] } },
+            { "id": "h", "op": "matmul", "inputs": ["fc", "w"] },
+            { "id": "t", "op": "tanh", "inputs": ["h"] },
+            { "id": "loss", "op": "reduce_sum", "inputs": ["t"], "attrs": { "keepdims": false } }
+        ],
+        "outputs": ["loss"] });
+    let g = graph(&doc);
+    assert_eq!(sluice_engine::weights::param_specs(&g).len(), 1);
+    let weights = random_weights(&g, 3);
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        values(&mut Rng::new(2), &[2, 3], Values::Any),
+    )]);
+    let j = backward_wrt(&g, "loss", &["x"]).unwrap();
+    let grads = vec![
+        ("fc.weight".to_string(), j.params[0].output.clone(), true),
+        ("x".to_string(), j.inputs[0].output.clone(), false),
+    ];
+    let (err, _) = check_joint(&g, &j.graph, &grads, &weights, &inputs);
+    assert!(err <= TOLERANCE, "{err}");
+    let mut bad = doc.clone();
+    bad["nodes"][1]["attrs"]["shape"] = json!([3, 4]);
+    let e = Graph::build(serde_json::from_value(bad).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("'fc.weight'") && e.contains("'fc'"), "{e}");
+}
+
+/// A two-layer network's joint graph plans (fusion, memory planning) and runs as a session
+/// on the CPU device with the reference's gradients; its weight gradients reduce over the
+/// batch, so micro-batching is refused naming a node.
+#[test]
+fn the_joint_graph_of_a_network_plans_and_runs() {
+    let doc = json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": [4, 6] } },
+        "nodes": [
+            { "id": "fc1", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 5 } },
+            { "id": "act", "op": "gelu", "inputs": ["fc1"] },
+            { "id": "ln", "op": "layer_norm", "inputs": ["act"] },
+            { "id": "fc2", "op": "linear", "inputs": ["ln"], "attrs": { "out_features": 3 } },
+            { "id": "p", "op": "log_softmax", "inputs": ["fc2"] },
+            { "id": "loss", "op": "reduce_mean", "inputs": ["p"], "attrs": { "keepdims": false } }
+        ],
+        "outputs": ["loss"] });
+    let g = graph(&doc);
+    let weights = random_weights(&g, 9);
+    let inputs = HashMap::from([(
+        "x".to_string(),
+        values(&mut Rng::new(4), &[4, 6], Values::Any),
+    )]);
+    let j = backward(&g, "loss").unwrap();
+    assert_eq!(j.params.len(), 6);
+    let grads: Vec<(String, String, bool)> = j
+        .params
+        .iter()
+        .map(|p| (p.of.clone(), p.output.clone(), true))
+        .collect();
+    let (err, _) = check_joint(&g, &j.graph, &grads, &weights, &inputs);
+    assert!(err <= TOLERANCE, "{err}");
+    let reference: HashMap<String, Tensor> = cpu::run(&j.graph, &weights, &inputs)
+        .unwrap()
+        .into_iter()
+        .collect();
+    let config = sluice_engine::exec::RunConfig {
+        batch: 4,
+        ..Default::default()
+    };
+    let mut session = cpu::session(&j.graph, &weights, &config).expect("the joint graph plans");
+    let report = session
+        .run_blocking(&inputs, &sluice_engine::exec::RunContext::new("train"))
+        .expect("the joint graph runs on the CPU device");
+    for (name, t) in &report.outputs {
+        let want = reference[name].as_f32().unwrap();
+        for (a, b) in t.as_f32().unwrap().iter().zip(want) {
+            assert!(
+                (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                "{name}: {a} vs {b}"
+            );
+        }
+    }
+    let micro = sluice_engine::exec::RunConfig {
+        batch: 4,
+        microbatches: 2,
+        ..Default::default()
+    };
+    assert!(
+        cpu::session(&j.graph, &weights, &micro).is_err(),
+        "micro-batching is refused"
+    );
+}
