@@ -13,6 +13,7 @@
 //! to, less than nor greater than anything.
 
 use super::attrs::{required, AttrKind, AttrReader, AttrSpec};
+use super::backward::GradContext;
 use super::{broadcast_batch, Arity, Capabilities, OpSchema, TensorType};
 use crate::dtype::DType;
 use crate::shape::{broadcast, show, Dim};
@@ -136,6 +137,20 @@ impl Comparison {
 }
 
 impl ConvertOp {
+    /// Gradient rule: a cast from f32 to f32 passes the gradient through; every other
+    /// operator of the family has an integer or boolean side (comparisons and `one_hot`
+    /// produce piecewise-constant values, casts change the dtype), so no gradient flows.
+    pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        if matches!(self, ConvertOp::Cast { to: DType::F32 }) && g.needs(0) {
+            let dy = g.dy()?;
+            let x = g.input(0)?;
+            let xs = g.shape(&x)?;
+            let dx = g.reshape(&dy, &xs)?;
+            return g.input_grad(0, dx);
+        }
+        Ok(())
+    }
+
     /// Name in graph files.
     pub fn name(&self) -> &'static str {
         match self {

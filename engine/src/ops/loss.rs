@@ -14,6 +14,7 @@
 //! batch; "none" gives the per-element losses and keeps the batch axis.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
+use super::backward::GradContext;
 use super::{need_f32, Arity, IndexInput, OpSchema, TensorType};
 use crate::dtype::DType;
 use crate::shape::{show, Dim};
@@ -156,6 +157,98 @@ impl Reduction {
 }
 
 impl LossOp {
+    /// Gradient rule, from PyTorch's definitions. With `w` the weight of each element's
+    /// loss (dy/count for "mean", dy for "sum", dy per element for "none"):
+    /// softmax cross entropy: (softmax(x) − ((1−ε)·one_hot(y) + ε/C))·w; NLL:
+    /// −one_hot(y)·w; MSE: ±2(p − t)·w; BCE with logits: (σ(x) − t)·w for the logits and
+    /// −x·w for the targets. Labels are indices: no gradient.
+    pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        let dy = g.dy()?;
+        let x = g.input(0)?;
+        let xs = g.shape(&x)?;
+        // The weight of each element's loss, broadcastable against the per-element grads
+        // (for the class losses: against [..., C]).
+        let classes = matches!(
+            self.kind,
+            LossKind::SoftmaxCrossEntropy { .. } | LossKind::Nll
+        );
+        let rows: Vec<usize> = if classes {
+            xs[..xs.len().saturating_sub(1)].to_vec()
+        } else {
+            xs.clone()
+        };
+        let count = rows
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| format!("the loss's element count of {xs:?} overflows"))?;
+        let w = match self.reduction {
+            Reduction::Mean => g.scale(&dy, 1.0 / count.max(1) as f32)?,
+            Reduction::Sum => dy,
+            Reduction::None if classes => {
+                let mut shape = rows.clone();
+                shape.push(1);
+                g.reshape(&dy, &shape)?
+            }
+            Reduction::None => dy,
+        };
+        match self.kind {
+            LossKind::SoftmaxCrossEntropy { label_smoothing } => {
+                if !g.needs(0) {
+                    return Ok(());
+                }
+                let c = xs.last().copied().unwrap_or(1);
+                let labels = g.input(1)?;
+                let p = g.emit("softmax", serde_json::json!({ "axis": -1 }), &[&x])?;
+                let hot = g.emit("one_hot", serde_json::json!({ "depth": c }), &[&labels])?;
+                let mut target = g.scale(&hot, 1.0 - label_smoothing)?;
+                if label_smoothing > 0.0 {
+                    let spread = g.scalar(label_smoothing / c.max(1) as f32)?;
+                    target = g.binary("add", &target, &spread)?;
+                }
+                let diff = g.binary("sub", &p, &target)?;
+                let dx = g.binary("mul", &diff, &w)?;
+                g.input_grad_unbroadcast(0, &dx)
+            }
+            LossKind::Nll => {
+                if !g.needs(0) {
+                    return Ok(());
+                }
+                let c = xs.last().copied().unwrap_or(1);
+                let labels = g.input(1)?;
+                let hot = g.emit("one_hot", serde_json::json!({ "depth": c }), &[&labels])?;
+                let neg = g.scale(&hot, -1.0)?;
+                let dx = g.binary("mul", &neg, &w)?;
+                g.input_grad_unbroadcast(0, &dx)
+            }
+            LossKind::Mse => {
+                let t = g.input(1)?;
+                let diff = g.binary("sub", &x, &t)?;
+                let twice = g.scale(&diff, 2.0)?;
+                let dp = g.binary("mul", &twice, &w)?;
+                if g.needs(1) {
+                    let dt = g.scale(&dp, -1.0)?;
+                    g.input_grad_unbroadcast(1, &dt)?;
+                }
+                g.input_grad_unbroadcast(0, &dp)
+            }
+            LossKind::BceWithLogits => {
+                let t = g.input(1)?;
+                if g.needs(0) {
+                    let s = g.emit("sigmoid", serde_json::json!({}), &[&x])?;
+                    let diff = g.binary("sub", &s, &t)?;
+                    let dx = g.binary("mul", &diff, &w)?;
+                    g.input_grad_unbroadcast(0, &dx)?;
+                }
+                if g.needs(1) {
+                    let negx = g.scale(&x, -1.0)?;
+                    let dt = g.binary("mul", &negx, &w)?;
+                    g.input_grad_unbroadcast(1, &dt)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Name in graph files.
     pub fn name(&self) -> &'static str {
         match self.kind {

@@ -222,10 +222,12 @@ impl ReduceOp {
         Ok(vec![Some(b - dropped)])
     }
 
-    /// Gradient rule: dy with the reduced axes restored as size 1, broadcast back to the
-    /// input's shape (divided by the count for a mean).
+    /// Gradient rule. Sum and mean: dy with the reduced axes restored as size 1,
+    /// broadcast back to the input's shape (divided by the count for a mean). Max: dy
+    /// goes to the elements equal to the maximum, shared evenly between ties (as
+    /// PyTorch's `amax`). Argmax: an index, piecewise constant, so no gradient flows.
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
-        if !g.needs(0) {
+        if !g.needs(0) || self.kind == ReduceKind::ArgMax {
             return Ok(());
         }
         let dy = g.dy()?;
@@ -236,16 +238,27 @@ impl ReduceOp {
             .map(|i| if axes.contains(&i) { 1 } else { xs[i] })
             .collect();
         let dk = g.reshape(&dy, &kept)?;
-        let dk = if self.mean {
-            let count = axes
-                .iter()
-                .try_fold(1usize, |a, &i| a.checked_mul(xs[i]))
-                .ok_or_else(|| format!("the reduced size of {xs:?} overflows"))?;
-            g.scale(&dk, 1.0 / count.max(1) as f32)?
-        } else {
-            dk
+        let dx = match self.kind {
+            ReduceKind::Sum => g.expand(&dk, &xs)?,
+            ReduceKind::Mean => {
+                let count = axes
+                    .iter()
+                    .try_fold(1usize, |a, &i| a.checked_mul(xs[i]))
+                    .ok_or_else(|| format!("the reduced size of {xs:?} overflows"))?;
+                let dk = g.scale(&dk, 1.0 / count.max(1) as f32)?;
+                g.expand(&dk, &xs)?
+            }
+            ReduceKind::Max | ReduceKind::ArgMax => {
+                let y = g.output(0)?;
+                let yk = g.reshape(&y, &kept)?;
+                let ye = g.expand(&yk, &xs)?;
+                let hit = g.emit("equal", serde_json::json!({}), &[&x, &ye])?;
+                let mask = g.emit("cast", serde_json::json!({ "to": "f32" }), &[&hit])?;
+                let ties = g.sum(&mask, &axes, true)?;
+                let share = g.binary("div", &dk, &ties)?;
+                g.binary("mul", &mask, &share)?
+            }
         };
-        let dx = g.expand(&dk, &xs)?;
         g.input_grad(0, dx)
     }
 }

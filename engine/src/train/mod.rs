@@ -11,7 +11,7 @@ pub mod data;
 pub mod optim;
 pub mod scaler;
 pub mod spirals;
-// pub mod trainer;
+pub mod trainer;
 
 pub use csv::{CsvError, CsvOptions, LabelColumn};
 pub use data::{Batching, DataError, Dataset, Epoch, Feed, FEATURES, LABELS};

@@ -7,6 +7,7 @@ mod ops;
 mod plan;
 mod report;
 mod run;
+mod train;
 mod validate;
 
 use sluice_engine::exec::device::Device as ExecDevice;
@@ -50,6 +51,8 @@ enum Command {
     Worker(crate::worker::WorkerArgs),
     /// Run a graph (or a dataset through it) and print its outputs.
     Run(RunArgs),
+    /// Train a graph with a training section on a dataset (.npy arrays or CSV).
+    Train(TrainArgs),
     /// Measure throughput, latency, utilisation, pipeline bubbles and memory.
     Bench(BenchArgs),
     /// Print the execution plan: passes, buffers, memory, stages.
@@ -240,6 +243,103 @@ pub struct RunArgs {
     pub trace: Option<PathBuf>,
 }
 
+/// Arguments of `sluice train`. Settings not given come from the graph's training
+/// section, then from the defaults.
+#[derive(clap::Args, Debug)]
+pub struct TrainArgs {
+    /// Graph file with a "training" section.
+    pub graph: PathBuf,
+    /// Training data: INPUT=FILE.npy for each graph input it feeds (sample axis 0), or one
+    /// FILE.csv (features feed --csv-features, labels --csv-labels).
+    #[arg(long, value_name = "INPUT=FILE.npy|FILE.csv", required = true, num_args = 1..)]
+    pub data: Vec<String>,
+    /// Validation data, as --data (default: --val-fraction of --data, split with --seed).
+    #[arg(long, value_name = "INPUT=FILE.npy|FILE.csv", num_args = 1..)]
+    pub val: Option<Vec<String>>,
+    /// Fraction of --data held out for validation when --val is not given.
+    #[arg(long, default_value_t = 0.2)]
+    pub val_fraction: f64,
+    /// Passes over the training data (default: the training section's, else 10).
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Samples per step (default: the training section's, else 32). A partial last
+    /// batch of an epoch is dropped.
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Micro-batches per step: gradients are accumulated over them.
+    #[arg(long, default_value_t = 1)]
+    pub microbatches: usize,
+    /// Pipeline stages (only 1 is supported so far).
+    #[arg(long, default_value_t = 1)]
+    pub stages: usize,
+    /// Samples per evaluation pass over the validation data.
+    #[arg(long, default_value_t = 256)]
+    pub eval_batch: usize,
+    /// Optimiser: sgd, adam or adamw (default: the training section's).
+    #[arg(long)]
+    pub optimizer: Option<String>,
+    /// Learning rate.
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// SGD momentum.
+    #[arg(long)]
+    pub momentum: Option<f64>,
+    /// SGD with Nesterov momentum.
+    #[arg(long)]
+    pub nesterov: bool,
+    /// Weight decay (L2 for SGD and Adam, decoupled for AdamW).
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// Clip the gradients' global L2 norm.
+    #[arg(long)]
+    pub clip_grad_norm: Option<f64>,
+    /// Seed of the validation split and the per-epoch shuffles.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Numeric precision of the devices' storage (weights stay f32 masters).
+    #[arg(long, value_enum, default_value_t = PrecisionArg::F32)]
+    pub precision: PrecisionArg,
+    /// How 16-bit floats are stored.
+    #[arg(long, value_enum, default_value_t = HalfArg::Auto)]
+    pub f16_storage: HalfArg,
+    /// Turn off fusion.
+    #[arg(long)]
+    pub no_fuse: bool,
+    /// Where to train: the GPU or the CPU reference.
+    #[arg(long, value_enum, default_value_t = Device::Gpu)]
+    pub device: Device,
+    /// Write a checkpoint (weights, optimiser state, progress) to DIR after every epoch.
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint: Option<PathBuf>,
+    /// Resume from a checkpoint folder: continue after its last epoch, up to --epochs.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Where to write the trained weights (default: GRAPH.trained.safetensors here).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Append one JSON line of metrics per epoch to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub metrics: Option<PathBuf>,
+    /// CSV: the graph input the feature columns feed.
+    #[arg(long, default_value = "x")]
+    pub csv_features: String,
+    /// CSV: the graph input the label column feeds.
+    #[arg(long, default_value = "labels")]
+    pub csv_labels: String,
+    /// CSV: the label column, by name or index from 0 (default: the last).
+    #[arg(long)]
+    pub label_column: Option<String>,
+    /// CSV: the first line is data, not a header.
+    #[arg(long)]
+    pub no_header: bool,
+    /// Print one JSON line per epoch instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The engine's limits on graphs, runs and datasets.
+    #[command(flatten)]
+    pub limits: crate::limits::LimitArgs,
+}
+
 /// Arguments of `sluice bench`.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
@@ -336,6 +436,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => crate::serve::serve(&args),
         Command::Worker(args) => crate::worker::worker(&args),
         Command::Run(args) => run::run(&args),
+        Command::Train(args) => train::train(&args),
         Command::Bench(args) => bench::bench(&args),
         Command::Plan(args) => plan::plan(&args),
         Command::Validate {

@@ -1,0 +1,521 @@
+//! The training loop's engine side: a graph with a training section compiled twice — the
+//! joint forward+backward graph (from [`crate::autodiff`]) for steps, the forward graph
+//! without its loss for evaluation — on devices behind the execution seam, the master
+//! weights on the host in f32, and an [`Optimizer`] updating them.
+//!
+//! A step takes one batch of exactly `batch` samples (sample axis 0), runs the joint
+//! graph on each of its M micro-batches, averages their gradients (gradient
+//! accumulation: exact because the loss is a mean over the batch and nothing else in the
+//! graph combines samples — anything else is refused naming the node), updates the
+//! weights and hands them to the devices. Evaluation runs the forward graph over any
+//! number of samples and computes the loss and the metrics on the host from its outputs
+//! with the CPU reference of the loss operator, so its answer does not depend on how the
+//! samples were batched.
+
+use super::optim::{OptimError, Optimizer, StepReport};
+use crate::autodiff::{self, AutodiffError};
+use crate::cpu;
+use crate::error::RunError;
+use crate::exec::dataset::{bind, slice_axis};
+use crate::exec::device::{Device, Values};
+use crate::exec::session::{RunContext, Session};
+use crate::exec::RunConfig;
+use crate::graph::training::{MetricKind, TrainingDoc};
+use crate::graph::{Graph, GraphDoc, NodeKind, Problems};
+use crate::ops::Op;
+use crate::plan::{HalfStorage, Precision};
+use crate::tensor::{Tensor, TensorData};
+use crate::weights::Weights;
+
+/// Errors of training.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The graph cannot be trained as configured (no loss, a loss that is not a scalar,
+    /// a coupling that gradient accumulation would change, ...).
+    #[error("cannot train: {0}")]
+    Setup(String),
+    /// Building the joint graph failed.
+    #[error(transparent)]
+    Autodiff(#[from] AutodiffError),
+    /// The evaluation graph (the forward graph without its loss) did not build.
+    #[error("the evaluation graph is invalid: {0}")]
+    EvalGraph(Problems),
+    /// Running on a device failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The optimiser refused its settings or the gradients.
+    #[error(transparent)]
+    Optim(#[from] OptimError),
+}
+
+/// How to train, besides the graph's own training section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainSettings {
+    /// Samples per step.
+    pub batch: usize,
+    /// Micro-batches per step (gradients accumulated over them).
+    pub microbatches: usize,
+    /// Samples per evaluation pass.
+    pub eval_batch: usize,
+    /// Numeric precision of the devices' storage (weights stay f32 on the host).
+    pub precision: Precision,
+    /// 16-bit storage (None: the engine's policy).
+    pub half: Option<HalfStorage>,
+    /// Fuse pointwise chains and epilogues.
+    pub fuse: bool,
+}
+
+impl Default for TrainSettings {
+    fn default() -> Self {
+        TrainSettings {
+            batch: 32,
+            microbatches: 1,
+            eval_batch: 256,
+            precision: Precision::F32,
+            half: None,
+            fuse: true,
+        }
+    }
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepOutcome {
+    /// The batch's mean loss.
+    pub loss: f64,
+    /// The optimiser's report (learning rate, gradient norm, clipping).
+    pub update: StepReport,
+}
+
+/// Loss and metrics over a dataset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    /// Samples evaluated.
+    pub samples: usize,
+    /// The loss over all of them.
+    pub loss: f64,
+    /// (metric name, value) in the training section's order.
+    pub metrics: Vec<(String, f64)>,
+}
+
+/// Where an operand of the loss comes from in evaluation.
+#[derive(Debug, Clone)]
+enum Source {
+    /// A graph input, taken from the data.
+    Input(String),
+    /// An output of the evaluation graph.
+    Output(String),
+}
+
+/// A graph being trained.
+pub struct Trainer {
+    training: TrainingDoc,
+    settings: TrainSettings,
+    micro: usize,
+    step_session: Session,
+    eval_session: Session,
+    /// (weight key, joint-graph output holding its gradient).
+    grads: Vec<(String, String)>,
+    /// The loss node's operator and operands, evaluated on the host.
+    loss_op: Op,
+    loss_sources: Vec<Source>,
+    params: Weights,
+    optimizer: Optimizer,
+}
+
+impl Trainer {
+    /// Checks the graph for training, builds the joint graph and the evaluation graph and
+    /// compiles them on `step_device` and `eval_device` with `weights` (every weight of
+    /// the graph; all of them are trained).
+    pub async fn new(
+        graph: &Graph,
+        weights: Weights,
+        settings: TrainSettings,
+        step_device: Box<dyn Device>,
+        eval_device: Box<dyn Device>,
+        progress: &dyn Fn(&str),
+    ) -> Result<Trainer, TrainError> {
+        let training = graph.doc.training.clone().ok_or_else(|| {
+            TrainError::Setup(
+                "the graph has no training section naming its loss (see docs/graph-format.md)"
+                    .into(),
+            )
+        })?;
+        let micro = RunConfig {
+            batch: settings.batch,
+            microbatches: settings.microbatches,
+            ..RunConfig::default()
+        }
+        .micro_batch_size()?;
+        let (loss_op, loss_sources) = loss_node(graph, &training)?;
+        check_accumulation(graph, &training, settings.microbatches)?;
+        progress("building the backward graph");
+        let bound = bind(graph, micro)?;
+        let joint = autodiff::backward(&bound, &training.loss)?;
+        let eval_graph =
+            Graph::build_with(eval_doc(graph, &training, &loss_sources), &graph.limits)
+                .map_err(TrainError::EvalGraph)?;
+        let config = |batch: usize| RunConfig {
+            batch,
+            microbatches: 1,
+            stages: 1,
+            prefetch: 1,
+            fuse: settings.fuse,
+            profile: false,
+            precision: settings.precision,
+            half: settings.half,
+        };
+        progress("compiling the training step");
+        let step_session = Session::compile(
+            &joint.graph,
+            &weights,
+            &config(micro),
+            vec![step_device],
+            progress,
+        )
+        .await?;
+        progress("compiling the evaluation pass");
+        let eval_session = Session::compile(
+            &eval_graph,
+            &weights,
+            &config(settings.eval_batch.max(1)),
+            vec![eval_device],
+            progress,
+        )
+        .await?;
+        let optimizer = Optimizer::new(training.optimizer)?;
+        Ok(Trainer {
+            training,
+            settings,
+            micro,
+            step_session,
+            eval_session,
+            grads: joint.params.into_iter().map(|g| (g.of, g.output)).collect(),
+            loss_op,
+            loss_sources,
+            params: weights,
+            optimizer,
+        })
+    }
+
+    /// The current weights (f32 masters).
+    pub fn params(&self) -> &Weights {
+        &self.params
+    }
+
+    /// The optimiser (its configuration and state).
+    pub fn optimizer(&self) -> &Optimizer {
+        &self.optimizer
+    }
+
+    /// Replaces the weights and the optimiser's state (resuming from a checkpoint).
+    pub fn restore(
+        &mut self,
+        params: Weights,
+        state: super::optim::OptimizerState,
+    ) -> Result<(), TrainError> {
+        self.step_session.write_weights(&params)?;
+        self.eval_session.write_weights(&params)?;
+        self.optimizer.restore(state, &params)?;
+        self.params = params;
+        Ok(())
+    }
+
+    /// One optimiser step on a batch of exactly `batch` samples along axis 0 of every
+    /// batched input.
+    pub async fn step(&mut self, batch: &Values) -> Result<StepOutcome, TrainError> {
+        let m = self.settings.microbatches;
+        let mut sum: Option<Weights> = None;
+        let mut loss = 0.0f64;
+        for k in 0..m {
+            let part = if m == 1 {
+                batch.clone()
+            } else {
+                slice_samples(batch, k * self.micro, (k + 1) * self.micro)?
+            };
+            let report = self
+                .step_session
+                .run(&part, &RunContext::new("train"))
+                .await?;
+            let mut outputs: Values = report.outputs.into_iter().collect();
+            loss += scalar(&outputs, &self.training.loss)?;
+            let acc = sum.get_or_insert_with(Weights::new);
+            for (key, out) in &self.grads {
+                let g = outputs.remove(out).ok_or_else(|| {
+                    RunError::Internal(format!("the joint graph lost gradient output '{out}'"))
+                })?;
+                match acc.get_mut(key) {
+                    Some(total) => add_into(total, &g)?,
+                    None => {
+                        acc.insert(key.clone(), g);
+                    }
+                }
+            }
+        }
+        let mut grads = sum.unwrap_or_default();
+        if m > 1 {
+            for g in grads.values_mut() {
+                scale(g, 1.0 / m as f32);
+            }
+        }
+        let update = self.optimizer.step(&mut self.params, &grads)?;
+        self.step_session.write_weights(&self.params)?;
+        Ok(StepOutcome {
+            loss: loss / m as f64,
+            update,
+        })
+    }
+
+    /// The loss and metrics over `data` (any number of samples).
+    pub async fn evaluate(&mut self, data: &Values) -> Result<Evaluation, TrainError> {
+        self.eval_session.write_weights(&self.params)?;
+        let report = self
+            .eval_session
+            .run(data, &RunContext::new("eval"))
+            .await?;
+        let outputs: Values = report.outputs.into_iter().collect();
+        let operand = |s: &Source| -> Result<&Tensor, TrainError> {
+            let (map, name) = match s {
+                Source::Input(n) => (data, n),
+                Source::Output(n) => (&outputs, n),
+            };
+            map.get(name)
+                .ok_or_else(|| TrainError::Setup(format!("evaluation lacks '{name}'")))
+        };
+        let operands = self
+            .loss_sources
+            .iter()
+            .map(operand)
+            .collect::<Result<Vec<_>, _>>()?;
+        let loss = cpu::eval(&self.loss_op, &operands, &[], &[Vec::new()]).map_err(|message| {
+            RunError::Op {
+                node: self.training.loss.clone(),
+                message,
+            }
+        })?;
+        let loss = loss
+            .first()
+            .and_then(|t| t.as_f32())
+            .and_then(|v| v.first())
+            .copied()
+            .ok_or_else(|| TrainError::Setup("the loss gave no value".into()))?;
+        let mut metrics = Vec::new();
+        let mut samples = 0;
+        for metric in &self.training.metrics {
+            match metric.kind {
+                MetricKind::Accuracy => {
+                    let scores = operand(&Source::Output(metric.output.clone()))?;
+                    let labels = operand(&Source::Input(metric.labels.clone()))?;
+                    let (hits, n) = accuracy(scores, labels).map_err(TrainError::Setup)?;
+                    samples = n;
+                    metrics.push(("accuracy".to_string(), hits as f64 / n.max(1) as f64));
+                }
+            }
+        }
+        if samples == 0 {
+            samples = data
+                .values()
+                .map(|t| t.shape.first().copied().unwrap_or(1))
+                .max()
+                .unwrap_or(0);
+        }
+        Ok(Evaluation {
+            samples,
+            loss: f64::from(loss),
+            metrics,
+        })
+    }
+}
+
+/// The loss node: an operator without weights whose output is an f32 scalar graph output,
+/// and where each of its operands comes from.
+fn loss_node(graph: &Graph, training: &TrainingDoc) -> Result<(Op, Vec<Source>), TrainError> {
+    let out = graph
+        .outputs
+        .iter()
+        .find(|o| o.name == training.loss)
+        .ok_or_else(|| {
+            TrainError::Setup(format!(
+                "the loss '{}' is not a graph output (outputs: {})",
+                training.loss,
+                graph
+                    .outputs
+                    .iter()
+                    .map(|o| o.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+    let node = &graph.dag[out.node];
+    let t = &node.outputs[out.port];
+    if t.dtype != crate::dtype::DType::F32 || !t.shape.is_empty() {
+        return Err(TrainError::Setup(format!(
+            "the loss '{}' is {t}; it must be an f32 scalar (a loss operator with reduction \"mean\")",
+            training.loss
+        )));
+    }
+    let NodeKind::Op(op) = &node.kind else {
+        return Err(TrainError::Setup(format!(
+            "the loss '{}' is a graph input, not computed by the graph",
+            training.loss
+        )));
+    };
+    if !node.params.is_empty() {
+        return Err(TrainError::Setup(format!(
+            "the loss node '{}' has weights; a loss must be computed from other values",
+            node.id
+        )));
+    }
+    let sources = graph
+        .node_inputs(out.node)
+        .into_iter()
+        .map(|(ix, port)| {
+            let n = &graph.dag[ix];
+            match n.kind {
+                NodeKind::Input => Source::Input(n.id.clone()),
+                NodeKind::Op(_) if port == 0 => Source::Output(n.id.clone()),
+                NodeKind::Op(_) => Source::Output(format!("{}:{port}", n.id)),
+            }
+        })
+        .collect();
+    Ok((op.clone(), sources))
+}
+
+/// Gradient accumulation over micro-batches gives the full batch's gradient only when the
+/// loss is the one node that combines samples (and averages them).
+fn check_accumulation(
+    graph: &Graph,
+    training: &TrainingDoc,
+    microbatches: usize,
+) -> Result<(), TrainError> {
+    if microbatches <= 1 {
+        return Ok(());
+    }
+    let mean = graph
+        .outputs
+        .iter()
+        .find(|o| o.name == training.loss)
+        .is_some_and(|o| {
+            matches!(&graph.dag[o.node].kind,
+            NodeKind::Op(Op::Loss(l)) if l.reduction == crate::ops::loss::Reduction::Mean)
+        });
+    if !mean {
+        return Err(TrainError::Setup(format!(
+            "accumulating gradients over {microbatches} micro-batches averages them, which gives the batch's gradient only for a loss operator with reduction \"mean\"; '{}' is not one (train with --microbatches 1)",
+            training.loss
+        )));
+    }
+    let semantics = graph.batch_semantics();
+    let loss_node = graph
+        .outputs
+        .iter()
+        .find(|o| o.name == training.loss)
+        .map(|o| graph.dag[o.node].id.clone());
+    for c in &semantics.couplings {
+        if Some(&c.node) != loss_node.as_ref() {
+            return Err(TrainError::Setup(format!(
+                "node '{}' couples samples ({}), so accumulating gradients over {microbatches} micro-batches would change them; train with --microbatches 1",
+                c.node, c.reason
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The forward graph without its loss, whose outputs are the loss's operands and the
+/// metrics' outputs: it keeps samples independent, so any batching gives one answer.
+fn eval_doc(graph: &Graph, training: &TrainingDoc, loss_sources: &[Source]) -> GraphDoc {
+    let mut doc = graph.doc.clone();
+    doc.training = None;
+    let loss_id = graph
+        .outputs
+        .iter()
+        .find(|o| o.name == training.loss)
+        .map(|o| graph.dag[o.node].id.clone());
+    if let Some(id) = &loss_id {
+        doc.nodes.retain(|n| &n.id != id);
+        doc.layout.remove(id);
+        doc.stages.remove(id);
+    }
+    let mut outputs: Vec<String> = loss_sources
+        .iter()
+        .filter_map(|s| match s {
+            Source::Output(n) => Some(n.clone()),
+            Source::Input(_) => None,
+        })
+        .collect();
+    for m in &training.metrics {
+        if !outputs.contains(&m.output) {
+            outputs.push(m.output.clone());
+        }
+    }
+    doc.outputs = outputs;
+    doc
+}
+
+/// Samples `from..to` along axis 0 of every input that has samples.
+fn slice_samples(batch: &Values, from: usize, to: usize) -> Result<Values, RunError> {
+    batch
+        .iter()
+        .map(|(name, t)| Ok((name.clone(), slice_axis(t, 0, from, to)?)))
+        .collect()
+}
+
+/// The single f32 value of output `name`.
+fn scalar(outputs: &Values, name: &str) -> Result<f64, RunError> {
+    outputs
+        .get(name)
+        .and_then(|t| t.as_f32())
+        .and_then(|v| v.first())
+        .map(|&v| f64::from(v))
+        .ok_or_else(|| RunError::Internal(format!("the step gave no value for '{name}'")))
+}
+
+/// `total += g`, elementwise (same shape).
+fn add_into(total: &mut Tensor, g: &Tensor) -> Result<(), RunError> {
+    match (&mut total.data, &g.data) {
+        (TensorData::F32(a), TensorData::F32(b)) if a.len() == b.len() => {
+            a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+            Ok(())
+        }
+        _ => Err(RunError::Internal(
+            "gradients of one weight differ in shape between micro-batches".into(),
+        )),
+    }
+}
+
+fn scale(t: &mut Tensor, k: f32) {
+    if let TensorData::F32(v) = &mut t.data {
+        v.iter_mut().for_each(|x| *x *= k);
+    }
+}
+
+/// (correct, samples): scores `[n, C]` (or `[n, ..., C]`) against i32 labels of the
+/// scores' shape without the last axis; the first highest score wins ties.
+fn accuracy(scores: &Tensor, labels: &Tensor) -> Result<(usize, usize), String> {
+    let (Some(s), TensorData::I32(l)) = (scores.as_f32(), &labels.data) else {
+        return Err("accuracy needs f32 scores and i32 labels".into());
+    };
+    let classes = scores.shape.last().copied().unwrap_or(0);
+    if classes == 0 || s.len() != l.len().saturating_mul(classes) {
+        return Err(format!(
+            "accuracy: scores {:?} do not match labels {:?}",
+            scores.shape, labels.shape
+        ));
+    }
+    let hits = s
+        .chunks_exact(classes)
+        .zip(l)
+        .filter(|(row, &label)| {
+            let best = row
+                .iter()
+                .enumerate()
+                .fold(
+                    (0, f32::NEG_INFINITY),
+                    |b, (i, &v)| if v > b.1 { (i, v) } else { b },
+                );
+            usize::try_from(label).is_ok_and(|y| y == best.0)
+        })
+        .count();
+    Ok((hits, l.len()))
+}
