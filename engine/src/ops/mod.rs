@@ -442,6 +442,7 @@ impl Op {
     pub fn index_input(&self) -> Option<IndexInput> {
         match self {
             Op::Movement(o) => o.index_input(),
+            Op::Grad(o) => o.index_input(),
             _ => None,
         }
     }
