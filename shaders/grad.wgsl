@@ -32,3 +32,27 @@ fn value(i: u32) -> f32 {
     let dy = ld_dy(i);
     return {{OUT}};
 }
+
+//! variant gather_grad_value
+// dx[o, k, r] = sum over j with indices[j] = k of dy[o, j, r] (a gather over the indices
+// per element of dx, so no float atomics); info = [n, axis length, index count, inner].
+// Negative indices count from the end; out-of-range ones add nothing.
+fn value(i: u32) -> f32 {
+    let len = info[1];
+    let count = info[2];
+    let inner = info[3];
+    let r = i % inner;
+    let k = (i / inner) % len;
+    let o = i / (inner * len);
+    var s = 0.0;
+    for (var j = 0u; j < count; j = j + 1u) {
+        var t = indices[j];
+        if (t < 0) {
+            t = t + i32(len);
+        }
+        if (t == i32(k)) {
+            s = s + ld_dy((o * count + j) * inner + r);
+        }
+    }
+    return s;
+}

@@ -607,6 +607,39 @@ pub fn op_cases() -> Vec<OpCase> {
             v.push(c);
         }
     }
+    for (x, indices, axis, dy) in [
+        (vec![11, 7], vec![5], 0, vec![5, 7]),
+        (vec![3, 9, 5], vec![2, 4], 1, vec![3, 2, 4, 5]),
+        (vec![6, 4], vec![3], -1, vec![6, 3]),
+    ] {
+        let mut c = case(
+            format!("gather_grad {x:?} {indices:?} axis {axis}"),
+            single_op(
+                "gather_grad",
+                json!({ "axis": axis }),
+                &[
+                    f32_in("x", &x),
+                    In {
+                        name: "i",
+                        shape: indices.clone(),
+                        dtype: "i32",
+                    },
+                    f32_in("dy", &dy),
+                ],
+                1,
+            ),
+        );
+        let len = x[if axis < 0 { x.len() - 1 } else { axis as usize }] as i32;
+        let count: usize = indices.iter().product();
+        // Repeated and negative indices: rows that sum several dy rows.
+        c.ints = vec![(
+            "i",
+            (0..count as i32)
+                .map(|k| (k * 3) % len - (k % 2) * len)
+                .collect(),
+        )];
+        v.push(c);
+    }
     for op in ["softmax_grad", "log_softmax_grad"] {
         for (shape, axis) in [(vec![37, 29], -1), (vec![3, 33, 5], 1), (vec![4, 7], 0)] {
             v.push(case(

@@ -6,7 +6,7 @@ use crate::ops::elementwise::Unary;
 use crate::ops::grad::GradOp;
 use crate::shape;
 use crate::shape::{broadcast_strides, numel};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorData};
 
 /// 2/√π.
 const TWO_OVER_SQRT_PI: f32 = std::f32::consts::FRAC_2_SQRT_PI;
@@ -59,12 +59,16 @@ pub fn derivative(u: Unary, x: f32) -> f32 {
 
 /// Evaluates a gradient-family operator into an output of shape `out`.
 pub fn eval(op: &GradOp, inputs: &[&Tensor], out: &[usize]) -> Result<Tensor, String> {
+    if let GradOp::GatherGrad { axis } = op {
+        return gather_grad(*axis, inputs);
+    }
     let [x, dy] = inputs else {
         return Err(format!("{} takes two inputs", op.name()));
     };
     let u = match op {
         GradOp::UnaryGrad(u) => u,
         GradOp::SoftmaxGrad { axis, log } => return softmax_grad(*axis, *log, x, dy),
+        GradOp::GatherGrad { .. } => return Err("internal: gather_grad is not unary".into()),
     };
     let n = numel(out)?;
     let sx = broadcast_strides(&x.shape, out)?;
@@ -112,6 +116,45 @@ fn softmax_grad(axis: i64, log: bool, y: &Tensor, dy: &Tensor) -> Result<Tensor,
             for j in 0..len {
                 let (y, d) = (yv[at(j)], dv[at(j)]);
                 out[at(j)] = if log { d - y.exp() * s } else { y * (d - s) };
+            }
+        }
+    }
+    Ok(Tensor::f32(dims.clone(), out))
+}
+
+/// dx[o, k, r] = Σ over j with indices[j] = k of dy[o, j, r] (negative indices count from
+/// the end; out-of-range ones add nothing, as the GPU kernel does).
+fn gather_grad(axis: i64, inputs: &[&Tensor]) -> Result<Tensor, String> {
+    let [x, indices, dy] = inputs else {
+        return Err("gather_grad takes x, indices and dy".into());
+    };
+    let TensorData::I32(idx) = &indices.data else {
+        return Err("gather_grad indices must be i32".into());
+    };
+    let dv = floats(dy)?;
+    let dims = &x.shape;
+    let a = shape::existing_axis(axis, dims.len())?;
+    let len = dims[a];
+    let inner = numel(&dims[a + 1..])?;
+    let outer = numel(&dims[..a])?;
+    let mut out = vec![0.0f32; numel(dims)?];
+    let count = idx.len();
+    for o in 0..outer {
+        for (j, &k) in idx.iter().enumerate() {
+            let k = if k < 0 {
+                i64::from(k) + i64::try_from(len).unwrap_or(i64::MAX)
+            } else {
+                i64::from(k)
+            };
+            let Some(k) = usize::try_from(k).ok().filter(|&k| k < len) else {
+                continue;
+            };
+            for r in 0..inner {
+                let src = (o * count + j) * inner + r;
+                let dst = (o * len + k) * inner + r;
+                if let (Some(d), Some(v)) = (out.get_mut(dst), dv.get(src)) {
+                    *d += v;
+                }
             }
         }
     }

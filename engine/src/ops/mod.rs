@@ -474,6 +474,7 @@ impl Op {
         match self {
             Op::Movement(o) => o.index_input(),
             Op::Loss(o) => o.index_input(),
+            Op::Grad(o) => o.index_input(),
             _ => None,
         }
     }

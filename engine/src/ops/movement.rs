@@ -897,8 +897,8 @@ pub fn reshape_target(dims: &[Dim], target: &[i64], allowzero: bool) -> Result<S
 impl MovementOp {
     /// Gradient rule. Views: dy reshaped back; transpose: the inverse permutation; concat:
     /// slices of dy; split: the parts' gradients concatenated (zeros for parts none
-    /// reaches); slice with step 1: dy padded with zeros; expand: broadcasting undone.
-    /// gather (a scatter-add) and strided slices have none yet.
+    /// reaches); slice with step 1: dy padded with zeros; expand: broadcasting undone;
+    /// gather: `gather_grad` (a scatter-add). Strided slices have none yet.
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
         if !g.needs(0) && !matches!(self, MovementOp::Concat { .. }) {
             return Ok(());
@@ -1001,8 +1001,11 @@ impl MovementOp {
                 let dy = g.dy()?;
                 g.unbroadcast(&dy, &xs)?
             }
-            MovementOp::Gather { .. } => {
-                return Err("gather has no gradient rule yet (a scatter-add)".into())
+            MovementOp::Gather { axis } => {
+                let indices = g.input(1)?;
+                let dy = g.dy()?;
+                let a = shape::existing_axis(*axis, rank)?;
+                g.emit("gather_grad", json!({ "axis": a }), &[&x, &indices, &dy])?
             }
         };
         g.input_grad(0, dx)

@@ -1,7 +1,7 @@
 //! GPU lowering of the gradient family: `unary_grad` as an elementwise expression (so it
 //! fuses like the forward pointwise operators), in the generated per-element kernel; the
-//! softmax backwards as a row-sum pass into scratch and an element pass
-//! (`shaders/grad.wgsl`).
+//! softmax backwards as a row-sum pass into scratch and an element pass, and gather's
+//! backward as a loop over the indices per element of dx (`shaders/grad.wgsl`).
 
 use super::elementwise::elementwise_kernel;
 use super::Lower;
@@ -60,15 +60,17 @@ pub fn wgsl(op: &GradOp, args: &[String]) -> Result<String, String> {
 impl Lower for GradOp {
     /// GPU kernel.
     fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
+        match self {
+            GradOp::SoftmaxGrad { axis, log } => return softmax_grad(ctx, *axis, *log),
+            GradOp::GatherGrad { axis } => return gather_grad(ctx, *axis),
+            GradOp::UnaryGrad(_) => {}
+        }
         let (inputs, outputs) = (ctx.inputs, ctx.outputs);
         let out = outputs
             .first()
             .ok_or("internal: unary_grad without an output")?;
         if inputs.len() != 2 {
             return Err("internal: unary_grad takes x and dy".into());
-        }
-        if let GradOp::SoftmaxGrad { axis, log } = self {
-            return softmax_grad(ctx, *axis, *log);
         }
         let args: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
         let kernel = elementwise_kernel(
@@ -154,4 +156,43 @@ fn softmax_grad(ctx: &LowerCtx, axis: i64, log: bool) -> Result<Lowering, String
         vec![stats, element],
         vec![rows],
     ))
+}
+
+/// `gather_grad`: one pass over the elements of dx, each summing the dy rows whose index
+/// names it.
+fn gather_grad(ctx: &LowerCtx, axis: i64) -> Result<Lowering, String> {
+    let (Some(x), Some(indices), Some(dy), Some(out)) = (
+        ctx.inputs.first(),
+        ctx.inputs.get(1),
+        ctx.inputs.get(2),
+        ctx.outputs.first(),
+    ) else {
+        return Err("internal: gather_grad takes x, indices and dy".into());
+    };
+    let dims = &x.shape;
+    let a = shape::existing_axis(axis, dims.len())?;
+    let n = out.numel();
+    let inner = shape::numel(&dims[a + 1..])?;
+    let info = vec![
+        word(n)?,
+        word(dims[a])?,
+        word(indices.numel())?,
+        word(inner.max(1))?,
+    ];
+    let mut b = Bindings::new();
+    b.add("dst", Slot::Output(0), out.storage, true);
+    b.add("indices", Slot::Input(1), Storage::I32, false);
+    b.add("dy", Slot::Input(2), dy.storage, false);
+    let (main, threads) = per_element_main(out.storage, n);
+    Ok(Lowering::Kernels(vec![Kernel {
+        label: "gather_grad".into(),
+        source: format!(
+            "{}\n{}\n{main}",
+            b.wgsl(),
+            variant(SHADER, "gather_grad_value")
+        ),
+        slots: b.slots(),
+        info,
+        workgroups: dispatch_1d(threads, WG)?,
+    }]))
 }
