@@ -212,6 +212,7 @@ impl GradOp {
                 indices: 1,
                 data: 0,
                 axis: *axis,
+                non_negative: false,
             }),
             _ => None,
         }
