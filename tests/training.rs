@@ -278,3 +278,90 @@ fn a_run_resumed_from_its_checkpoint_ends_with_the_uninterrupted_weights() {
         "the resumed run's weights differ from the uninterrupted run's"
     );
 }
+
+#[test]
+fn mixed_precision_backs_off_from_an_overflowing_loss_scale_and_keeps_training() {
+    use sluice_engine::plan::Precision;
+    use sluice_engine::train::scaler::LossScaler;
+    use sluice_engine::train::{Batching, Dataset, Feed};
+    let graph = load_asset("assets/graphs/digits_mlp.json");
+    let d = root().join("assets/datasets/digits");
+    let read = |f: &str| std::fs::read(d.join(f)).unwrap();
+    let (features, labels) = (read("features.npy"), read("labels.npy"));
+    let data = Dataset::from_npy(
+        &[("x", features.as_slice()), ("labels", labels.as_slice())],
+        &graph.limits,
+    )
+    .unwrap();
+    // Inputs scaled by 1000: the first layer's weight gradients, times the loss scale,
+    // are far past 16-bit storage's 65504 until the scale backs off.
+    let scaled = |t: &Tensor| {
+        Tensor::f32(
+            t.shape.clone(),
+            t.to_f32_vec().iter().map(|v| v * 1000.0).collect(),
+        )
+    };
+    let data = Dataset::new(
+        vec![
+            ("x".into(), scaled(data.get("x").unwrap())),
+            ("labels".into(), data.get("labels").unwrap().clone()),
+        ],
+        &graph.limits,
+    )
+    .unwrap();
+    let (train_set, val_set) = data.split(0.2, 0).unwrap();
+    let feed = Feed::new([("x", "x"), ("labels", "labels")]);
+    let start = 32768.0;
+    let settings = TrainSettings {
+        batch: 32,
+        precision: Precision::Mixed,
+        loss_scaling: Some(LossScaler {
+            scale: start,
+            ..LossScaler::default()
+        }),
+        ..TrainSettings::default()
+    };
+    let (step, eval) = devices(true);
+    let init = weights::init_weights(&graph, 0);
+    let mut trainer =
+        pollster::block_on(Trainer::new(&graph, init, settings, step, eval, &|_| {})).unwrap();
+    let (mut first, mut skipped_then_taken) = (None, false);
+    for epoch in 0..10 {
+        let ep = train_set
+            .epoch(
+                epoch,
+                &Batching {
+                    drop_last: true,
+                    ..Batching::new(32, 0)
+                },
+                &feed,
+            )
+            .unwrap();
+        for k in 0..ep.batches() {
+            let out = pollster::block_on(trainer.step(&ep.batch(k).unwrap())).unwrap();
+            first.get_or_insert(out.update.is_none());
+            if out.update.is_some() && trainer.loss_scaler().unwrap().skipped > 0 {
+                skipped_then_taken = true;
+            }
+        }
+    }
+    let scaler = trainer.loss_scaler().unwrap().clone();
+    let all = Batching {
+        shuffle: false,
+        ..Batching::new(val_set.samples(), 0)
+    };
+    let val = val_set.epoch(0, &all, &feed).unwrap().batch(0).unwrap();
+    let e = pollster::block_on(trainer.evaluate(&val)).unwrap();
+    println!(
+        "loss scale {start} -> {} after {} skipped steps; validation accuracy {:.4}, loss {:.4}",
+        scaler.scale, scaler.skipped, e.metrics[0].1, e.loss
+    );
+    assert_eq!(first, Some(true), "the first step overflows and is skipped");
+    assert!(scaler.skipped >= 1 && scaler.scale < start);
+    assert!(skipped_then_taken, "steps are taken after the back-off");
+    assert!(
+        e.metrics[0].1 >= 0.9,
+        "training continued: accuracy {}",
+        e.metrics[0].1
+    );
+}

@@ -60,8 +60,8 @@ pub enum Drag {
     Move {
         /// Canvas point where it started.
         start: [f64; 2],
-        /// The document then (positions, and for undo).
-        before: GraphDoc,
+        /// The document then (positions, and for undo); boxed, as documents are large.
+        before: Box<GraphDoc>,
     },
     /// Drawing a connection from an output.
     Wire {

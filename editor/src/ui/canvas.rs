@@ -110,7 +110,7 @@ fn on_move(state: EditorState, ev: web_sys::PointerEvent) {
             let c = to_canvas(view, p);
             let (dx, dy) = ((c[0] - start[0]).round(), (c[1] - start[1]).round());
             let selected = state.selection.get_untracked();
-            let mut next = before.clone();
+            let mut next = (*before).clone();
             model::move_by(&mut next, &selected, dx, dy);
             state.doc.set(next);
         }
@@ -160,8 +160,8 @@ fn on_up(state: EditorState, ev: web_sys::PointerEvent) {
         }
         Drag::Move { before, .. } => {
             let now = state.doc.get_untracked();
-            if now != before {
-                state.history.update_value(|h| h.record(before));
+            if now != *before {
+                state.history.update_value(|h| h.record(*before));
             }
         }
         Drag::Wire { from, .. } => {
@@ -242,7 +242,7 @@ fn on_node_down(state: EditorState, id: &str, ev: web_sys::PointerEvent) {
     let c = to_canvas(state.view.get_untracked(), client(&ev));
     state.drag.set(Some(Drag::Move {
         start: c,
-        before: state.doc.get_untracked(),
+        before: Box::new(state.doc.get_untracked()),
     }));
 }
 

@@ -60,6 +60,9 @@ impl Bindings {
             storage.wgsl()
         ));
         self.half |= storage == Storage::F16;
+        if write && storage == Storage::Packed && !self.decls.contains("fn sl_pack2") {
+            self.decls.push_str(PACK_HALF);
+        }
         let load = match storage {
             Storage::F32 => format!("return {name}[i];"),
             Storage::F16 => format!("return f32({name}[i]);"),
@@ -100,6 +103,27 @@ impl Bindings {
     }
 }
 
+/// `sl_pack2(v)`: `pack2x16float` with IEEE overflow. WGSL leaves packing a value outside
+/// f16's range indeterminate (lavapipe writes a finite value), so values are packed
+/// clamped and then patched: |v| ≥ 65520 (what rounds past 65504) becomes ±∞ and NaN
+/// stays NaN (tested on its bits: compilers may fold `x != x`), as the CPU reference's
+/// rounding gives. Every packed store goes through it.
+pub const PACK_HALF: &str = "fn sl_half_bits(x: f32, bits: u32) -> u32 {
+    let b = bitcast<u32>(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) {
+        return 0x7e00u | ((b >> 16u) & 0x8000u);
+    }
+    if (abs(x) >= 65520.0) {
+        return select(0x7c00u, 0xfc00u, x < 0.0);
+    }
+    return bits;
+}
+fn sl_pack2(v: vec2<f32>) -> u32 {
+    let p = pack2x16float(clamp(v, vec2<f32>(-65504.0), vec2<f32>(65504.0)));
+    return sl_half_bits(v.x, p & 0xffffu) | (sl_half_bits(v.y, p >> 16u) << 16u);
+}
+";
+
 /// The entry point of a kernel computing one output element per index with
 /// `fn value(i: u32) -> f32` (which the caller defines): one invocation per element, or per
 /// pair of elements for packed 16-bit outputs (which must be written a whole `u32` at a
@@ -120,7 +144,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (2u * t + 1u < n) {{
         b = value(2u * t + 1u);
     }}
-    dst[t] = pack2x16float(vec2<f32>(a, b));
+    dst[t] = sl_pack2(vec2<f32>(a, b));
 }}
 "
         );

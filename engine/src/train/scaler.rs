@@ -25,6 +25,13 @@ pub struct LossScaler {
     pub skipped: u64,
     /// Times the scale grew.
     pub growths: u64,
+    /// The largest scale: the scale is fed to the device like any value, so under 16-bit
+    /// storage it must itself fit (2^15); growth stops there.
+    pub max_scale: f64,
+    /// The largest finite value of the gradients' storage (65504 for 16-bit floats): a
+    /// gradient that reaches it counts as an overflow too, since a device may saturate an
+    /// out-of-range store instead of writing an infinity. None: only non-finite values.
+    pub storage_max: Option<f32>,
 }
 
 impl Default for LossScaler {
@@ -38,6 +45,8 @@ impl Default for LossScaler {
             good_steps: 0,
             skipped: 0,
             growths: 0,
+            max_scale: f64::INFINITY,
+            storage_max: None,
         }
     }
 }
@@ -46,8 +55,9 @@ impl LossScaler {
     /// Divides the gradients by the scale they were computed with. Returns false (and
     /// backs off) when any gradient is not finite: the step must then be skipped.
     pub fn unscale(&mut self, grads: &mut Weights) -> bool {
+        let max = self.storage_max.unwrap_or(f32::INFINITY);
         let finite = grads.values().all(|g| match &g.data {
-            TensorData::F32(v) => v.iter().all(|x| x.is_finite()),
+            TensorData::F32(v) => v.iter().all(|x| x.is_finite() && x.abs() < max),
             _ => true,
         });
         if !finite {
@@ -66,7 +76,7 @@ impl LossScaler {
         self.good_steps += 1;
         if self.good_steps >= self.growth_interval {
             let grown = self.scale * self.growth_factor;
-            if grown.is_finite() {
+            if grown.is_finite() && grown <= self.max_scale {
                 self.scale = grown;
                 self.growths += 1;
             }
@@ -103,5 +113,9 @@ mod tests {
         assert!(s.unscale(&mut grads(1.0)));
         assert!(s.unscale(&mut grads(1.0)));
         assert_eq!((s.scale, s.growths), (32768.0, 1));
+        // A saturated 16-bit store counts as an overflow.
+        s.storage_max = Some(65504.0);
+        assert!(!s.unscale(&mut grads(32752.0)));
+        assert_eq!(s.skipped, 3);
     }
 }

@@ -13,6 +13,7 @@
 //! samples were batched.
 
 use super::optim::{OptimError, Optimizer, StepReport};
+use super::scaler::LossScaler;
 use crate::autodiff::{self, AutodiffError};
 use crate::cpu;
 use crate::error::RunError;
@@ -63,6 +64,9 @@ pub struct TrainSettings {
     pub half: Option<HalfStorage>,
     /// Fuse pointwise chains and epilogues.
     pub fuse: bool,
+    /// Dynamic loss scaling (None: gradients computed from the loss itself). For 16-bit
+    /// storage, where small gradients underflow: the backward pass starts from the scale.
+    pub loss_scaling: Option<LossScaler>,
 }
 
 impl Default for TrainSettings {
@@ -74,6 +78,7 @@ impl Default for TrainSettings {
             precision: Precision::F32,
             half: None,
             fuse: true,
+            loss_scaling: None,
         }
     }
 }
@@ -83,8 +88,9 @@ impl Default for TrainSettings {
 pub struct StepOutcome {
     /// The batch's mean loss.
     pub loss: f64,
-    /// The optimiser's report (learning rate, gradient norm, clipping).
-    pub update: StepReport,
+    /// The optimiser's report (learning rate, gradient norm, clipping); None when the
+    /// step was skipped because a scaled gradient overflowed.
+    pub update: Option<StepReport>,
 }
 
 /// Loss and metrics over a dataset.
@@ -150,8 +156,12 @@ impl Trainer {
         let (loss_op, loss_sources) = loss_node(graph, &training)?;
         check_accumulation(graph, &training, settings.microbatches)?;
         progress("building the backward graph");
-        let bound = bind(graph, micro)?;
-        let joint = autodiff::backward(&bound, &training.loss)?;
+        let (scaled, differentiated) = match settings.loss_scaling {
+            Some(_) => (scaled_loss(graph, &training.loss)?, SCALED_LOSS),
+            None => (graph.clone(), training.loss.as_str()),
+        };
+        let bound = bind(&scaled, micro)?;
+        let joint = autodiff::backward(&bound, differentiated)?;
         let eval_graph =
             Graph::build_with(eval_doc(graph, &training, &loss_sources), &graph.limits)
                 .map_err(TrainError::EvalGraph)?;
@@ -184,6 +194,15 @@ impl Trainer {
         )
         .await?;
         let optimizer = Optimizer::new(training.optimizer)?;
+        let mut settings = settings;
+        if let Some(scaler) = &mut settings.loss_scaling {
+            if settings.precision != Precision::F32 {
+                // Values beyond f16's range saturate on upload, the scale included.
+                scaler.storage_max = Some(half::f16::MAX.to_f32());
+                scaler.max_scale = scaler.max_scale.min(32768.0);
+                scaler.scale = scaler.scale.min(scaler.max_scale);
+            }
+        }
         Ok(Trainer {
             training,
             settings,
@@ -201,6 +220,11 @@ impl Trainer {
     /// The current weights (f32 masters).
     pub fn params(&self) -> &Weights {
         &self.params
+    }
+
+    /// The loss scaler and its counts, when loss scaling is on.
+    pub fn loss_scaler(&self) -> Option<&LossScaler> {
+        self.settings.loss_scaling.as_ref()
     }
 
     /// The optimiser (its configuration and state).
@@ -233,6 +257,13 @@ impl Trainer {
             } else {
                 slice_samples(batch, k * self.micro, (k + 1) * self.micro)?
             };
+            let mut part = part;
+            if let Some(scaler) = &self.settings.loss_scaling {
+                part.insert(
+                    LOSS_SCALE.to_string(),
+                    Tensor::f32(Vec::new(), vec![scaler.scale as f32]),
+                );
+            }
             let report = self
                 .step_session
                 .run(&part, &RunContext::new("train"))
@@ -258,11 +289,19 @@ impl Trainer {
                 scale(g, 1.0 / m as f32);
             }
         }
+        if let Some(scaler) = &mut self.settings.loss_scaling {
+            if !scaler.unscale(&mut grads) {
+                return Ok(StepOutcome {
+                    loss: loss / m as f64,
+                    update: None,
+                });
+            }
+        }
         let update = self.optimizer.step(&mut self.params, &grads)?;
         self.step_session.write_weights(&self.params)?;
         Ok(StepOutcome {
             loss: loss / m as f64,
-            update,
+            update: Some(update),
         })
     }
 
@@ -325,6 +364,37 @@ impl Trainer {
             metrics,
         })
     }
+}
+
+/// The graph input carrying the loss scale, when loss scaling is on.
+const LOSS_SCALE: &str = "sluice_loss_scale";
+/// The node multiplying the loss by it: what the backward pass differentiates.
+const SCALED_LOSS: &str = "sluice_scaled_loss";
+
+/// The graph with its loss multiplied by a scalar input, [`LOSS_SCALE`], as the output
+/// [`SCALED_LOSS`]: its gradients are the scale times the loss's.
+fn scaled_loss(graph: &Graph, loss: &str) -> Result<Graph, TrainError> {
+    let mut doc = graph.doc.clone();
+    if doc.inputs.contains_key(LOSS_SCALE) || doc.nodes.iter().any(|n| n.id == SCALED_LOSS) {
+        return Err(TrainError::Setup(format!(
+            "the graph already has '{LOSS_SCALE}' or '{SCALED_LOSS}', the names loss scaling adds"
+        )));
+    }
+    doc.inputs.insert(
+        LOSS_SCALE.into(),
+        crate::graph::doc::InputDecl {
+            shape: Vec::new(),
+            dtype: crate::dtype::DType::F32,
+        },
+    );
+    doc.nodes.push(crate::graph::doc::NodeDoc {
+        id: SCALED_LOSS.into(),
+        op: "mul".into(),
+        inputs: vec![loss.into(), LOSS_SCALE.into()],
+        attrs: Default::default(),
+    });
+    doc.outputs.push(SCALED_LOSS.into());
+    Graph::build_with(doc, &graph.limits).map_err(TrainError::EvalGraph)
 }
 
 /// The loss node: an operator without weights whose output is an f32 scalar graph output,

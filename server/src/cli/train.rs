@@ -14,6 +14,7 @@ use sluice_engine::graph::training::{OptimizerConfig, TrainingDoc};
 use sluice_engine::graph::Graph;
 use sluice_engine::limits::Limits;
 use sluice_engine::train::checkpoint::{self, Progress};
+use sluice_engine::train::scaler::LossScaler;
 use sluice_engine::train::trainer::{Evaluation, TrainSettings, Trainer};
 use sluice_engine::train::{Batching, Dataset, Feed};
 use std::io::Write;
@@ -65,6 +66,8 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         precision: args.precision.engine(),
         half: args.f16_storage.engine(),
         fuse: !args.no_fuse,
+        // 16-bit gradients underflow without it (PyTorch's GradScaler defaults).
+        loss_scaling: (args.precision != super::PrecisionArg::F32).then(LossScaler::default),
     };
     let weights = load::weights(&args.graph, &graph)?;
     let mut devices = open_devices(args.device, 2)?;
@@ -146,6 +149,8 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
             "samples_per_s": samples_per_s,
             "seconds": seconds,
             "lr": trainer.optimizer().config().lr_at(trainer.optimizer().state().step.saturating_sub(1)),
+            "loss_scale": trainer.loss_scaler().map(|s| s.scale),
+            "skipped_steps": trainer.loss_scaler().map(|s| s.skipped),
         });
         if let Some(w) = &mut log {
             writeln!(w, "{line}").context("writing the metrics log")?;
@@ -154,8 +159,12 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         if args.json {
             println!("{line}");
         } else {
+            let scaling = trainer
+                .loss_scaler()
+                .map(|s| format!("  loss scale {} ({} skipped)", s.scale, s.skipped))
+                .unwrap_or_default();
             println!(
-                "epoch {:>3}/{epochs}  train loss {train_loss:.4}  val loss {:.4}{}  {samples_per_s:.0} samples/s  {seconds:.1} s",
+                "epoch {:>3}/{epochs}  train loss {train_loss:.4}  val loss {:.4}{}  {samples_per_s:.0} samples/s  {seconds:.1} s{scaling}",
                 epoch + 1,
                 eval.loss,
                 metrics_text(&eval)

@@ -86,7 +86,7 @@ impl Lower for LossOp {
         b.add("dst", Slot::Output(0), out.storage, true);
         b.add("scratch", Slot::Scratch(0), Storage::F32, false);
         let store = if out.storage == Storage::Packed {
-            "        dst[0] = pack2x16float(vec2<f32>(v, 0.0));"
+            "        dst[0] = sl_pack2(vec2<f32>(v, 0.0));"
         } else {
             "        st_dst(0u, v);"
         };

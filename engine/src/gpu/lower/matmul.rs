@@ -66,7 +66,7 @@ fn vec4_binding(decls: &mut String, binding: u32, name: &str, storage: Storage, 
         Storage::Packed => (
             "vec2<u32>",
             format!("vec4<f32>(unpack2x16float({name}[i].x), unpack2x16float({name}[i].y))"),
-            format!("{name}[i] = vec2<u32>(pack2x16float(v.xy), pack2x16float(v.zw));"),
+            format!("{name}[i] = vec2<u32>(sl_pack2(v.xy), sl_pack2(v.zw));"),
         ),
         _ => ("vec4<f32>", format!("{name}[i]"), format!("{name}[i] = v;")),
     };
@@ -77,6 +77,9 @@ fn vec4_binding(decls: &mut String, binding: u32, name: &str, storage: Storage, 
         "fn ld4_{name}(i: u32) -> vec4<f32> {{\n    return {load};\n}}\n"
     ));
     if write {
+        if storage == Storage::Packed && !decls.contains("fn sl_pack2") {
+            decls.push_str(crate::gpu::kernel::PACK_HALF);
+        }
         decls.push_str(&format!(
             "fn st4_{name}(i: u32, v: vec4<f32>) {{\n    {store}\n}}\n"
         ));

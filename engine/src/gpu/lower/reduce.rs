@@ -101,7 +101,7 @@ pub fn reduce_kernel(
         let packed = output.storage == Storage::Packed;
         let per = if packed { 2 } else { 1 };
         let store = if packed {
-            "        dst[g] = pack2x16float(results);".to_string()
+            "        dst[g] = sl_pack2(results);".to_string()
         } else {
             "        st_dst(g, results.x);".to_string()
         };
