@@ -79,7 +79,10 @@ export async function dragBetween(page, from, to) {
 /** Drags a palette entry onto the canvas at (x, y) relative to the canvas's corner. */
 export async function dropFromPalette(page, op, x, y) {
   const canvas = await page.locator('#canvas').boundingBox();
-  const from = await centre(page.locator(`.palette-item[data-op="${op}"]`));
+  // The palette scrolls: an entry below its fold must be brought into view first.
+  const item = page.locator(`.palette-item[data-op="${op}"]`);
+  await item.scrollIntoViewIfNeeded();
+  const from = await centre(item);
   await dragBetween(page, from, { x: canvas.x + x, y: canvas.y + y });
 }
 
