@@ -313,48 +313,18 @@ mod tests {
             rule,
             ..OptimizerConfig::default()
         };
-        let (b1, b2, e) = (0.9, 0.999, 1e-8);
+        let (beta1, beta2, eps) = (0.9, 0.999, 1e-8);
+        let adamw = Rule::AdamW { beta1, beta2, eps };
+        let l2 = Rule::Adam { beta1, beta2, eps };
         // AdamW: w = 2*(1 - 0.05) - 0.1*sign(g) with g = 0 → the step is 0/(0+eps) = 0.
-        let w = run(
-            adam(Rule::AdamW {
-                beta1: b1,
-                beta2: b2,
-                eps: e,
-            }),
-            &[2.0],
-            &[&[0.0]],
-        );
+        let w = run(adam(adamw), &[2.0], &[&[0.0]]);
         close(&w, &[1.9]);
         // Adam (L2): d = 0 + 0.5*2 = 1 → w = 2 - 0.1.
-        let w = run(
-            adam(Rule::Adam {
-                beta1: b1,
-                beta2: b2,
-                eps: e,
-            }),
-            &[2.0],
-            &[&[0.0]],
-        );
+        let w = run(adam(l2), &[2.0], &[&[0.0]]);
         close(&w, &[1.9]);
         // With a gradient they differ: AdamW's decay does not enter the moments.
-        let a = run(
-            adam(Rule::AdamW {
-                beta1: b1,
-                beta2: b2,
-                eps: e,
-            }),
-            &[2.0],
-            &[&[1.0], &[-3.0]],
-        );
-        let b = run(
-            adam(Rule::Adam {
-                beta1: b1,
-                beta2: b2,
-                eps: e,
-            }),
-            &[2.0],
-            &[&[1.0], &[-3.0]],
-        );
+        let a = run(adam(adamw), &[2.0], &[&[1.0], &[-3.0]]);
+        let b = run(adam(l2), &[2.0], &[&[1.0], &[-3.0]]);
         assert!((a[0] - b[0]).abs() > 1e-3, "{a:?} {b:?}");
     }
 
