@@ -63,6 +63,31 @@ pub struct Gradient {
     pub output: String,
 }
 
+/// What a backward node was emitted for: where it belongs when the joint graph is cut
+/// into pipeline stages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The gradient rule of this forward node (or the sum of the gradients reaching its
+    /// outputs).
+    Node(String),
+    /// This weight: reading it in the backward pass, or summing its gradient.
+    Weight(String),
+    /// This graph input's gradient.
+    Input(String),
+    /// The seed: the gradient of the loss with respect to itself.
+    Loss,
+}
+
+impl Origin {
+    /// The base of the ids of the nodes emitted for it.
+    fn base(&self) -> &str {
+        match self {
+            Origin::Node(s) | Origin::Weight(s) | Origin::Input(s) => s,
+            Origin::Loss => "loss",
+        }
+    }
+}
+
 /// A joint forward + backward graph.
 #[derive(Debug, Clone)]
 pub struct Joint {
@@ -74,6 +99,8 @@ pub struct Joint {
     pub params: Vec<Gradient>,
     /// Gradients of the graph inputs asked for, in the order asked.
     pub inputs: Vec<Gradient>,
+    /// What each backward node (by id) was emitted for; forward nodes are not in it.
+    pub origins: HashMap<String, Origin>,
 }
 
 /// The joint graph of `graph` (bound: every shape concrete) differentiating output `loss`
@@ -119,7 +146,7 @@ pub fn backward_wrt(graph: &Graph, loss: &str, wrt: &[&str]) -> Result<Joint, Au
 
     let mut state = State::new(graph);
     let seed = state.emit(
-        "loss",
+        &Origin::Loss,
         "constant",
         json!({ "value": [1.0], "shape": loss_shape }),
         &[],
@@ -145,7 +172,11 @@ pub fn backward_wrt(graph: &Graph, loss: &str, wrt: &[&str]) -> Result<Joint, Au
         };
         let mut out_grads = Vec::new();
         for p in 0..node.outputs.len() {
-            out_grads.push(state.total(&node.id, (ix, p)).map_err(refuse)?);
+            out_grads.push(
+                state
+                    .total(&Origin::Node(node.id.clone()), (ix, p))
+                    .map_err(refuse)?,
+            );
         }
         let mut ctx = NodeContext {
             state: &mut state,
@@ -177,9 +208,10 @@ pub fn backward_wrt(graph: &Graph, loss: &str, wrt: &[&str]) -> Result<Joint, Au
     }
     let mut inputs = Vec::new();
     for (name, ix) in &wrt_nodes {
-        let total = state.total(name, (*ix, 0));
+        let origin = Origin::Input(name.clone());
+        let total = state.total(&origin, (*ix, 0));
         let total = total.and_then(|t| match t {
-            Some(t) => state.rename(name, &t).map(Some),
+            Some(t) => state.rename(&origin, &t).map(Some),
             None => Ok(None),
         });
         let total = total.map_err(|reason| AutodiffError::NoGradient {
@@ -203,6 +235,7 @@ pub fn backward_wrt(graph: &Graph, loss: &str, wrt: &[&str]) -> Result<Joint, Au
         graph: joint,
         params,
         inputs,
+        origins: state.origins,
     })
 }
 
@@ -274,6 +307,8 @@ struct State<'g> {
     param_grads: HashMap<String, Vec<Ref>>,
     /// `param` nodes reading a weight, by key.
     param_reads: HashMap<String, Ref>,
+    /// What each emitted node was emitted for.
+    origins: HashMap<String, Origin>,
 }
 
 impl<'g> State<'g> {
@@ -295,6 +330,7 @@ impl<'g> State<'g> {
             grads: HashMap::new(),
             param_grads: HashMap::new(),
             param_reads: HashMap::new(),
+            origins: HashMap::new(),
         }
     }
 
@@ -313,7 +349,7 @@ impl<'g> State<'g> {
     /// mistake is found here, naming it) and returns its output.
     fn emit(
         &mut self,
-        owner: &str,
+        owner: &Origin,
         op: &str,
         attrs: Value,
         inputs: &[&str],
@@ -338,10 +374,9 @@ impl<'g> State<'g> {
         let outs = parsed
             .infer(&types)
             .map_err(|e| format!("internal: backward '{op}': {e}"))?;
-        let base = if owner.is_empty() {
-            "grad".to_string()
-        } else {
-            format!("{owner}.d")
+        let base = match owner.base() {
+            "" => "grad".to_string(),
+            name => format!("{name}.d"),
         };
         self.counter += 1;
         let id = self.fresh(&format!("{base}{}", self.counter));
@@ -353,6 +388,7 @@ impl<'g> State<'g> {
             };
             self.types.insert(r, t);
         }
+        self.origins.insert(id.clone(), owner.clone());
         self.nodes.push(NodeDoc {
             id: id.clone(),
             op: op.to_string(),
@@ -363,12 +399,12 @@ impl<'g> State<'g> {
     }
 
     /// The summed contributions to a value's gradient (none when nothing reached it).
-    fn total(&mut self, owner: &str, value: (NodeIndex, usize)) -> Result<Option<Ref>, String> {
+    fn total(&mut self, owner: &Origin, value: (NodeIndex, usize)) -> Result<Option<Ref>, String> {
         let parts = self.grads.remove(&value).unwrap_or_default();
         self.sum(owner, parts)
     }
 
-    fn sum(&mut self, owner: &str, parts: Vec<Ref>) -> Result<Option<Ref>, String> {
+    fn sum(&mut self, owner: &Origin, parts: Vec<Ref>) -> Result<Option<Ref>, String> {
         let mut total: Option<Ref> = None;
         for part in parts {
             total = Some(match total {
@@ -380,14 +416,15 @@ impl<'g> State<'g> {
     }
 
     /// `v` under the name `{name}.grad` (an identity: no work, no buffer).
-    fn rename(&mut self, name: &str, v: &str) -> Result<Ref, String> {
-        let id = self.fresh(&format!("{name}.grad"));
+    fn rename(&mut self, owner: &Origin, v: &str) -> Result<Ref, String> {
+        let id = self.fresh(&format!("{}.grad", owner.base()));
         let t = self
             .types
             .get(v)
             .cloned()
             .ok_or_else(|| format!("internal: unknown value '{v}'"))?;
         self.types.insert(id.clone(), t);
+        self.origins.insert(id.clone(), owner.clone());
         self.nodes.push(NodeDoc {
             id: id.clone(),
             op: "identity".into(),
@@ -400,8 +437,9 @@ impl<'g> State<'g> {
     /// The output holding a weight's summed gradient, when any reached it.
     fn finish_param(&mut self, key: &str) -> Result<Option<Ref>, String> {
         let parts = self.param_grads.remove(key).unwrap_or_default();
-        match self.sum(key, parts)? {
-            Some(t) => self.rename(key, &t).map(Some),
+        let origin = Origin::Weight(key.to_string());
+        match self.sum(&origin, parts)? {
+            Some(t) => self.rename(&origin, &t).map(Some),
             None => Ok(None),
         }
     }
@@ -472,7 +510,7 @@ impl GradContext for NodeContext<'_, '_> {
     }
 
     fn emit(&mut self, op: &str, attrs: Value, inputs: &[&str]) -> Result<Ref, String> {
-        let owner = self.id().to_string();
+        let owner = Origin::Node(self.id().to_string());
         self.state.emit(&owner, op, attrs, inputs)
     }
 
@@ -497,9 +535,12 @@ impl GradContext for NodeContext<'_, '_> {
         if let Some(r) = self.state.param_reads.get(&key) {
             return Ok(r.clone());
         }
-        let r = self
-            .state
-            .emit(&key, "param", json!({ "key": key, "shape": shape }), &[])?;
+        let r = self.state.emit(
+            &Origin::Weight(key.clone()),
+            "param",
+            json!({ "key": key, "shape": shape }),
+            &[],
+        )?;
         self.state.param_reads.insert(key, r.clone());
         Ok(r)
     }

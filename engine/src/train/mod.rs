@@ -3,12 +3,15 @@
 //! CSV reader; [`spirals`]: the generated spirals dataset), the optimisers ([`optim`]),
 //! dynamic loss scaling ([`scaler`]), checkpoints ([`checkpoint`]) and the loop's engine
 //! side ([`trainer`]: the joint graph compiled for steps, the forward graph for
-//! evaluation, gradient accumulation).
+//! evaluation, gradient accumulation; [`pipeline`]: steps cut into stages on several
+//! devices, 1F1B or GPipe).
 
 pub mod checkpoint;
 pub mod csv;
 pub mod data;
 pub mod optim;
+#[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+pub mod pipeline;
 pub mod scaler;
 pub mod spirals;
 pub mod trainer;

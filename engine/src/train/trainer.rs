@@ -7,7 +7,9 @@
 //! graph on each of its M micro-batches, averages their gradients (gradient
 //! accumulation: exact because the loss is a mean over the batch and nothing else in the
 //! graph combines samples — anything else is refused naming the node), updates the
-//! weights and hands them to the devices. Evaluation runs the forward graph over any
+//! weights and hands them to the devices. With S > 1 stages the joint graph is cut into
+//! a pipeline on S devices ([`super::pipeline`]) that runs the M micro-batches of a step
+//! with 1F1B or GPipe; the gradients are summed the same way. Evaluation runs the forward graph over any
 //! number of samples and computes the loss and the metrics on the host from its outputs
 //! with the CPU reference of the loss operator, so its answer does not depend on how the
 //! samples were batched.
@@ -19,6 +21,7 @@ use crate::cpu;
 use crate::error::RunError;
 use crate::exec::dataset::{bind, slice_axis};
 use crate::exec::device::{Device, Values};
+use crate::exec::schedule::TrainSchedule;
 use crate::exec::session::{RunContext, Session};
 use crate::exec::RunConfig;
 use crate::graph::training::{MetricKind, TrainingDoc};
@@ -56,6 +59,10 @@ pub struct TrainSettings {
     pub batch: usize,
     /// Micro-batches per step (gradients accumulated over them).
     pub microbatches: usize,
+    /// Pipeline stages of a step, each on its own device.
+    pub stages: usize,
+    /// How the stages order the micro-batches' passes (with more than one stage).
+    pub schedule: TrainSchedule,
     /// Samples per evaluation pass.
     pub eval_batch: usize,
     /// Numeric precision of the devices' storage (weights stay f32 on the host).
@@ -74,6 +81,8 @@ impl Default for TrainSettings {
         TrainSettings {
             batch: 32,
             microbatches: 1,
+            stages: 1,
+            schedule: TrainSchedule::OneFOneB,
             eval_batch: 256,
             precision: Precision::F32,
             half: None,
@@ -113,12 +122,27 @@ enum Source {
     Output(String),
 }
 
+/// What runs the joint graph.
+enum Stepper {
+    /// One device.
+    Session(Session),
+    /// Stages on several devices.
+    #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+    Pipeline(super::pipeline::Pipeline),
+}
+
+#[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+pub use super::pipeline::PipelineStats;
+
 /// A graph being trained.
 pub struct Trainer {
     training: TrainingDoc,
     settings: TrainSettings,
     micro: usize,
-    step_session: Session,
+    stepper: Stepper,
+    /// What the last pipelined step measured.
+    #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+    last_pipeline: Option<PipelineStats>,
     eval_session: Session,
     /// (weight key, joint-graph output holding its gradient).
     grads: Vec<(String, String)>,
@@ -141,6 +165,35 @@ impl Trainer {
         eval_device: Box<dyn Device>,
         progress: &dyn Fn(&str),
     ) -> Result<Trainer, TrainError> {
+        Trainer::on_devices(
+            graph,
+            weights,
+            settings,
+            vec![step_device],
+            eval_device,
+            progress,
+        )
+        .await
+    }
+
+    /// [`Trainer::new`] with the steps on `step_devices`: one per pipeline stage
+    /// (`settings.stages` of them).
+    pub async fn on_devices(
+        graph: &Graph,
+        weights: Weights,
+        settings: TrainSettings,
+        step_devices: Vec<Box<dyn Device>>,
+        eval_device: Box<dyn Device>,
+        progress: &dyn Fn(&str),
+    ) -> Result<Trainer, TrainError> {
+        let stages = settings.stages.max(1);
+        if step_devices.len() != stages {
+            return Err(TrainError::Setup(format!(
+                "{stages} pipeline stages need {stages} devices, {} given",
+                step_devices.len()
+            )));
+        }
+
         let training = graph.doc.training.clone().ok_or_else(|| {
             TrainError::Setup(
                 "the graph has no training section naming its loss (see docs/graph-format.md)"
@@ -176,14 +229,42 @@ impl Trainer {
             half: settings.half,
         };
         progress("compiling the training step");
-        let step_session = Session::compile(
-            &joint.graph,
-            &weights,
-            &config(micro),
-            vec![step_device],
-            progress,
-        )
-        .await?;
+        let stepper = match stages {
+            1 => Stepper::Session(
+                Session::compile(
+                    &joint.graph,
+                    &weights,
+                    &config(micro),
+                    step_devices,
+                    progress,
+                )
+                .await?,
+            ),
+            #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+            _ => {
+                crate::exec::check_run(&joint.graph, &config(micro), None, &graph.limits)?;
+                let options =
+                    crate::exec::config::plan_options(&config(micro), &step_devices).await?;
+                Stepper::Pipeline(
+                    super::pipeline::Pipeline::compile(
+                        &bound,
+                        &joint,
+                        &weights,
+                        options,
+                        &step_devices,
+                        settings.schedule,
+                        progress,
+                    )
+                    .await?,
+                )
+            }
+            #[cfg(not(all(feature = "native", not(target_arch = "wasm32"))))]
+            _ => {
+                return Err(TrainError::Setup(
+                    "pipeline-parallel training needs threads (a native build)".into(),
+                ))
+            }
+        };
         progress("compiling the evaluation pass");
         let eval_session = Session::compile(
             &eval_graph,
@@ -207,7 +288,9 @@ impl Trainer {
             training,
             settings,
             micro,
-            step_session,
+            stepper,
+            #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+            last_pipeline: None,
             eval_session,
             grads: joint.params.into_iter().map(|g| (g.of, g.output)).collect(),
             loss_op,
@@ -238,11 +321,61 @@ impl Trainer {
         params: Weights,
         state: super::optim::OptimizerState,
     ) -> Result<(), TrainError> {
-        self.step_session.write_weights(&params)?;
+        self.write_step_weights(&params)?;
         self.eval_session.write_weights(&params)?;
         self.optimizer.restore(state, &params)?;
         self.params = params;
         Ok(())
+    }
+
+    /// What the last step measured of its pipeline (None with one stage).
+    #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+    pub fn pipeline_stats(&self) -> Option<&PipelineStats> {
+        self.last_pipeline.as_ref()
+    }
+
+    fn write_step_weights(&mut self, weights: &Weights) -> Result<(), RunError> {
+        match &mut self.stepper {
+            Stepper::Session(s) => s.write_weights(weights),
+            #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+            Stepper::Pipeline(p) => p.write_weights(weights),
+        }
+    }
+
+    /// The joint graph's outputs for each micro-batch of `batch`.
+    async fn run_micro_batches(&mut self, batch: &Values) -> Result<Vec<Values>, TrainError> {
+        let m = self.settings.microbatches;
+        let mut parts = Vec::with_capacity(m);
+        for k in 0..m {
+            let mut part = if m == 1 {
+                batch.clone()
+            } else {
+                slice_samples(batch, k * self.micro, (k + 1) * self.micro)?
+            };
+            if let Some(scaler) = &self.settings.loss_scaling {
+                part.insert(
+                    LOSS_SCALE.to_string(),
+                    Tensor::f32(Vec::new(), vec![scaler.scale as f32]),
+                );
+            }
+            parts.push(part);
+        }
+        match &mut self.stepper {
+            Stepper::Session(session) => {
+                let mut outputs = Vec::with_capacity(m);
+                for part in &parts {
+                    let report = session.run(part, &RunContext::new("train")).await?;
+                    outputs.push(report.outputs.into_iter().collect());
+                }
+                Ok(outputs)
+            }
+            #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
+            Stepper::Pipeline(pipeline) => {
+                let (outputs, stats) = pipeline.step(&parts)?;
+                self.last_pipeline = Some(stats);
+                Ok(outputs)
+            }
+        }
     }
 
     /// One optimiser step on a batch of exactly `batch` samples along axis 0 of every
@@ -251,24 +384,7 @@ impl Trainer {
         let m = self.settings.microbatches;
         let mut sum: Option<Weights> = None;
         let mut loss = 0.0f64;
-        for k in 0..m {
-            let part = if m == 1 {
-                batch.clone()
-            } else {
-                slice_samples(batch, k * self.micro, (k + 1) * self.micro)?
-            };
-            let mut part = part;
-            if let Some(scaler) = &self.settings.loss_scaling {
-                part.insert(
-                    LOSS_SCALE.to_string(),
-                    Tensor::f32(Vec::new(), vec![scaler.scale as f32]),
-                );
-            }
-            let report = self
-                .step_session
-                .run(&part, &RunContext::new("train"))
-                .await?;
-            let mut outputs: Values = report.outputs.into_iter().collect();
+        for mut outputs in self.run_micro_batches(batch).await? {
             loss += scalar(&outputs, &self.training.loss)?;
             let acc = sum.get_or_insert_with(Weights::new);
             for (key, out) in &self.grads {
@@ -298,7 +414,10 @@ impl Trainer {
             }
         }
         let update = self.optimizer.step(&mut self.params, &grads)?;
-        self.step_session.write_weights(&self.params)?;
+        let params = std::mem::take(&mut self.params);
+        let written = self.write_step_weights(&params);
+        self.params = params;
+        written?;
         Ok(StepOutcome {
             loss: loss / m as f64,
             update: Some(update),

@@ -269,9 +269,14 @@ pub struct TrainArgs {
     /// Micro-batches per step: gradients are accumulated over them.
     #[arg(long, default_value_t = 1)]
     pub microbatches: usize,
-    /// Pipeline stages (only 1 is supported so far).
+    /// Pipeline stages, each on its own device: the joint forward + backward graph is
+    /// cut so that a layer's forward and backward passes share a stage.
     #[arg(long, default_value_t = 1)]
     pub stages: usize,
+    /// How pipeline stages order a step's micro-batches: 1f1b (stashes bounded by the
+    /// stage count) or gpipe (every forward, then every backward).
+    #[arg(long, default_value = "1f1b")]
+    pub schedule: sluice_engine::exec::schedule::TrainSchedule,
     /// Samples per evaluation pass over the validation data.
     #[arg(long, default_value_t = 256)]
     pub eval_batch: usize,

@@ -15,7 +15,7 @@ use sluice_engine::graph::Graph;
 use sluice_engine::limits::Limits;
 use sluice_engine::train::checkpoint::{self, Progress};
 use sluice_engine::train::scaler::LossScaler;
-use sluice_engine::train::trainer::{Evaluation, TrainSettings, Trainer};
+use sluice_engine::train::trainer::{Evaluation, PipelineStats, TrainSettings, Trainer};
 use sluice_engine::train::{Batching, Dataset, Feed};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,11 +30,8 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
     };
     let training = training_section(&graph, args)?;
     graph.doc.training = Some(training.clone());
-    if args.stages > 1 {
-        bail!(
-            "--stages {}: pipeline-parallel training (1F1B, GPipe) is not implemented yet; train with --stages 1",
-            args.stages
-        );
+    if args.stages == 0 {
+        bail!("--stages must be at least 1");
     }
     let epochs = args.epochs.or(training.epochs).unwrap_or(10);
     let batch = args.batch.or(training.batch).unwrap_or(32);
@@ -62,6 +59,8 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
     let settings = TrainSettings {
         batch,
         microbatches: args.microbatches,
+        stages: args.stages,
+        schedule: args.schedule,
         eval_batch: args.eval_batch,
         precision: args.precision.engine(),
         half: args.f16_storage.engine(),
@@ -70,17 +69,16 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         loss_scaling: (args.precision != super::PrecisionArg::F32).then(LossScaler::default),
     };
     let weights = load::weights(&args.graph, &graph)?;
-    let mut devices = open_devices(args.device, 2)?;
-    let (eval_device, step_device) = match (devices.pop(), devices.pop()) {
-        (Some(a), Some(b)) => (a, b),
-        _ => bail!("no device to train on"),
+    let mut step_devices = open_devices(args.device, args.stages + 1)?;
+    let Some(eval_device) = step_devices.pop() else {
+        bail!("no device to train on");
     };
     let status = |s: &str| eprintln!("{s}…");
-    let mut trainer = pollster::block_on(Trainer::new(
+    let mut trainer = pollster::block_on(Trainer::on_devices(
         &graph,
         weights,
         settings,
-        step_device,
+        step_devices,
         eval_device,
         &status,
     ))?;
@@ -114,6 +112,7 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         let bar = bar(ep.batches(), epoch, epochs, args.json);
         let epoch_start = Instant::now();
         let mut loss_sum = 0.0;
+        let mut pipeline = PipelineFigures::default();
         for k in 0..ep.batches() {
             let b = ep.batch(k)?;
             let step = pollster::block_on(trainer.step(&b))
@@ -127,6 +126,9 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
                 );
             }
             loss_sum += step.loss;
+            if let Some(stats) = trainer.pipeline_stats() {
+                pipeline.add(stats);
+            }
             let rate = ((k + 1) * batch) as f64 / epoch_start.elapsed().as_secs_f64().max(1e-9);
             if let Some(b) = &bar {
                 b.set_position(k as u64 + 1);
@@ -151,6 +153,7 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
             "lr": trainer.optimizer().config().lr_at(trainer.optimizer().state().step.saturating_sub(1)),
             "loss_scale": trainer.loss_scaler().map(|s| s.scale),
             "skipped_steps": trainer.loss_scaler().map(|s| s.skipped),
+            "pipeline": pipeline.json(),
         });
         if let Some(w) = &mut log {
             writeln!(w, "{line}").context("writing the metrics log")?;
@@ -164,10 +167,11 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
                 .map(|s| format!("  loss scale {} ({} skipped)", s.scale, s.skipped))
                 .unwrap_or_default();
             println!(
-                "epoch {:>3}/{epochs}  train loss {train_loss:.4}  val loss {:.4}{}  {samples_per_s:.0} samples/s  {seconds:.1} s{scaling}",
+                "epoch {:>3}/{epochs}  train loss {train_loss:.4}  val loss {:.4}{}  {samples_per_s:.0} samples/s  {seconds:.1} s{scaling}{}",
                 epoch + 1,
                 eval.loss,
-                metrics_text(&eval)
+                metrics_text(&eval),
+                pipeline.text()
             );
         }
         if let Some(dir) = &args.checkpoint {
@@ -193,6 +197,70 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An epoch's pipeline figures: the mean measured bubble over its steps and each stage's
+/// peak stash.
+#[derive(Default)]
+struct PipelineFigures {
+    last: Option<PipelineStats>,
+    steps: usize,
+    bubble_sum: f64,
+    peak_stash_bytes: Vec<u64>,
+}
+
+impl PipelineFigures {
+    fn add(&mut self, stats: &PipelineStats) {
+        self.steps += 1;
+        self.bubble_sum += stats.bubble;
+        self.peak_stash_bytes.resize(
+            stats
+                .peak_stash_bytes
+                .len()
+                .max(self.peak_stash_bytes.len()),
+            0,
+        );
+        for (peak, &b) in self
+            .peak_stash_bytes
+            .iter_mut()
+            .zip(&stats.peak_stash_bytes)
+        {
+            *peak = (*peak).max(b);
+        }
+        self.last = Some(stats.clone());
+    }
+
+    fn bubble(&self) -> f64 {
+        self.bubble_sum / self.steps.max(1) as f64
+    }
+
+    fn json(&self) -> serde_json::Value {
+        match &self.last {
+            None => serde_json::Value::Null,
+            Some(last) => json!({
+                "schedule": last.schedule,
+                "stages": last.stages,
+                "micro_batches": last.micro_batches,
+                "bubble": self.bubble(),
+                "ideal_bubble": last.ideal_bubble,
+                "peak_stash_bytes": self.peak_stash_bytes,
+                "peak_stashed": last.peak_stashed,
+            }),
+        }
+    }
+
+    fn text(&self) -> String {
+        match &self.last {
+            None => String::new(),
+            Some(last) => format!(
+                "  {} bubble {:.2} (ideal {:.2}), peak stash {} KiB",
+                last.schedule.name(),
+                self.bubble(),
+                last.ideal_bubble,
+                self.peak_stash_bytes.iter().max().copied().unwrap_or(0) / 1024
+            ),
+        }
+    }
 }
 
 /// The graph's training section with the command line's overrides applied.

@@ -1,0 +1,179 @@
+//! Pipeline-parallel training: K steps of the digits MLP cut into 2 and 3 stages, with the
+//! 1F1B and GPipe schedules and M = 4 and 8 micro-batches, end with the weights of the
+//! same K steps on one stage (same micro-batches, gradients accumulated), on the CPU
+//! device and on the GPU; each schedule stashes exactly the micro-batches its bound says.
+//! `-- --nocapture` prints the measured bubble and peak activation memory per stage.
+
+use sluice_engine::cpu::CpuDevice;
+use sluice_engine::exec::device::{Device, Values};
+use sluice_engine::exec::schedule::TrainSchedule;
+use sluice_engine::gpu::GpuDevice;
+use sluice_engine::graph::Graph;
+use sluice_engine::train::trainer::{TrainSettings, Trainer};
+use sluice_engine::train::{Batching, Dataset, Feed};
+use sluice_engine::weights::{self, Weights};
+use sluice_tests::{load_asset, root};
+
+/// Steps compared.
+const STEPS: usize = 3;
+/// Largest |difference| / max(1, |one-stage weight|) accepted.
+const TOLERANCE: f32 = 1e-5;
+
+fn digits_batches(graph: &Graph, batch: usize) -> Vec<Values> {
+    let d = root().join("assets/datasets/digits");
+    let read = |f: &str| std::fs::read(d.join(f)).unwrap();
+    let (features, labels) = (read("features.npy"), read("labels.npy"));
+    let data = Dataset::from_npy(
+        &[("x", features.as_slice()), ("labels", labels.as_slice())],
+        &graph.limits,
+    )
+    .unwrap();
+    let feed = Feed::new([("x", "x"), ("labels", "labels")]);
+    let ep = data.epoch(0, &Batching::new(batch, 7), &feed).unwrap();
+    (0..STEPS).map(|k| ep.batch(k).unwrap()).collect()
+}
+
+fn devices(gpu: bool, n: usize) -> Vec<Box<dyn Device>> {
+    if gpu {
+        pollster::block_on(GpuDevice::open_many(n))
+            .expect("a GPU adapter")
+            .into_iter()
+            .map(|d| Box::new(d) as Box<dyn Device>)
+            .collect()
+    } else {
+        (0..n)
+            .map(|_| Box::new(CpuDevice::new()) as Box<dyn Device>)
+            .collect()
+    }
+}
+
+/// The weights after [`STEPS`] steps, and each step's pipeline figures.
+fn train(
+    graph: &Graph,
+    batches: &[Values],
+    stages: usize,
+    microbatches: usize,
+    schedule: TrainSchedule,
+    gpu: bool,
+) -> (Weights, Vec<sluice_engine::train::trainer::PipelineStats>) {
+    let settings = TrainSettings {
+        batch: 32,
+        microbatches,
+        stages,
+        schedule,
+        ..TrainSettings::default()
+    };
+    let mut step_devices = devices(gpu, stages + 1);
+    let eval = step_devices.pop().unwrap();
+    let init = weights::init_weights(graph, 3);
+    let mut trainer = pollster::block_on(Trainer::on_devices(
+        graph,
+        init,
+        settings,
+        step_devices,
+        eval,
+        &|_| {},
+    ))
+    .unwrap_or_else(|e| panic!("S={stages} M={microbatches} {schedule:?}: {e}"));
+    let mut stats = Vec::new();
+    for b in batches {
+        let out = pollster::block_on(trainer.step(b)).unwrap();
+        assert!(out.loss.is_finite() && out.update.is_some());
+        stats.extend(trainer.pipeline_stats().cloned());
+    }
+    (trainer.params().clone(), stats)
+}
+
+fn worst_difference(a: &Weights, b: &Weights) -> f32 {
+    let keys = |w: &Weights| {
+        let mut k: Vec<String> = w.keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(a), keys(b), "the same weights are trained");
+    a.iter()
+        .map(|(k, t)| {
+            let (x, y) = (t.to_f32_vec(), b[k].to_f32_vec());
+            assert_eq!(x.len(), y.len(), "{k}");
+            x.iter()
+                .zip(&y)
+                .map(|(p, q)| (p - q).abs() / q.abs().max(1.0))
+                .fold(0.0, f32::max)
+        })
+        .fold(0.0, f32::max)
+}
+
+fn pipelines_match_one_stage(gpu: bool) {
+    let graph = load_asset("assets/graphs/digits_mlp.json");
+    let batches = digits_batches(&graph, 32);
+    let device = if gpu { "GPU" } else { "CPU device" };
+    for m in [4, 8] {
+        let (reference, none) = train(&graph, &batches, 1, m, TrainSchedule::OneFOneB, gpu);
+        assert!(none.is_empty(), "one stage is not a pipeline");
+        let initial = weights::init_weights(&graph, 3);
+        assert!(
+            worst_difference(&reference, &initial) > 1e-3,
+            "the steps change the weights"
+        );
+        for stages in [2, 3] {
+            for schedule in [TrainSchedule::OneFOneB, TrainSchedule::GPipe] {
+                let (w, stats) = train(&graph, &batches, stages, m, schedule, gpu);
+                let diff = worst_difference(&w, &reference);
+                let last = stats.last().expect("a pipelined step reports");
+                println!(
+                    "{device} S={stages} M={m} {:<5}: weights after {STEPS} steps within {diff:.1e} of one stage; bubble {:.3} (ideal {:.3}); peak stash per stage {:?} bytes, {:?} micro-batches",
+                    schedule.name(),
+                    last.bubble,
+                    last.ideal_bubble,
+                    last.peak_stash_bytes,
+                    last.peak_stashed
+                );
+                assert!(
+                    diff <= TOLERANCE,
+                    "S={stages} M={m} {schedule:?}: weights differ by {diff}"
+                );
+                for st in &stats {
+                    assert_eq!(st.stages, stages);
+                    for (s, &peak) in st.peak_stashed.iter().enumerate() {
+                        assert_eq!(peak, schedule.stash_bound(s, stages, m), "stage {s}");
+                    }
+                    assert!((0.0..1.0).contains(&st.bubble));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn pipelined_steps_give_the_one_stage_weights_on_the_cpu_device() {
+    pipelines_match_one_stage(false);
+}
+
+#[test]
+fn pipelined_steps_give_the_one_stage_weights_on_the_gpu() {
+    pipelines_match_one_stage(true);
+}
+
+#[test]
+fn a_pipeline_needs_a_device_per_stage() {
+    let graph = load_asset("assets/graphs/digits_mlp.json");
+    let settings = TrainSettings {
+        stages: 2,
+        ..TrainSettings::default()
+    };
+    let init = weights::init_weights(&graph, 3);
+    let err = pollster::block_on(Trainer::on_devices(
+        &graph,
+        init,
+        settings,
+        devices(false, 1),
+        Box::new(CpuDevice::new()),
+        &|_| {},
+    ))
+    .err()
+    .expect("refused");
+    assert!(
+        err.to_string().contains("2 pipeline stages need 2 devices"),
+        "{err}"
+    );
+}
