@@ -70,6 +70,20 @@ fn value(i: u32) -> f32 {
     return select(0.0, 1.0, src[i / depth] == i32(i % depth));
 }
 
+//! variant dropout_train
+// info = [n, seed, threshold, scale's bits]: element i is kept, scaled, when the top 24
+// bits of a hash of (seed, stream, i) reach the threshold (ops/convert.rs dropout_keeps).
+fn sl_pcg(x: u32) -> u32 {
+    let state = x * 747796405u + 2891336453u;
+    let word = ((state >> ((state >> 28u) + 4u)) ^ state) * 277803737u;
+    return (word >> 22u) ^ word;
+}
+
+fn value(i: u32) -> f32 {
+    let h = sl_pcg(sl_pcg(sl_pcg(info[1]) ^ bitcast<u32>(stream[0])) ^ i);
+    return select(0.0, ld_src(i) * bitcast<f32>(info[3]), (h >> 8u) >= info[2]);
+}
+
 //! variant words
 // One invocation per element of a 32-bit integer or bool output.
 @compute @workgroup_size({{WG}})

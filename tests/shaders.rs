@@ -45,7 +45,14 @@ fn every_generated_kernel_validates_with_naga() {
         ),
         (
             "convert",
-            &["equal", "less", "greater", "cast", "one_hot"][..],
+            &[
+                "equal",
+                "less",
+                "greater",
+                "cast",
+                "one_hot",
+                "dropout_train",
+            ][..],
         ),
         (
             "loss",

@@ -365,3 +365,72 @@ fn mixed_precision_backs_off_from_an_overflowing_loss_scale_and_keeps_training()
         e.metrics[0].1
     );
 }
+
+/// The digits MLP with dropout (ratio `ratio`) after its hidden layer.
+fn digits_mlp_with_dropout(ratio: f64) -> Graph {
+    let mut doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("assets/graphs/digits_mlp.json")).unwrap(),
+    )
+    .unwrap();
+    let nodes = doc["nodes"].as_array_mut().unwrap();
+    let fc2 = nodes.iter().position(|n| n["id"] == "fc2").unwrap();
+    nodes.insert(
+        fc2,
+        serde_json::json!({ "id": "drop", "op": "dropout", "inputs": ["act1"], "attrs": { "ratio": ratio } }),
+    );
+    nodes[fc2 + 1]["inputs"] = serde_json::json!(["drop"]);
+    sluice_engine::load_graph(&doc.to_string()).unwrap()
+}
+
+/// The weights after three steps of 32 digits each.
+fn three_steps(graph: &Graph, step: Box<dyn Device>, eval: Box<dyn Device>) -> Weights {
+    use sluice_engine::train::{Batching, Dataset, Feed};
+    let d = root().join("assets/datasets/digits");
+    let read = |f: &str| std::fs::read(d.join(f)).unwrap();
+    let (features, labels) = (read("features.npy"), read("labels.npy"));
+    let data = Dataset::from_npy(
+        &[("x", features.as_slice()), ("labels", labels.as_slice())],
+        &graph.limits,
+    )
+    .unwrap();
+    let ep = data
+        .epoch(
+            0,
+            &Batching::new(32, 1),
+            &Feed::new([("x", "x"), ("labels", "labels")]),
+        )
+        .unwrap();
+    let settings = TrainSettings {
+        batch: 32,
+        seed: 5,
+        ..TrainSettings::default()
+    };
+    let init = weights::init_weights(graph, 2);
+    let mut trainer =
+        pollster::block_on(Trainer::new(graph, init, settings, step, eval, &|_| {})).unwrap();
+    for k in 0..3 {
+        pollster::block_on(trainer.step(&ep.batch(k).unwrap())).unwrap();
+    }
+    trainer.params().clone()
+}
+
+fn worst_difference(a: &Weights, b: &Weights) -> f64 {
+    a.iter()
+        .map(|(k, t)| relative_error(t, &b[k]))
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn dropout_is_real_in_training_and_draws_the_same_masks_on_every_device() {
+    let graph = digits_mlp_with_dropout(0.5);
+    let (a, b) = devices(false);
+    let cpu = three_steps(&graph, a, b);
+    let (a, b) = devices(true);
+    let gpu = three_steps(&graph, a, b);
+    let (a, b) = devices(false);
+    let off = three_steps(&digits_mlp_with_dropout(0.0), a, b);
+    let (same, changed) = (worst_difference(&gpu, &cpu), worst_difference(&off, &cpu));
+    println!("dropout 0.5: GPU within {same:.1e} of the CPU device; without dropout the weights differ by {changed:.1e}");
+    assert!(same <= TOLERANCE, "the GPU drew other masks: {same}");
+    assert!(changed > 1e-2, "dropout changed nothing: {changed}");
+}

@@ -443,6 +443,23 @@ pub fn op_cases() -> Vec<OpCase> {
         c.ints = vec![("i", ints)];
         v.push(c);
     }
+    for (shape, ratio, seed, stream) in [
+        (vec![5, 67], 0.3, 11, 4),
+        (vec![2, 3, 7], 0.0, 0, -9),
+        (vec![301], 0.9, 4_000_000_000u32, 123_456),
+    ] {
+        let mut c = case(
+            format!("dropout_train {shape:?} ratio {ratio} seed {seed} stream {stream}"),
+            single_op(
+                "dropout_train",
+                json!({ "ratio": ratio, "seed": seed }),
+                &[x(&shape), typed("stream", &[], "i32")],
+                1,
+            ),
+        );
+        c.ints = vec![("stream", vec![stream])];
+        v.push(c);
+    }
     // Loss family: every reduction, odd sizes, label smoothing, rank-0 results.
     for (logits, labels, attrs) in [
         (vec![5, 7], vec![6, 0, 3, 3, 1], json!({})),

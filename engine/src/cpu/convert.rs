@@ -1,8 +1,8 @@
-//! CPU reference of the convert family (comparisons, `cast`, `one_hot`).
+//! CPU reference of the convert family (comparisons, `cast`, `one_hot`, `dropout_train`).
 
 use super::unravel;
 use crate::dtype::DType;
-use crate::ops::convert::{Comparison, ConvertOp};
+use crate::ops::convert::{dropout_keeps, dropout_scale, dropout_threshold, Comparison, ConvertOp};
 use crate::shape::{broadcast_strides, numel};
 use crate::tensor::{Tensor, TensorData};
 
@@ -31,6 +31,10 @@ pub fn eval(op: &ConvertOp, inputs: &[&Tensor], out: &[usize]) -> Result<Tensor,
                 }
             }
             TensorData::F32(v)
+        }
+        ConvertOp::DropoutTrain { ratio, seed } => {
+            let stream = inputs.get(1).ok_or("an operand is missing")?;
+            TensorData::F32(dropout(x, stream, *ratio, *seed)?)
         }
     };
     Ok(Tensor {
@@ -96,6 +100,26 @@ pub fn cast(data: &TensorData, to: DType) -> TensorData {
         }
         (same, _) => same.clone(),
     }
+}
+
+/// `dropout_train`: x scaled where [`dropout_keeps`] keeps it, else 0.
+fn dropout(x: &Tensor, stream: &Tensor, ratio: f32, seed: u32) -> Result<Vec<f32>, String> {
+    let (Some(v), TensorData::I32(stream)) = (x.as_f32(), &stream.data) else {
+        return Err("dropout_train needs f32 x and an i32 stream".into());
+    };
+    let stream = *stream.first().ok_or("the stream is empty")?;
+    let (threshold, scale) = (dropout_threshold(ratio), dropout_scale(ratio));
+    // Element indices are u32, as on the GPU (tensors are bounded far below 2^32).
+    Ok(v.iter()
+        .enumerate()
+        .map(|(i, &e)| {
+            if dropout_keeps(seed, stream, i as u32, threshold) {
+                e * scale
+            } else {
+                0.0
+            }
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -11,8 +11,14 @@
 //! (Rust's `as`); i32 → f32 rounds to nearest; bool → number is 1 or 0; number → bool is
 //! `x != 0` (so NaN is true, as in PyTorch). Comparisons follow IEEE: NaN is neither equal
 //! to, less than nor greater than anything.
+//!
+//! `dropout_train` is dropout in training (the graph file's `dropout` is the identity;
+//! the trainer puts this in its place in the joint graph): it keeps an element with
+//! probability 1 − ratio, scaled by 1/(1 − ratio), else zeroes it. Whether element i is
+//! kept is a hash of (seed, stream, i) — [`dropout_keeps`], mirrored bit for bit by the
+//! WGSL kernel — so every device draws the same mask, and the backward pass redraws it.
 
-use super::attrs::{required, AttrKind, AttrReader, AttrSpec};
+use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
 use super::backward::GradContext;
 use super::{broadcast_batch, Arity, Capabilities, OpSchema, TensorType};
 use crate::dtype::DType;
@@ -32,6 +38,16 @@ const ONE_HOT_ATTRS: &[AttrSpec] = &[required(
     AttrKind::Int,
     "Number of classes (at least 1): the length of the added last axis.",
 )];
+
+const DROPOUT_ATTRS: &[AttrSpec] = &[
+    required("ratio", AttrKind::Float, "Drop probability, in [0, 1)."),
+    optional(
+        "seed",
+        AttrKind::Int,
+        "0",
+        "Seed of the mask (with the stream input and the element's index).",
+    ),
+];
 
 const fn comparison(name: &'static str, doc: &'static str) -> OpSchema {
     OpSchema {
@@ -77,7 +93,41 @@ pub const SCHEMAS: &[OpSchema] = &[
         attrs: ONE_HOT_ATTRS,
         params: &[],
     },
+    OpSchema {
+        name: "dropout_train",
+        family: FAMILY,
+        doc: "Dropout in training: x·1/(1−ratio) where a hash of (seed, stream, element index) keeps it (probability 1−ratio), else 0; stream is an i32 scalar (the trainer's micro-batch counter).",
+        inputs: Arity::Fixed(&["x", "stream"]),
+        outputs: &["y"],
+        attrs: DROPOUT_ATTRS,
+        params: &[],
+    },
 ];
+
+/// PCG's output permutation of a 32-bit state (Jarzynski and Olano, "Hash Functions for
+/// GPU Rendering", 2020): the hash of dropout masks, the same in `shaders/convert.wgsl`.
+pub fn pcg_hash(x: u32) -> u32 {
+    let state = x.wrapping_mul(747_796_405).wrapping_add(2_891_336_453);
+    let word = ((state >> ((state >> 28) + 4)) ^ state).wrapping_mul(277_803_737);
+    (word >> 22) ^ word
+}
+
+/// Whether dropout keeps element `i` of stream `stream`: the hash's top 24 bits at or
+/// above [`dropout_threshold`].
+pub fn dropout_keeps(seed: u32, stream: i32, i: u32, threshold: u32) -> bool {
+    let h = pcg_hash(pcg_hash(pcg_hash(seed) ^ stream as u32) ^ i);
+    (h >> 8) >= threshold
+}
+
+/// The 24-bit threshold below which an element is dropped: ratio · 2^24, rounded up.
+pub fn dropout_threshold(ratio: f32) -> u32 {
+    (f64::from(ratio) * f64::from(1u32 << 24)).ceil() as u32
+}
+
+/// What a kept element is multiplied by: 1/(1 − ratio) in f32.
+pub fn dropout_scale(ratio: f32) -> f32 {
+    1.0 / (1.0 - ratio)
+}
 
 /// A comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -107,6 +157,13 @@ pub enum ConvertOp {
         /// Length of the added axis (at least 1).
         depth: usize,
     },
+    /// `dropout_train`.
+    DropoutTrain {
+        /// Drop probability in [0, 1).
+        ratio: f32,
+        /// Seed of the mask.
+        seed: u32,
+    },
 }
 
 /// Parses attributes; `None` for a name outside the family.
@@ -121,6 +178,18 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvertOp> {
         "one_hot" => ConvertOp::OneHot {
             depth: r.size("depth", 1),
         },
+        "dropout_train" => {
+            let ratio = r.float("ratio");
+            if !(0.0..1.0).contains(&ratio) {
+                r.reject("ratio", format!("ratio must be in [0, 1), got {ratio}"));
+            }
+            let seed = r.int("seed");
+            let seed = u32::try_from(seed).unwrap_or_else(|_| {
+                r.reject("seed", format!("seed must be in [0, 2^32), got {seed}"));
+                0
+            });
+            ConvertOp::DropoutTrain { ratio, seed }
+        }
         _ => return None,
     })
 }
@@ -141,6 +210,17 @@ impl ConvertOp {
     /// operator of the family has an integer or boolean side (comparisons and `one_hot`
     /// produce piecewise-constant values, casts change the dtype), so no gradient flows.
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        if let ConvertOp::DropoutTrain { ratio, seed } = self {
+            // The same mask and scale applied to the gradient.
+            if !g.needs(0) {
+                return Ok(());
+            }
+            let dy = g.dy()?;
+            let stream = g.input(1)?;
+            let attrs = serde_json::json!({ "ratio": ratio, "seed": seed });
+            let dx = g.emit("dropout_train", attrs, &[&dy, &stream])?;
+            return g.input_grad(0, dx);
+        }
         if matches!(self, ConvertOp::Cast { to: DType::F32 }) && g.needs(0) {
             let dy = g.dy()?;
             let x = g.input(0)?;
@@ -157,6 +237,7 @@ impl ConvertOp {
             ConvertOp::Compare(c) => c.name(),
             ConvertOp::Cast { .. } => "cast",
             ConvertOp::OneHot { .. } => "one_hot",
+            ConvertOp::DropoutTrain { .. } => "dropout_train",
         }
     }
 
@@ -174,6 +255,9 @@ impl ConvertOp {
                     return Err(format!("one_hot: depth {depth} is out of range"));
                 }
                 Ok(())
+            }
+            ConvertOp::DropoutTrain { ratio, .. } if !(0.0..1.0).contains(ratio) => {
+                Err(format!("dropout_train: ratio {ratio} is not in [0, 1)"))
             }
             _ => Ok(()),
         }
@@ -215,6 +299,18 @@ impl ConvertOp {
                 shape.push(Dim::Known(*depth));
                 Ok(vec![TensorType::f32(shape)])
             }
+            ConvertOp::DropoutTrain { .. } => {
+                let (x, stream) = (&inputs[0], &inputs[1]);
+                if x.dtype != DType::F32 {
+                    return Err(format!("'dropout_train' needs f32 x, got {x}"));
+                }
+                if stream.dtype != DType::I32 || !stream.shape.is_empty() {
+                    return Err(format!(
+                        "'dropout_train' needs an i32 scalar stream, got {stream}"
+                    ));
+                }
+                Ok(vec![x.clone()])
+            }
         }
     }
 
@@ -232,6 +328,8 @@ impl ConvertOp {
                 Ok(vec![broadcast_batch(self.name(), inputs, batch, rank)?])
             }
             ConvertOp::Cast { .. } | ConvertOp::OneHot { .. } => Ok(vec![batch[0]]),
+            // A mask per element index within what one run sees.
+            ConvertOp::DropoutTrain { .. } => Ok(vec![batch[0]]),
         }
     }
 }
@@ -278,6 +376,39 @@ mod tests {
         assert!(e.contains("needs i32 indices, got f32 [N, 2]"), "{e}");
         assert!(infer("one_hot", json!({ "depth": 0 }), &["i32:3"]).is_err());
         assert!(infer("one_hot", json!({}), &["i32:3"]).is_err());
+    }
+
+    #[test]
+    fn dropout_train_types_and_masks() {
+        let y = infer("dropout_train", json!({ "ratio": 0.25 }), &["N,3", "i32:"]).unwrap();
+        assert_eq!(y[0], tensor("N,3"));
+        let e = infer("dropout_train", json!({ "ratio": 0.25 }), &["N,3", "i32:1"]).unwrap_err();
+        assert!(e.contains("i32 scalar stream"), "{e}");
+        assert!(infer("dropout_train", json!({ "ratio": 1.0 }), &["3", "i32:"]).is_err());
+        assert!(infer(
+            "dropout_train",
+            json!({ "ratio": 0.5, "seed": -1 }),
+            &["3", "i32:"]
+        )
+        .is_err());
+        // About 1 − ratio of the elements are kept, and masks differ between streams.
+        let t = super::dropout_threshold(0.3);
+        let kept = |stream| {
+            (0..100_000u32)
+                .filter(|&i| super::dropout_keeps(7, stream, i, t))
+                .count()
+        };
+        let (a, b) = (kept(0), kept(1));
+        assert!((69_000..71_000).contains(&a), "{a}");
+        assert!((69_000..71_000).contains(&b), "{b}");
+        let same = (0..1000u32)
+            .filter(|&i| super::dropout_keeps(7, 0, i, t) == super::dropout_keeps(7, 1, i, t))
+            .count();
+        assert!(
+            same < 700,
+            "streams draw independent masks ({same} of 1000 agree)"
+        );
+        assert_eq!(super::dropout_threshold(0.0), 0);
     }
 
     #[test]

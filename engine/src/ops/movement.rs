@@ -176,10 +176,10 @@ pub enum MovementOp {
         /// Output positions.
         axes: Vec<i64>,
     },
-    /// identity (and dropout, when `dropout` is set).
+    /// identity (and dropout, the identity at inference, when `dropout` is set).
     Identity {
-        /// Written as `dropout` in the file.
-        dropout: bool,
+        /// Written as `dropout` in the file, with this drop probability in training.
+        dropout: Option<f32>,
     },
     /// transpose
     Transpose {
@@ -239,13 +239,15 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<MovementOp> {
         "unsqueeze" => MovementOp::Unsqueeze {
             axes: r.ints("axes"),
         },
-        "identity" => MovementOp::Identity { dropout: false },
+        "identity" => MovementOp::Identity { dropout: None },
         "dropout" => {
             let ratio = r.float("ratio");
             if !(0.0..1.0).contains(&ratio) {
                 r.reject("ratio", format!("ratio must be in [0, 1), got {ratio}"));
             }
-            MovementOp::Identity { dropout: true }
+            MovementOp::Identity {
+                dropout: Some(ratio),
+            }
         }
         "transpose" => MovementOp::Transpose {
             perm: r.opt_ints("perm"),
@@ -344,8 +346,8 @@ impl MovementOp {
             MovementOp::Flatten { .. } => "flatten",
             MovementOp::Squeeze { .. } => "squeeze",
             MovementOp::Unsqueeze { .. } => "unsqueeze",
-            MovementOp::Identity { dropout: false } => "identity",
-            MovementOp::Identity { dropout: true } => "dropout",
+            MovementOp::Identity { dropout: None } => "identity",
+            MovementOp::Identity { dropout: Some(_) } => "dropout",
             MovementOp::Transpose { .. } => "transpose",
             MovementOp::Concat { .. } => "concat",
             MovementOp::Split { .. } => "split",

@@ -74,6 +74,8 @@ pub struct TrainSettings {
     /// Dynamic loss scaling (None: gradients computed from the loss itself). For 16-bit
     /// storage, where small gradients underflow: the backward pass starts from the scale.
     pub loss_scaling: Option<LossScaler>,
+    /// Seed of the dropout masks.
+    pub seed: u64,
 }
 
 impl Default for TrainSettings {
@@ -88,6 +90,7 @@ impl Default for TrainSettings {
             half: None,
             fuse: true,
             loss_scaling: None,
+            seed: 0,
         }
     }
 }
@@ -139,6 +142,8 @@ pub struct Trainer {
     training: TrainingDoc,
     settings: TrainSettings,
     micro: usize,
+    /// Whether the joint graph draws dropout masks (it reads [`DROPOUT_STREAM`]).
+    dropout: bool,
     stepper: Stepper,
     /// What the last pipelined step measured.
     #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
@@ -213,6 +218,7 @@ impl Trainer {
             Some(_) => (scaled_loss(graph, &training.loss)?, SCALED_LOSS),
             None => (graph.clone(), training.loss.as_str()),
         };
+        let (scaled, dropout) = training_dropout(&scaled, settings.seed)?;
         let bound = bind(&scaled, micro)?;
         let joint = autodiff::backward(&bound, differentiated)?;
         let eval_graph =
@@ -288,6 +294,7 @@ impl Trainer {
             training,
             settings,
             micro,
+            dropout,
             stepper,
             #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
             last_pipeline: None,
@@ -356,6 +363,18 @@ impl Trainer {
                 part.insert(
                     LOSS_SCALE.to_string(),
                     Tensor::f32(Vec::new(), vec![scaler.scale as f32]),
+                );
+            }
+            if self.dropout {
+                // A fresh mask for every micro-batch of every step (wrapping after 2^32).
+                let step = self.optimizer.state().step;
+                let stream = step.wrapping_mul(m as u64).wrapping_add(k as u64) as u32;
+                part.insert(
+                    DROPOUT_STREAM.to_string(),
+                    Tensor {
+                        shape: Vec::new(),
+                        data: TensorData::I32(vec![stream as i32]),
+                    },
                 );
             }
             parts.push(part);
@@ -489,6 +508,59 @@ impl Trainer {
 const LOSS_SCALE: &str = "sluice_loss_scale";
 /// The node multiplying the loss by it: what the backward pass differentiates.
 const SCALED_LOSS: &str = "sluice_scaled_loss";
+
+/// The graph input carrying the dropout masks' stream, when the graph has dropout.
+const DROPOUT_STREAM: &str = "sluice_dropout_stream";
+
+/// The graph with every `dropout` of a positive ratio made `dropout_train` (masks drawn
+/// from `seed`, the node's position and the [`DROPOUT_STREAM`] input), and whether there
+/// was one. Evaluation keeps the graph's `dropout`, the identity.
+fn training_dropout(graph: &Graph, seed: u64) -> Result<(Graph, bool), TrainError> {
+    use crate::ops::convert::pcg_hash;
+    use crate::ops::movement::MovementOp;
+    let ratios: std::collections::HashMap<&str, f32> = graph
+        .op_nodes()
+        .filter_map(|(_, node, op)| match op {
+            Op::Movement(MovementOp::Identity { dropout: Some(r) }) if *r > 0.0 => {
+                Some((node.id.as_str(), *r))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut doc = graph.doc.clone();
+    let mut any = false;
+    for (position, node) in doc.nodes.iter_mut().enumerate() {
+        let Some(&ratio) = ratios.get(node.id.as_str()) else {
+            continue;
+        };
+        let node_seed =
+            pcg_hash((seed as u32) ^ pcg_hash((seed >> 32) as u32 ^ pcg_hash(position as u32)));
+        node.op = "dropout_train".into();
+        node.inputs.push(DROPOUT_STREAM.into());
+        node.attrs = serde_json::json!({ "ratio": ratio, "seed": node_seed })
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        any = true;
+    }
+    if !any {
+        return Ok((graph.clone(), false));
+    }
+    if doc.inputs.contains_key(DROPOUT_STREAM) {
+        return Err(TrainError::Setup(format!(
+            "the graph already has an input '{DROPOUT_STREAM}', the name dropout adds"
+        )));
+    }
+    doc.inputs.insert(
+        DROPOUT_STREAM.into(),
+        crate::graph::doc::InputDecl {
+            shape: Vec::new(),
+            dtype: crate::dtype::DType::I32,
+        },
+    );
+    let g = Graph::build_with(doc, &graph.limits).map_err(TrainError::EvalGraph)?;
+    Ok((g, true))
+}
 
 /// The graph with its loss multiplied by a scalar input, [`LOSS_SCALE`], as the output
 /// [`SCALED_LOSS`]: its gradients are the scale times the loss's.

@@ -298,7 +298,7 @@ pub struct TrainArgs {
     /// Clip the gradients' global L2 norm.
     #[arg(long)]
     pub clip_grad_norm: Option<f64>,
-    /// Seed of the validation split and the per-epoch shuffles.
+    /// Seed of the validation split, the per-epoch shuffles and the dropout masks.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Numeric precision of the devices' storage (weights stay f32 masters).

@@ -67,6 +67,7 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         fuse: !args.no_fuse,
         // 16-bit gradients underflow without it (PyTorch's GradScaler defaults).
         loss_scaling: (args.precision != super::PrecisionArg::F32).then(LossScaler::default),
+        seed: args.seed,
     };
     let weights = load::weights(&args.graph, &graph)?;
     let mut step_devices = open_devices(args.device, args.stages + 1)?;

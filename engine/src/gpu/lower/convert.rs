@@ -90,6 +90,26 @@ impl Lower for ConvertOp {
                 info.push(word(*depth)?);
                 per_element(variant(SHADER, "one_hot"), out.storage, n)?
             }
+            ConvertOp::DropoutTrain { ratio, seed } => {
+                let stream = ctx
+                    .inputs
+                    .get(1)
+                    .ok_or("dropout_train needs its stream input")?;
+                if stream.storage != Storage::I32 {
+                    return Err(format!(
+                        "dropout_train needs an i32 stream, got {:?}",
+                        stream.storage
+                    ));
+                }
+                b.add("src", Slot::Input(0), input.storage, false);
+                b.add("stream", Slot::Input(1), stream.storage, false);
+                info.extend([
+                    *seed,
+                    dropout_threshold(*ratio),
+                    dropout_scale(*ratio).to_bits(),
+                ]);
+                per_element(variant(SHADER, "dropout_train"), out.storage, n)?
+            }
         };
         let workgroups = if out.storage == Storage::Packed {
             dispatch_1d(n.div_ceil(2), WG)?
