@@ -25,6 +25,17 @@ pub struct Tensor {
     pub data: TensorData,
 }
 
+/// Checks that a tensor of `shape` holding `len` elements holds exactly its shape's.
+fn check_len(shape: &[usize], len: usize) -> Result<(), String> {
+    let n = numel(shape)?;
+    if n != len {
+        return Err(format!(
+            "shape {shape:?} needs {n} elements but the tensor holds {len}"
+        ));
+    }
+    Ok(())
+}
+
 impl Tensor {
     /// A float tensor; `data.len()` should be `numel(shape)` ([`Tensor::check`] says
     /// whether it is, where tensors come from outside).
@@ -46,15 +57,7 @@ impl Tensor {
     /// tensor from outside (an upload, a file, a worker, a server) must pass before it
     /// is indexed.
     pub fn check(&self) -> Result<(), String> {
-        let n = numel(&self.shape)?;
-        if n != self.len() {
-            return Err(format!(
-                "shape {:?} needs {n} elements but the tensor holds {}",
-                self.shape,
-                self.len()
-            ));
-        }
-        Ok(())
+        check_len(&self.shape, self.len())
     }
 
     /// The element type.
@@ -170,5 +173,102 @@ impl Tensor {
     /// A checksum for summaries: the sum of all elements as f64.
     pub fn checksum(&self) -> f64 {
         self.to_f32_vec().iter().map(|&x| f64::from(x)).sum()
+    }
+}
+
+/// The elements of a [`Tensor64`], in row-major order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TensorData64 {
+    /// Floats, in f64.
+    F64(Vec<f64>),
+    /// 32-bit integers.
+    I32(Vec<i32>),
+    /// Booleans.
+    Bool(Vec<bool>),
+}
+
+/// A host tensor whose floats are f64: what `cpu::run_f64` evaluates a graph on. Its f64
+/// elements stand for an f32 tensor's (the graph's dtype is still `f32`); integers and
+/// booleans are as in [`Tensor`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tensor64 {
+    /// The concrete shape.
+    pub shape: Vec<usize>,
+    /// The elements (`numel(shape)` of them).
+    pub data: TensorData64,
+}
+
+impl Tensor64 {
+    /// A float tensor; `data.len()` should be `numel(shape)`.
+    pub fn f64(shape: Vec<usize>, data: Vec<f64>) -> Tensor64 {
+        Tensor64 {
+            shape,
+            data: TensorData64::F64(data),
+        }
+    }
+
+    /// Checks that the tensor holds exactly the elements its shape says (as
+    /// [`Tensor::check`]).
+    pub fn check(&self) -> Result<(), String> {
+        check_len(&self.shape, self.len())
+    }
+
+    /// The element type it stands for (f64 floats stand for `f32`).
+    pub fn dtype(&self) -> DType {
+        match self.data {
+            TensorData64::F64(_) => DType::F32,
+            TensorData64::I32(_) => DType::I32,
+            TensorData64::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match &self.data {
+            TensorData64::F64(v) => v.len(),
+            TensorData64::I32(v) => v.len(),
+            TensorData64::Bool(v) => v.len(),
+        }
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The float elements, if this is a float tensor.
+    pub fn as_f64(&self) -> Option<&[f64]> {
+        match &self.data {
+            TensorData64::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The same tensor with its floats rounded to f32.
+    pub fn to_f32(&self) -> Tensor {
+        let data = match &self.data {
+            TensorData64::F64(v) => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
+            TensorData64::I32(v) => TensorData::I32(v.clone()),
+            TensorData64::Bool(v) => TensorData::Bool(v.clone()),
+        };
+        Tensor {
+            shape: self.shape.clone(),
+            data,
+        }
+    }
+}
+
+impl From<&Tensor> for Tensor64 {
+    /// Widens the floats to f64 (exactly).
+    fn from(t: &Tensor) -> Tensor64 {
+        let data = match &t.data {
+            TensorData::F32(v) => TensorData64::F64(v.iter().map(|&x| f64::from(x)).collect()),
+            TensorData::I32(v) => TensorData64::I32(v.clone()),
+            TensorData::Bool(v) => TensorData64::Bool(v.clone()),
+        };
+        Tensor64 {
+            shape: t.shape.clone(),
+            data,
+        }
     }
 }

@@ -1,22 +1,21 @@
 //! CPU reference of the conv/pool family (NCHW).
 
-use super::floats;
+use super::{floats, Float, Host};
 use crate::ops::conv::ConvOp;
-use crate::tensor::Tensor;
 
 /// Evaluates a convolution or pooling.
-pub fn eval(op: &ConvOp, x: &Tensor, params: &[&Tensor], out: &[usize]) -> Result<Tensor, String> {
+pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result<T, String> {
     let v = floats(x)?;
-    let [n, c, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+    let s = x.shape();
+    let [n, c, h, w] = [s[0], s[1], s[2], s[3]];
     let [_, oc_n, oh_n, ow_n] = [out[0], out[1], out[2], out[3]];
     let mut y = Vec::with_capacity(out.iter().product());
     match op {
         ConvOp::GlobalAvgPool => {
             for plane in v.chunks((h * w).max(1)).take(n * c) {
-                y.push(
-                    (plane.iter().map(|&a| f64::from(a)).sum::<f64>() / (h * w).max(1) as f64)
-                        as f32,
-                );
+                y.push(T::F::from_f64(
+                    plane.iter().map(|&a| a.to_f64()).sum::<f64>() / (h * w).max(1) as f64,
+                ));
             }
         }
         ConvOp::Conv2d {
@@ -38,7 +37,7 @@ pub fn eval(op: &ConvOp, x: &Tensor, params: &[&Tensor], out: &[usize]) -> Resul
                     let g = oc / per_group;
                     for oh in 0..oh_n {
                         for ow in 0..ow_n {
-                            let mut acc = 0.0f32;
+                            let mut acc = T::F::ZERO;
                             for ci in 0..cg {
                                 for kh in 0..win.kernel[0] {
                                     let ih = (oh * win.strides[0] + kh * win.dilations[0]) as i64
@@ -62,7 +61,7 @@ pub fn eval(op: &ConvOp, x: &Tensor, params: &[&Tensor], out: &[usize]) -> Resul
                                     }
                                 }
                             }
-                            y.push(acc + b.map_or(0.0, |b| b[oc]));
+                            y.push(acc + b.map_or(T::F::ZERO, |b| b[oc]));
                         }
                     }
                 }
@@ -81,7 +80,7 @@ pub fn eval(op: &ConvOp, x: &Tensor, params: &[&Tensor], out: &[usize]) -> Resul
                 for oh in 0..oh_n {
                     for ow in 0..ow_n {
                         let (mut best, mut sum, mut valid, mut padded) =
-                            (f32::MIN, 0.0f32, 0usize, 0usize);
+                            (T::F::LOWEST, T::F::ZERO, 0usize, 0usize);
                         for kh in 0..win.kernel[0] {
                             let ih = (oh * win.strides[0] + kh * win.dilations[0]) as i64
                                 - win.pads[0] as i64;
@@ -102,11 +101,15 @@ pub fn eval(op: &ConvOp, x: &Tensor, params: &[&Tensor], out: &[usize]) -> Resul
                             }
                         }
                         let count = if include { padded } else { valid }.max(1);
-                        y.push(if is_max { best } else { sum / count as f32 });
+                        y.push(if is_max {
+                            best
+                        } else {
+                            sum / T::F::from_f64(count as f64)
+                        });
                     }
                 }
             }
         }
     }
-    Ok(Tensor::f32(out.to_vec(), y))
+    Ok(T::from_floats(out.to_vec(), y))
 }

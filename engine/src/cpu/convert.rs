@@ -1,50 +1,45 @@
 //! CPU reference of the convert family (comparisons, `cast`, `one_hot`, `dropout_train`).
 
-use super::unravel;
+use super::{unravel, Float, Host};
 use crate::dtype::DType;
 use crate::ops::convert::{dropout_keeps, dropout_scale, dropout_threshold, Comparison, ConvertOp};
 use crate::shape::{broadcast_strides, numel};
-use crate::tensor::{Tensor, TensorData};
 
 /// Evaluates a convert-family operator into an output of shape `out`.
-pub fn eval(op: &ConvertOp, inputs: &[&Tensor], out: &[usize]) -> Result<Tensor, String> {
+pub fn eval<T: Host>(op: &ConvertOp, inputs: &[&T], out: &[usize]) -> Result<T, String> {
     let x = inputs.first().ok_or("an operand is missing")?;
-    let data = match op {
+    Ok(match op {
         ConvertOp::Compare(c) => {
             let b = inputs.get(1).ok_or("an operand is missing")?;
-            TensorData::Bool(compare(*c, x, b, out)?)
+            T::from_bools(out.to_vec(), compare(*c, *x, *b, out)?)
         }
-        ConvertOp::Cast { to } => cast(&x.data, *to),
+        ConvertOp::Cast { to } => cast(*x, *to, out.to_vec()),
         ConvertOp::OneHot { depth } => {
-            let TensorData::I32(idx) = &x.data else {
+            let Some(idx) = x.ints() else {
                 return Err("one_hot indices must be i32".into());
             };
             let n = numel(out)?;
-            let mut v = vec![0.0f32; n];
+            let mut v = vec![T::F::ZERO; n];
             for (j, &k) in idx.iter().enumerate() {
                 if let Ok(k) = usize::try_from(k) {
                     if k < *depth {
                         if let Some(e) = j.checked_mul(*depth).and_then(|r| v.get_mut(r + k)) {
-                            *e = 1.0;
+                            *e = T::F::ONE;
                         }
                     }
                 }
             }
-            TensorData::F32(v)
+            T::from_floats(out.to_vec(), v)
         }
         ConvertOp::DropoutTrain { ratio, seed } => {
             let stream = inputs.get(1).ok_or("an operand is missing")?;
-            TensorData::F32(dropout(x, stream, *ratio, *seed)?)
+            T::from_floats(out.to_vec(), dropout(*x, *stream, *ratio, *seed)?)
         }
-    };
-    Ok(Tensor {
-        shape: out.to_vec(),
-        data,
     })
 }
 
 /// `a op b` under broadcasting to `out`, compared in the operands' own dtype.
-fn compare(c: Comparison, a: &Tensor, b: &Tensor, out: &[usize]) -> Result<Vec<bool>, String> {
+fn compare<T: Host>(c: Comparison, a: &T, b: &T, out: &[usize]) -> Result<Vec<bool>, String> {
     fn test<T: PartialOrd>(c: Comparison, x: T, y: T) -> bool {
         match c {
             Comparison::Equal => x == y,
@@ -54,8 +49,8 @@ fn compare(c: Comparison, a: &Tensor, b: &Tensor, out: &[usize]) -> Result<Vec<b
     }
     let n = numel(out)?;
     let (sa, sb) = (
-        broadcast_strides(&a.shape, out)?,
-        broadcast_strides(&b.shape, out)?,
+        broadcast_strides(a.shape(), out)?,
+        broadcast_strides(b.shape(), out)?,
     );
     let mut idx = vec![0; out.len()];
     let offset =
@@ -64,13 +59,9 @@ fn compare(c: Comparison, a: &Tensor, b: &Tensor, out: &[usize]) -> Result<Vec<b
     for i in 0..n {
         unravel(i, out, &mut idx);
         let (oa, ob) = (offset(&idx, &sa), offset(&idx, &sb));
-        let r = match (&a.data, &b.data) {
-            (TensorData::F32(x), TensorData::F32(y)) => {
-                x.get(oa).zip(y.get(ob)).map(|(x, y)| test(c, x, y))
-            }
-            (TensorData::I32(x), TensorData::I32(y)) => {
-                x.get(oa).zip(y.get(ob)).map(|(x, y)| test(c, x, y))
-            }
+        let r = match (a.floats(), b.floats(), a.ints(), b.ints()) {
+            (Some(x), Some(y), _, _) => x.get(oa).zip(y.get(ob)).map(|(x, y)| test(c, x, y)),
+            (_, _, Some(x), Some(y)) => x.get(oa).zip(y.get(ob)).map(|(x, y)| test(c, x, y)),
             _ => {
                 return Err(format!(
                     "'{}' compares two f32 or two i32 operands",
@@ -83,32 +74,47 @@ fn compare(c: Comparison, a: &Tensor, b: &Tensor, out: &[usize]) -> Result<Vec<b
     Ok(v)
 }
 
-/// Converts elements to `to` (see the family's documentation for the rules).
-pub fn cast(data: &TensorData, to: DType) -> TensorData {
-    match (data, to) {
-        (TensorData::F32(v), DType::I32) => TensorData::I32(v.iter().map(|&x| x as i32).collect()),
-        (TensorData::F32(v), DType::Bool) => {
-            TensorData::Bool(v.iter().map(|&x| x != 0.0).collect())
-        }
-        (TensorData::I32(v), DType::F32) => TensorData::F32(v.iter().map(|&x| x as f32).collect()),
-        (TensorData::I32(v), DType::Bool) => TensorData::Bool(v.iter().map(|&x| x != 0).collect()),
-        (TensorData::Bool(v), DType::F32) => {
-            TensorData::F32(v.iter().map(|&x| f32::from(u8::from(x))).collect())
-        }
-        (TensorData::Bool(v), DType::I32) => {
-            TensorData::I32(v.iter().map(|&x| i32::from(x)).collect())
-        }
-        (same, _) => same.clone(),
+/// Converts elements to `to`, giving a tensor of `shape` (see the family's documentation
+/// for the rules).
+pub fn cast<T: Host>(x: &T, to: DType, shape: Vec<usize>) -> T {
+    match (x.dtype(), to) {
+        (DType::F32, DType::I32) => T::from_ints(
+            shape,
+            x.to_floats().into_iter().map(Float::to_i32).collect(),
+        ),
+        (DType::F32, DType::Bool) => T::from_bools(
+            shape,
+            x.to_floats().into_iter().map(|v| v != T::F::ZERO).collect(),
+        ),
+        (DType::I32 | DType::Bool, DType::F32) => T::from_floats(shape, x.to_floats()),
+        (DType::I32, DType::Bool) => T::from_bools(
+            shape,
+            x.ints()
+                .unwrap_or_default()
+                .iter()
+                .map(|&v| v != 0)
+                .collect(),
+        ),
+        (DType::Bool, DType::I32) => T::from_ints(
+            shape,
+            x.bools()
+                .unwrap_or_default()
+                .iter()
+                .map(|&v| i32::from(v))
+                .collect(),
+        ),
+        _ => x.reshaped(shape),
     }
 }
 
 /// `dropout_train`: x scaled where [`dropout_keeps`] keeps it, else 0.
-fn dropout(x: &Tensor, stream: &Tensor, ratio: f32, seed: u32) -> Result<Vec<f32>, String> {
-    let (Some(v), TensorData::I32(stream)) = (x.as_f32(), &stream.data) else {
+fn dropout<T: Host>(x: &T, stream: &T, ratio: f32, seed: u32) -> Result<Vec<T::F>, String> {
+    let (Some(v), Some(stream)) = (x.floats(), stream.ints()) else {
         return Err("dropout_train needs f32 x and an i32 stream".into());
     };
     let stream = *stream.first().ok_or("the stream is empty")?;
-    let (threshold, scale) = (dropout_threshold(ratio), dropout_scale(ratio));
+    let threshold = dropout_threshold(ratio);
+    let scale = T::F::from_f32(dropout_scale(ratio));
     // Element indices are u32, as on the GPU (tensors are bounded far below 2^32).
     Ok(v.iter()
         .enumerate()
@@ -116,7 +122,7 @@ fn dropout(x: &Tensor, stream: &Tensor, ratio: f32, seed: u32) -> Result<Vec<f32
             if dropout_keeps(seed, stream, i as u32, threshold) {
                 e * scale
             } else {
-                0.0
+                T::F::ZERO
             }
         })
         .collect())

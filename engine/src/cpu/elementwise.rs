@@ -1,31 +1,32 @@
 //! CPU reference of the elementwise family, with numpy broadcasting.
 
-use super::unravel;
+use super::{unravel, Float, Host};
 use crate::ops::elementwise::{Binary, ElementwiseOp, Unary};
 use crate::shape::{broadcast_strides, numel};
-use crate::tensor::Tensor;
 
 /// erf with the same 1.5e-7 approximation family as the kernel, in f64.
-pub fn erf(x: f32) -> f32 {
-    let x = f64::from(x);
+pub fn erf<F: Float>(x: F) -> F {
+    let x = x.to_f64();
     let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
     let y = 1.0
         - (((((1.061_405_429 * t - 1.453_152_027) * t) + 1.421_413_741) * t - 0.284_496_736) * t
             + 0.254_829_592)
             * t
             * (-x * x).exp();
-    (if x >= 0.0 { y } else { -y }) as f32
+    F::from_f64(if x >= 0.0 { y } else { -y })
 }
 
 /// One unary operator.
-pub fn unary(u: Unary, x: f32) -> f32 {
+pub fn unary<F: Float>(u: Unary, x: F) -> F {
+    let (half, one) = (F::from_f32(0.5), F::ONE);
     match u {
-        Unary::Relu => x.max(0.0),
-        Unary::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        Unary::Relu => x.max(F::ZERO),
+        Unary::Sigmoid => one / (one + (-x).exp()),
         Unary::Tanh => x.tanh(),
-        Unary::Gelu { tanh: false } => 0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2)),
+        Unary::Gelu { tanh: false } => half * x * (one + erf(x / F::SQRT_2)),
         Unary::Gelu { tanh: true } => {
-            0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh())
+            let c = F::from_f32(0.044715);
+            half * x * (one + (F::from_f32(0.797_884_6) * (x + c * x * x * x)).tanh())
         }
         Unary::Exp => x.exp(),
         Unary::Log => x.ln(),
@@ -34,10 +35,10 @@ pub fn unary(u: Unary, x: f32) -> f32 {
         Unary::Clip { min, max } => {
             let mut v = x;
             if let Some(lo) = min {
-                v = v.max(lo);
+                v = v.max(F::from_f32(lo));
             }
             if let Some(hi) = max {
-                v = v.min(hi);
+                v = v.min(F::from_f32(hi));
             }
             v
         }
@@ -45,7 +46,7 @@ pub fn unary(u: Unary, x: f32) -> f32 {
 }
 
 /// One binary operator.
-pub fn binary(b: Binary, x: f32, y: f32) -> f32 {
+pub fn binary<F: Float>(b: Binary, x: F, y: F) -> F {
     match b {
         Binary::Add => x + y,
         Binary::Sub => x - y,
@@ -59,18 +60,18 @@ pub fn binary(b: Binary, x: f32, y: f32) -> f32 {
 
 /// Evaluates an elementwise operator into an output of shape `out`; every input must
 /// broadcast to it.
-pub fn eval(op: &ElementwiseOp, inputs: &[&Tensor], out: &[usize]) -> Result<Tensor, String> {
+pub fn eval<T: Host>(op: &ElementwiseOp, inputs: &[&T], out: &[usize]) -> Result<T, String> {
     let n = numel(out)?;
     let strides: Vec<Vec<usize>> = inputs
         .iter()
-        .map(|t| broadcast_strides(&t.shape, out))
+        .map(|t| broadcast_strides(t.shape(), out))
         .collect::<Result<_, _>>()?;
-    let vals: Vec<Vec<f32>> = inputs.iter().map(|t| t.to_f32_vec()).collect();
+    let vals: Vec<Vec<T::F>> = inputs.iter().map(|t| t.to_floats()).collect();
     let mut idx = vec![0; out.len()];
     let mut data = Vec::with_capacity(n);
     for i in 0..n {
         unravel(i, out, &mut idx);
-        let arg = |k: usize| -> Result<f32, String> {
+        let arg = |k: usize| -> Result<T::F, String> {
             let off = idx
                 .iter()
                 .zip(strides.get(k).ok_or("an operand is missing")?)
@@ -82,7 +83,7 @@ pub fn eval(op: &ElementwiseOp, inputs: &[&Tensor], out: &[usize]) -> Result<Ten
             ElementwiseOp::Unary(u) => unary(*u, arg(0)?),
             ElementwiseOp::Binary(b) => binary(*b, arg(0)?, arg(1)?),
             ElementwiseOp::Where => {
-                if arg(0)? != 0.0 {
+                if arg(0)? != T::F::ZERO {
                     arg(1)?
                 } else {
                     arg(2)?
@@ -90,5 +91,5 @@ pub fn eval(op: &ElementwiseOp, inputs: &[&Tensor], out: &[usize]) -> Result<Ten
             }
         });
     }
-    Ok(Tensor::f32(out.to_vec(), data))
+    Ok(T::from_floats(out.to_vec(), data))
 }

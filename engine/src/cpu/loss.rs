@@ -1,8 +1,7 @@
 //! CPU reference of the loss family, computed in f64 per element and summed in f64.
 
-use super::floats;
+use super::{floats, Float, Host};
 use crate::ops::loss::{LossKind, LossOp, Reduction};
-use crate::tensor::{Tensor, TensorData};
 
 /// log(Σ exp(x)) of a row, with the maximum taken out first.
 fn log_sum_exp(row: &[f64]) -> f64 {
@@ -11,7 +10,7 @@ fn log_sum_exp(row: &[f64]) -> f64 {
 }
 
 /// The per-element losses.
-fn elements(op: &LossOp, a: &Tensor, b: &Tensor) -> Result<Vec<f64>, String> {
+fn elements<T: Host>(op: &LossOp, a: &T, b: &T) -> Result<Vec<f64>, String> {
     let x = floats(a)?;
     if !op.has_labels() {
         let t = floats(b)?;
@@ -19,7 +18,7 @@ fn elements(op: &LossOp, a: &Tensor, b: &Tensor) -> Result<Vec<f64>, String> {
             .iter()
             .zip(t)
             .map(|(&x, &t)| {
-                let (x, t) = (f64::from(x), f64::from(t));
+                let (x, t) = (x.to_f64(), t.to_f64());
                 match op.kind {
                     LossKind::Mse => (x - t) * (x - t),
                     _ => x.max(0.0) - x * t + (-x.abs()).exp().ln_1p(),
@@ -27,10 +26,10 @@ fn elements(op: &LossOp, a: &Tensor, b: &Tensor) -> Result<Vec<f64>, String> {
             })
             .collect());
     }
-    let TensorData::I32(labels) = &b.data else {
+    let Some(labels) = b.ints() else {
         return Err(format!("{} labels must be i32", op.name()));
     };
-    let classes = *a.shape.last().ok_or("logits need a class axis")?;
+    let classes = *a.shape().last().ok_or("logits need a class axis")?;
     if classes == 0 {
         return Err(format!("{} needs at least one class", op.name()));
     }
@@ -40,7 +39,7 @@ fn elements(op: &LossOp, a: &Tensor, b: &Tensor) -> Result<Vec<f64>, String> {
             .ok()
             .filter(|&y| y < classes)
             .ok_or_else(|| format!("{}: label {label} is outside [0, {classes})", op.name()))?;
-        let row: Vec<f64> = row.iter().map(|&v| f64::from(v)).collect();
+        let row: Vec<f64> = row.iter().map(|&v| v.to_f64()).collect();
         out.push(match op.kind {
             LossKind::SoftmaxCrossEntropy { label_smoothing } => {
                 let lse = log_sum_exp(&row);
@@ -55,20 +54,20 @@ fn elements(op: &LossOp, a: &Tensor, b: &Tensor) -> Result<Vec<f64>, String> {
 }
 
 /// Evaluates a loss into an output of shape `out` (`[]` unless the reduction is "none").
-pub fn eval(op: &LossOp, inputs: &[&Tensor], out: &[usize]) -> Result<Tensor, String> {
+pub fn eval<T: Host>(op: &LossOp, inputs: &[&T], out: &[usize]) -> Result<T, String> {
     let (a, b) = match inputs {
-        [a, b] => (a, b),
+        [a, b] => (*a, *b),
         _ => return Err(format!("{} takes two inputs", op.name())),
     };
     let losses = elements(op, a, b)?;
     let total = || losses.iter().sum::<f64>();
     let data = match op.reduction {
-        Reduction::None => losses.iter().map(|&v| v as f32).collect(),
-        Reduction::Sum => vec![total() as f32],
+        Reduction::None => losses.iter().map(|&v| T::F::from_f64(v)).collect(),
+        Reduction::Sum => vec![T::F::from_f64(total())],
         // A mean of nothing is NaN, as in PyTorch.
-        Reduction::Mean => vec![(total() / losses.len() as f64) as f32],
+        Reduction::Mean => vec![T::F::from_f64(total() / losses.len() as f64)],
     };
-    Ok(Tensor::f32(out.to_vec(), data))
+    Ok(T::from_floats(out.to_vec(), data))
 }
 
 #[cfg(test)]

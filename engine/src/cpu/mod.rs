@@ -3,6 +3,10 @@
 //! ([`run`] interprets a bound graph directly) and, behind the execution seam
 //! ([`CpuDevice`]), the device where no adapter exists (`--device cpu`).
 //!
+//! Every family is written once, generic over the float type ([`Float`], [`Host`]): [`eval`]
+//! and [`run`] compute in f32, [`run_f64`] runs the same implementations in f64 (the
+//! gradient checks difference it).
+//!
 //! [`eval`] checks its operands before a family sees them: every tensor holds the
 //! elements its shape says, and the shapes are what inference gives for them (the output
 //! shapes, the weights'). So inside the families, sizes and indices derived from the
@@ -13,6 +17,7 @@ mod convert;
 mod device;
 mod elementwise;
 mod grad;
+mod host;
 mod loss;
 mod matmul;
 mod movement;
@@ -23,9 +28,11 @@ use crate::error::RunError;
 use crate::graph::{Graph, NodeKind};
 use crate::ops::{Op, TensorType};
 use crate::shape;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, Tensor64};
 use crate::weights::Weights;
 use std::collections::HashMap;
+
+use host::{Float, Host};
 
 #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
 pub use device::session;
@@ -40,6 +47,16 @@ pub fn eval(
     params: &[&Tensor],
     out_shapes: &[Vec<usize>],
 ) -> Result<Vec<Tensor>, String> {
+    apply(op, inputs, params, out_shapes)
+}
+
+/// [`eval`] on host tensors of either float type.
+fn apply<T: Host>(
+    op: &Op,
+    inputs: &[&T],
+    params: &[&T],
+    out_shapes: &[Vec<usize>],
+) -> Result<Vec<T>, String> {
     check_operands(op, inputs, params, out_shapes)?;
     let x = inputs.first().copied();
     let (first, out) = match (x, out_shapes.first()) {
@@ -68,10 +85,10 @@ pub fn eval(
 /// output shapes are the inferred ones (for pointwise operators, ones the inferred shape
 /// broadcasts to: fused units evaluate every term at the unit's output shape), and the
 /// weights have the declared shapes.
-fn check_operands(
+fn check_operands<T: Host>(
     op: &Op,
-    inputs: &[&Tensor],
-    params: &[&Tensor],
+    inputs: &[&T],
+    params: &[&T],
     out_shapes: &[Vec<usize>],
 ) -> Result<(), String> {
     op.validate(usize::MAX)?;
@@ -81,7 +98,7 @@ fn check_operands(
     let types: Vec<TensorType> = inputs
         .iter()
         .map(|t| TensorType {
-            shape: shape::known(&t.shape),
+            shape: shape::known(t.shape()),
             dtype: t.dtype(),
         })
         .collect();
@@ -100,14 +117,14 @@ fn check_operands(
         ));
     }
     let specs = op.params(&types)?;
-    if specs.len() != params.len() || specs.iter().zip(params).any(|(p, t)| p.shape != t.shape) {
+    if specs.len() != params.len() || specs.iter().zip(params).any(|(p, t)| p.shape != t.shape()) {
         return Err(format!("'{}' got weights of the wrong shapes", op.name()));
     }
     Ok(())
 }
 
 /// A `param` operator's value: the weight it reads.
-fn param_value(params: &[&Tensor]) -> Result<Vec<Tensor>, String> {
+fn param_value<T: Host>(params: &[&T]) -> Result<Vec<T>, String> {
     match params {
         [w] => Ok(vec![(*w).clone()]),
         _ => Err("a param reads exactly one weight".into()),
@@ -115,10 +132,9 @@ fn param_value(params: &[&Tensor]) -> Result<Vec<Tensor>, String> {
 }
 
 /// A constant operator's value.
-fn op_constant(op: &Op) -> Tensor {
+fn op_constant<T: Host>(op: &Op) -> T {
     op.constant_value()
-        .cloned()
-        .unwrap_or_else(|| Tensor::f32(vec![0], Vec::new()))
+        .map_or_else(|| T::from_floats(vec![0], Vec::new()), T::from_tensor)
 }
 
 /// Runs a bound graph (all shapes concrete) on the CPU. Returns the outputs in order.
@@ -128,7 +144,32 @@ pub fn run(
     inputs: &HashMap<String, Tensor>,
 ) -> Result<Vec<(String, Tensor)>, RunError> {
     crate::exec::dataset::check_inputs(graph, inputs)?;
-    let mut values: HashMap<(petgraph::stable_graph::NodeIndex, usize), Tensor> = HashMap::new();
+    interpret(graph, weights, inputs)
+}
+
+/// [`run`] in f64: the same operators with f64 floats (constants widened from their f32
+/// values), for checks that need more precision than f32 gives. Inputs and weights are
+/// checked as [`run`] checks them.
+pub fn run_f64(
+    graph: &Graph,
+    weights: &HashMap<String, Tensor64>,
+    inputs: &HashMap<String, Tensor64>,
+) -> Result<Vec<(String, Tensor64)>, RunError> {
+    let narrowed: HashMap<String, Tensor> = inputs
+        .iter()
+        .map(|(k, t)| (k.clone(), t.to_f32()))
+        .collect();
+    crate::exec::dataset::check_inputs(graph, &narrowed)?;
+    interpret(graph, weights, inputs)
+}
+
+/// Interprets a bound graph on checked inputs.
+fn interpret<T: Host>(
+    graph: &Graph,
+    weights: &HashMap<String, T>,
+    inputs: &HashMap<String, T>,
+) -> Result<Vec<(String, T)>, RunError> {
+    let mut values: HashMap<(petgraph::stable_graph::NodeIndex, usize), T> = HashMap::new();
     for (name, ix) in &graph.inputs {
         if let Some(t) = inputs.get(name) {
             values.insert((*ix, 0), t.clone());
@@ -139,7 +180,7 @@ pub fn run(
         let NodeKind::Op(op) = &node.kind else {
             continue;
         };
-        let args: Vec<&Tensor> = graph
+        let args: Vec<&T> = graph
             .node_inputs(ix)
             .into_iter()
             .map(|k| {
@@ -148,7 +189,7 @@ pub fn run(
                 })
             })
             .collect::<Result<_, _>>()?;
-        let params: Vec<&Tensor> = node
+        let params: Vec<&T> = node
             .params
             .iter()
             .map(|p| {
@@ -161,7 +202,7 @@ pub fn run(
             .iter()
             .map(|t| shape::concrete(&t.shape).ok_or_else(|| RunError::Unbound(node.id.clone())))
             .collect::<Result<_, _>>()?;
-        let outs = eval(op, &args, &params, &out_shapes).map_err(|e| RunError::Op {
+        let outs = apply(op, &args, &params, &out_shapes).map_err(|e| RunError::Op {
             node: node.id.clone(),
             message: e,
         })?;
@@ -183,8 +224,8 @@ pub fn run(
 }
 
 /// The float elements of a tensor (the validator guarantees f32 where operators need it).
-pub(crate) fn floats(t: &Tensor) -> Result<&[f32], String> {
-    t.as_f32()
+pub(crate) fn floats<T: Host>(t: &T) -> Result<&[T::F], String> {
+    t.floats()
         .ok_or_else(|| format!("expected an f32 tensor, got {}", t.dtype()))
 }
 
@@ -203,8 +244,10 @@ mod tests {
     use crate::graph::{load_graph, Graph};
     use crate::ops::TensorType;
     use crate::shape;
+    use crate::tensor::{Tensor, Tensor64};
     use crate::weights::init_weights;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     /// The inferred concrete shapes of a bound graph's outputs.
     fn inferred(g: &Graph) -> Vec<Option<Vec<usize>>> {
@@ -221,8 +264,9 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
         /// For small accepted graphs, the CPU reference computes outputs of exactly the
-        /// inferred shapes, and so does the same graph planned and run as a session on
-        /// the CPU device (when the run is allowed at all); nothing panics on the way.
+        /// inferred shapes, in f32 and in f64, and so does the same graph planned and run
+        /// as a session on the CPU device (when the run is allowed at all); nothing panics
+        /// on the way.
         #[test]
         fn the_reference_computes_the_inferred_shapes(seed in any::<u64>()) {
             let doc = random_document(seed, Mode::Tame);
@@ -240,6 +284,17 @@ mod tests {
                     prop_assert!(t.check().is_ok());
                 }
             }
+            let widen = |m: &HashMap<String, Tensor>| -> HashMap<String, Tensor64> {
+                m.iter().map(|(k, t)| (k.clone(), t.into())).collect()
+            };
+            if let Ok(outs) = super::run_f64(&bound, &widen(&weights), &widen(&inputs)) {
+                let got: Vec<Option<Vec<usize>>> =
+                    outs.iter().map(|(_, t)| Some(t.shape.clone())).collect();
+                prop_assert_eq!(&got, &want);
+                for (_, t) in &outs {
+                    prop_assert!(t.check().is_ok());
+                }
+            }
             let config = RunConfig { batch: 2, ..RunConfig::default() };
             if let Ok(mut session) = super::session(&g, &weights, &config) {
                 if let Ok(report) = session.run_blocking(&inputs, &RunContext::new("p")) {
@@ -248,6 +303,37 @@ mod tests {
                     prop_assert_eq!(&got, &want);
                 }
             }
+        }
+    }
+
+    /// `run_f64` runs the same operators in f64: e^x − 1 keeps what f32 rounds away
+    /// (constants widened from f32), and the shapes are the f32 run's.
+    #[test]
+    fn run_f64_keeps_what_f32_rounds_away() {
+        let text = r#"{ "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": [3] } },
+            "nodes": [
+              { "id": "e", "op": "exp", "inputs": ["x"] },
+              { "id": "one", "op": "constant", "attrs": { "value": [1.0], "shape": [] } },
+              { "id": "d", "op": "sub", "inputs": ["e", "one"] }
+            ],
+            "outputs": ["d"] }"#;
+        let g = load_graph(text).unwrap();
+        let x = [1e-10, 0.5, -3e-9];
+        let narrow = crate::Tensor::f32(vec![3], x.iter().map(|&v| v as f32).collect());
+        let wide = crate::tensor::Tensor64::f64(vec![3], x.to_vec());
+        let outs =
+            super::run(&g, &Default::default(), &[("x".to_string(), narrow)].into()).unwrap();
+        assert_eq!(outs[0].1.as_f32().unwrap()[0], 0.0);
+        let outs =
+            super::run_f64(&g, &Default::default(), &[("x".to_string(), wide)].into()).unwrap();
+        assert_eq!(outs[0].1.shape, vec![3]);
+        for (got, x) in outs[0].1.as_f64().unwrap().iter().zip(x) {
+            let want = f64::exp_m1(x);
+            assert!(
+                (got - want).abs() <= 1e-16 * want.abs().max(1.0),
+                "{got} vs {want}"
+            );
         }
     }
 

@@ -2,17 +2,16 @@
 //! index is computed in `i64` from checked offsets and read with a bounds check, so a
 //! wrong shape is an error, never a panic.
 
-use super::unravel;
+use super::{unravel, Host};
 use crate::ops::movement::{permutation, MovementOp};
 use crate::shape;
-use crate::tensor::{Tensor, TensorData};
 
 /// Builds a tensor of `shape` whose element i is element `pick(i)` of `src`.
-fn gather_elems(
-    src: &Tensor,
+fn gather_elems<T: Host>(
+    src: &T,
     shape: Vec<usize>,
     pick: impl Fn(usize) -> Option<usize>,
-) -> Result<Tensor, String> {
+) -> Result<T, String> {
     let n = shape::numel(&shape)?;
     fn take<T: Copy>(
         v: &[T],
@@ -27,12 +26,12 @@ fn gather_elems(
             })
             .collect()
     }
-    let data = match &src.data {
-        TensorData::F32(v) => TensorData::F32(take(v, n, pick)?),
-        TensorData::I32(v) => TensorData::I32(take(v, n, pick)?),
-        TensorData::Bool(v) => TensorData::Bool(take(v, n, pick)?),
-    };
-    Ok(Tensor { shape, data })
+    match (src.floats(), src.ints(), src.bools()) {
+        (Some(v), _, _) => Ok(T::from_floats(shape, take(v, n, pick)?)),
+        (_, Some(v), _) => Ok(T::from_ints(shape, take(v, n, pick)?)),
+        (_, _, Some(v)) => Ok(T::from_bools(shape, take(v, n, pick)?)),
+        _ => Err("a tensor holds no elements of a known type".into()),
+    }
 }
 
 /// Strides (in elements) as `i64`.
@@ -44,15 +43,11 @@ fn signed(strides: &[usize]) -> Result<Vec<i64>, String> {
 }
 
 /// Evaluates a movement operator.
-pub fn eval(
-    op: &MovementOp,
-    inputs: &[&Tensor],
-    out: &[Vec<usize>],
-) -> Result<Vec<Tensor>, String> {
+pub fn eval<T: Host>(op: &MovementOp, inputs: &[&T], out: &[Vec<usize>]) -> Result<Vec<T>, String> {
     let (Some(x), Some(o)) = (inputs.first().copied(), out.first().cloned()) else {
         return Err("a movement needs an input and an output shape".into());
     };
-    let xs = shape::strides(&x.shape)?;
+    let xs = shape::strides(x.shape())?;
     let strided = |src_strides: Vec<i64>, base: i64| {
         let dims = o.clone();
         gather_elems(x, o.clone(), move |i| {
@@ -72,41 +67,38 @@ pub fn eval(
         | MovementOp::Flatten { .. }
         | MovementOp::Squeeze { .. }
         | MovementOp::Unsqueeze { .. }
-        | MovementOp::Identity { .. } => vec![Tensor {
-            shape: o,
-            data: x.data.clone(),
-        }],
+        | MovementOp::Identity { .. } => vec![x.reshaped(o)],
         MovementOp::Transpose { perm } => {
-            let p = permutation(perm, x.shape.len())?;
+            let p = permutation(perm, x.shape().len())?;
             let xs = signed(&xs)?;
             vec![strided(p.iter().map(|&i| xs[i]).collect(), 0)?]
         }
         MovementOp::Expand { .. } => {
             vec![strided(
-                signed(&shape::broadcast_strides(&x.shape, &o)?)?,
+                signed(&shape::broadcast_strides(x.shape(), &o)?)?,
                 0,
             )?]
         }
         MovementOp::Slice { .. } => {
             // Element j of the output along a sliced axis is start + j*step of the input.
-            let (base, src) = op.slice_offsets(&x.shape)?;
+            let (base, src) = op.slice_offsets(x.shape())?;
             vec![strided(src, base)?]
         }
         MovementOp::Concat { axis } => {
-            let a = shape::existing_axis(*axis, x.shape.len())?;
+            let a = shape::existing_axis(*axis, x.shape().len())?;
             let mut pieces: Vec<(usize, usize, Vec<usize>)> = Vec::new();
             let mut offset = 0usize;
             for (k, t) in inputs.iter().enumerate() {
-                pieces.push((offset, k, shape::strides(&t.shape)?));
+                pieces.push((offset, k, shape::strides(t.shape())?));
                 let len = t
-                    .shape
+                    .shape()
                     .get(a)
                     .copied()
                     .ok_or("concat input lacks the axis")?;
                 offset = offset.checked_add(len).ok_or("concat length overflows")?;
             }
             let n = shape::numel(&o)?;
-            let all: Vec<Vec<f32>> = inputs.iter().map(|t| t.to_f32_vec()).collect();
+            let all: Vec<Vec<T::F>> = inputs.iter().map(|t| t.to_floats()).collect();
             let mut values = Vec::with_capacity(n);
             let mut idx = vec![0; o.len()];
             for i in 0..n {
@@ -127,14 +119,13 @@ pub fn eval(
                     .ok_or("concat reads outside an input")?;
                 values.push(*value);
             }
-            let t = Tensor::f32(o, values);
-            vec![match x.data {
-                TensorData::F32(_) => t,
-                _ => return Err("concat of non-f32 tensors is not supported on the CPU".into()),
-            }]
+            if x.floats().is_none() {
+                return Err("concat of non-f32 tensors is not supported on the CPU".into());
+            }
+            vec![T::from_floats(o, values)]
         }
         MovementOp::Split { axis, .. } => {
-            let a = shape::existing_axis(*axis, x.shape.len())?;
+            let a = shape::existing_axis(*axis, x.shape().len())?;
             let src = signed(&xs)?;
             let mut offset = 0usize;
             let mut parts = Vec::new();
@@ -162,9 +153,9 @@ pub fn eval(
             parts
         }
         MovementOp::Gather { axis } => {
-            let a = shape::existing_axis(*axis, x.shape.len())?;
-            let len = x.shape[a];
-            let Some(TensorData::I32(indices)) = inputs.get(1).map(|t| &t.data) else {
+            let a = shape::existing_axis(*axis, x.shape().len())?;
+            let len = x.shape()[a];
+            let Some(indices) = inputs.get(1).and_then(|t| t.ints()) else {
                 return Err("gather indices must be i32".into());
             };
             let mut resolved = Vec::with_capacity(indices.len());
@@ -183,7 +174,7 @@ pub fn eval(
                     }
                 }
             }
-            let inner = shape::numel(&x.shape[a + 1..])?.max(1);
+            let inner = shape::numel(&x.shape()[a + 1..])?.max(1);
             let count = resolved.len().max(1);
             vec![gather_elems(x, o, |i| {
                 let r = i % inner;

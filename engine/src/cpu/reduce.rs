@@ -1,8 +1,7 @@
 //! CPU reference of the reduce family.
 
-use super::{floats, unravel};
+use super::{floats, unravel, Float, Host};
 use crate::ops::reduce::{ReduceKind, ReduceOp};
-use crate::tensor::{Tensor, TensorData};
 
 /// The shape of a reduction's result: reduced axes kept as 1, or dropped.
 fn out_shape(dims: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
@@ -15,13 +14,13 @@ fn out_shape(dims: &[usize], axes: &[usize], keepdims: bool) -> Vec<usize> {
 
 /// Calls `visit(output index, position along the reduced axes, value)` for every element
 /// of `x`, in row-major order (so positions come in increasing order per output).
-fn each(
-    x: &Tensor,
+fn each<T: Host>(
+    x: &T,
     axes: &[usize],
-    mut visit: impl FnMut(usize, usize, f32),
+    mut visit: impl FnMut(usize, usize, T::F),
 ) -> Result<usize, String> {
     let data = floats(x)?;
-    let dims = &x.shape;
+    let dims = x.shape();
     let kept: Vec<usize> = dims
         .iter()
         .enumerate()
@@ -46,32 +45,32 @@ fn each(
 }
 
 /// Sum (or mean) of `x` over sorted `axes`, keeping them as size 1 when `keepdims`.
-pub fn reduce(x: &Tensor, axes: &[usize], mean: bool, keepdims: bool) -> Result<Tensor, String> {
-    let n_out = crate::shape::numel(&out_shape(&x.shape, axes, true))?;
+pub fn reduce<T: Host>(x: &T, axes: &[usize], mean: bool, keepdims: bool) -> Result<T, String> {
+    let n_out = crate::shape::numel(&out_shape(x.shape(), axes, true))?;
     let mut acc = vec![0.0f64; n_out];
-    each(x, axes, |o, _, v| acc[o] += f64::from(v))?;
-    let count: usize = axes.iter().map(|&a| x.shape[a]).product();
+    each(x, axes, |o, _, v| acc[o] += v.to_f64())?;
+    let count: usize = axes.iter().map(|&a| x.shape()[a]).product();
     let scale = if mean && count > 0 {
         1.0 / count as f64
     } else {
         1.0
     };
-    Ok(Tensor::f32(
-        out_shape(&x.shape, axes, keepdims),
-        acc.iter().map(|&s| (s * scale) as f32).collect(),
+    Ok(T::from_floats(
+        out_shape(x.shape(), axes, keepdims),
+        acc.iter().map(|&s| T::F::from_f64(s * scale)).collect(),
     ))
 }
 
 /// Whether `v` beats the running maximum `best`: NaN beats every number and nothing beats
 /// NaN, so the first NaN (or, among numbers, the first maximum) is kept.
-fn beats(v: f32, best: f32) -> bool {
+fn beats<F: Float>(v: F, best: F) -> bool {
     !best.is_nan() && (v.is_nan() || v > best)
 }
 
 /// Maximum (NaN-propagating) or index of the first maximum of `x` over `axes`.
-fn max(x: &Tensor, axes: &[usize], keepdims: bool, arg: bool) -> Result<Tensor, String> {
-    let n_out = crate::shape::numel(&out_shape(&x.shape, axes, true))?;
-    let mut best: Vec<Option<(f32, usize)>> = vec![None; n_out];
+fn max<T: Host>(x: &T, axes: &[usize], keepdims: bool, arg: bool) -> Result<T, String> {
+    let n_out = crate::shape::numel(&out_shape(x.shape(), axes, true))?;
+    let mut best: Vec<Option<(T::F, usize)>> = vec![None; n_out];
     each(x, axes, |o, r, v| match best[o] {
         Some((b, _)) if !beats(v, b) => {}
         _ => best[o] = Some((v, r)),
@@ -79,24 +78,21 @@ fn max(x: &Tensor, axes: &[usize], keepdims: bool, arg: bool) -> Result<Tensor, 
     if best.iter().any(Option::is_none) {
         return Err("a maximum over an empty axis has no value".into());
     }
-    let shape = out_shape(&x.shape, axes, keepdims);
+    let shape = out_shape(x.shape(), axes, keepdims);
     let best = best.into_iter().flatten();
     Ok(if arg {
         let idx = best
             .map(|(_, r)| i32::try_from(r).map_err(|_| format!("index {r} exceeds i32")))
             .collect::<Result<_, _>>()?;
-        Tensor {
-            shape,
-            data: TensorData::I32(idx),
-        }
+        T::from_ints(shape, idx)
     } else {
-        Tensor::f32(shape, best.map(|(v, _)| v).collect())
+        T::from_floats(shape, best.map(|(v, _)| v).collect())
     })
 }
 
 /// Evaluates a reduction.
-pub fn eval(op: &ReduceOp, x: &Tensor) -> Result<Tensor, String> {
-    let axes = op.axes(x.shape.len())?;
+pub fn eval<T: Host>(op: &ReduceOp, x: &T) -> Result<T, String> {
+    let axes = op.axes(x.shape().len())?;
     match op.kind {
         ReduceKind::Sum => reduce(x, &axes, false, op.keepdims),
         ReduceKind::Mean => reduce(x, &axes, true, op.keepdims),
