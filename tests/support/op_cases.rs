@@ -657,6 +657,83 @@ pub fn op_cases() -> Vec<OpCase> {
         )];
         v.push(c);
     }
+    // The conv family's backwards: dy is the forward's output shape on x.
+    let conv_grads = [
+        (
+            json!({ "kernel_size": [3, 3], "strides": [2, 1], "pads": [1, 1, 0, 2],
+                    "dilations": [1, 2], "groups": 2 }),
+            vec![2, 4, 9, 11],
+            vec![6, 2, 3, 3],
+            vec![2, 6, 4, 10],
+        ),
+        (
+            json!({ "kernel_size": [3, 3], "pads": [1, 1] }),
+            vec![1, 3, 8, 8],
+            vec![5, 3, 3, 3],
+            vec![1, 5, 8, 8],
+        ),
+        (
+            json!({ "kernel_size": [2, 2], "strides": [2, 2], "groups": 3 }),
+            vec![3, 3, 7, 9],
+            vec![3, 1, 2, 2],
+            vec![3, 3, 3, 4],
+        ),
+    ];
+    for (attrs, x, weight, dy) in conv_grads {
+        v.push(case(
+            format!("conv2d_grad_input {attrs} x {x:?}"),
+            single_op(
+                "conv2d_grad_input",
+                attrs.clone(),
+                &[
+                    f32_in("x", &x),
+                    f32_in("weight", &weight),
+                    f32_in("dy", &dy),
+                ],
+                1,
+            ),
+        ));
+        v.push(case(
+            format!("conv2d_grad_filter {attrs} x {x:?}"),
+            single_op(
+                "conv2d_grad_filter",
+                attrs,
+                &[f32_in("x", &x), f32_in("dy", &dy)],
+                1,
+            ),
+        ));
+    }
+    let pool_grads = [
+        (
+            json!({ "kernel_size": [3, 3], "strides": [2, 2], "pads": [1, 1], "ceil_mode": true }),
+            vec![2, 3, 9, 11],
+            vec![2, 3, 5, 6],
+        ),
+        (
+            json!({ "kernel_size": [2, 3], "strides": [1, 2], "dilations": [2, 1],
+                    "pads": [0, 1, 1, 0] }),
+            vec![1, 2, 8, 7],
+            vec![1, 2, 7, 3],
+        ),
+    ];
+    for (attrs, x, dy) in pool_grads {
+        let inputs = [f32_in("x", &x), f32_in("dy", &dy)];
+        // Rounding x to 16 bits may tie or swap two values of a window: another maximum.
+        let mut c = case(
+            format!("max_pool2d_grad {attrs} x {x:?}"),
+            single_op("max_pool2d_grad", attrs.clone(), &inputs, 1),
+        );
+        c.half = false;
+        v.push(c);
+        for include in [false, true] {
+            let mut attrs = attrs.clone();
+            attrs["count_include_pad"] = json!(include);
+            v.push(case(
+                format!("avg_pool2d_grad {attrs} x {x:?}"),
+                single_op("avg_pool2d_grad", attrs, &inputs, 1),
+            ));
+        }
+    }
     for op in ["softmax_grad", "log_softmax_grad"] {
         for (shape, axis) in [(vec![37, 29], -1), (vec![3, 33, 5], 1), (vec![4, 7], 0)] {
             v.push(case(

@@ -60,13 +60,16 @@ pub fn eval<T: Host>(op: &GradOp, inputs: &[&T], out: &[usize]) -> Result<T, Str
     if let GradOp::GatherGrad { axis } = op {
         return gather_grad(*axis, inputs);
     }
+    if op.forward(1).is_some() {
+        return super::conv_grad::eval(op, inputs, out);
+    }
     let [x, dy] = inputs else {
         return Err(format!("{} takes two inputs", op.name()));
     };
     let u = match op {
         GradOp::UnaryGrad(u) => u,
         GradOp::SoftmaxGrad { axis, log } => return softmax_grad(*axis, *log, *x, *dy),
-        GradOp::GatherGrad { .. } => return Err("internal: gather_grad is not unary".into()),
+        _ => return Err(format!("internal: {} is not unary", op.name())),
     };
     let n = numel(out)?;
     let sx = broadcast_strides(x.shape(), out)?;

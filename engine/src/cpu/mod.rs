@@ -13,6 +13,7 @@
 //! shapes fit the tensors they index.
 
 mod conv;
+mod conv_grad;
 mod convert;
 mod device;
 mod elementwise;

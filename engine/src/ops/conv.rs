@@ -8,6 +8,7 @@ use super::{
     need_f32, product, widen, Anchor, Arity, Capabilities, Init, OpSchema, ParamSpec, TensorType,
 };
 use crate::shape::{show, Dim};
+use serde_json::json;
 
 /// Family tag.
 pub const FAMILY: &str = "conv";
@@ -31,7 +32,8 @@ const CONV_ATTRS: &[AttrSpec] = &[
     ),
     optional("bias", AttrKind::Bool, "true", "Add a learned bias."),
 ];
-const MAX_POOL_ATTRS: &[AttrSpec] = &[
+/// max_pool2d's attributes (also `max_pool2d_grad`'s).
+pub(crate) const MAX_POOL_ATTRS: &[AttrSpec] = &[
     required("kernel_size", AttrKind::Ints, "[kh, kw]."),
     optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
     optional(
@@ -48,7 +50,8 @@ const MAX_POOL_ATTRS: &[AttrSpec] = &[
         "Round the output size up.",
     ),
 ];
-const AVG_POOL_ATTRS: &[AttrSpec] = &[
+/// avg_pool2d's attributes (also `avg_pool2d_grad`'s).
+pub(crate) const AVG_POOL_ATTRS: &[AttrSpec] = &[
     required("kernel_size", AttrKind::Ints, "[kh, kw]."),
     optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
     optional(
@@ -174,7 +177,8 @@ fn pair(r: &mut AttrReader, name: &str, min: i64) -> [usize; 2] {
     [v[0] as usize, v[1] as usize]
 }
 
-fn window(r: &mut AttrReader, ceil: bool) -> Window {
+/// Reads a window's attributes (`ceil_mode` only when `ceil`).
+pub(crate) fn window(r: &mut AttrReader, ceil: bool) -> Window {
     let kernel = pair(r, "kernel_size", 1);
     let strides = pair(r, "strides", 1);
     let dilations = pair(r, "dilations", 1);
@@ -481,17 +485,69 @@ impl ConvOp {
     }
 }
 
+impl Window {
+    /// The window as attributes (`ceil_mode` only when `ceil`, as the operator reads it).
+    fn attrs(&self, ceil: bool) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("kernel_size".into(), json!(self.kernel));
+        m.insert("strides".into(), json!(self.strides));
+        m.insert("pads".into(), json!(self.pads));
+        m.insert("dilations".into(), json!(self.dilations));
+        if ceil {
+            m.insert("ceil_mode".into(), json!(self.ceil_mode));
+        }
+        m
+    }
+}
+
 impl ConvOp {
-    /// Gradient rule: global_avg_pool spreads dy / (H·W) over the window; convolutions and
-    /// windowed pooling have none yet (they need their own backward kernels).
+    /// Gradient rule: conv2d's dx is `conv2d_grad_input` (dy back through the weight),
+    /// its weight gradient `conv2d_grad_filter` and its bias gradient dy summed over N, H
+    /// and W; the windowed poolings have `max_pool2d_grad` and `avg_pool2d_grad`;
+    /// global_avg_pool spreads dy / (H·W) over the window.
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        let dy = g.dy()?;
+        let x = g.input(0)?;
         match self {
-            ConvOp::GlobalAvgPool => {
-                if !g.needs(0) {
-                    return Ok(());
+            ConvOp::Conv2d {
+                window,
+                groups,
+                bias,
+                ..
+            } => {
+                let mut attrs = window.attrs(false);
+                attrs.insert("groups".into(), json!(groups));
+                let attrs = serde_json::Value::Object(attrs);
+                if g.needs(0) {
+                    let w = g.param("weight")?;
+                    let dx = g.emit("conv2d_grad_input", attrs.clone(), &[&x, &w, &dy])?;
+                    g.input_grad(0, dx)?;
                 }
-                let dy = g.dy()?;
-                let x = g.input(0)?;
+                let dw = g.emit("conv2d_grad_filter", attrs, &[&x, &dy])?;
+                g.param_grad("weight", dw)?;
+                if *bias {
+                    let db = g.sum(&dy, &[0, 2, 3], false)?;
+                    g.param_grad("bias", db)?;
+                }
+                Ok(())
+            }
+            _ if !g.needs(0) => Ok(()),
+            ConvOp::MaxPool(window) => {
+                let attrs = serde_json::Value::Object(window.attrs(true));
+                let dx = g.emit("max_pool2d_grad", attrs, &[&x, &dy])?;
+                g.input_grad(0, dx)
+            }
+            ConvOp::AvgPool {
+                window,
+                count_include_pad,
+            } => {
+                let mut attrs = window.attrs(true);
+                attrs.insert("count_include_pad".into(), json!(count_include_pad));
+                let attrs = serde_json::Value::Object(attrs);
+                let dx = g.emit("avg_pool2d_grad", attrs, &[&x, &dy])?;
+                g.input_grad(0, dx)
+            }
+            ConvOp::GlobalAvgPool => {
                 let xs = g.shape(&x)?;
                 let area = xs
                     .get(2..)
@@ -503,10 +559,6 @@ impl ConvOp {
                 let dx = g.expand(&d, &xs)?;
                 g.input_grad(0, dx)
             }
-            _ => Err(format!(
-                "{} has no gradient rule yet (it needs a backward kernel)",
-                self.name()
-            )),
         }
     }
 }

@@ -1,16 +1,23 @@
 //! Gradient family: backward operators where composing forward operators would be slow or
 //! impossible (`unary_grad`: dy times a unary operator's derivative at x, one pass;
 //! `softmax_grad`, `log_softmax_grad`: one sum along the axis, then one pass;
-//! `gather_grad`: gather's scatter-add, written as a gather over the indices). The
+//! `gather_grad`: gather's scatter-add, written as a gather over the indices; the
+//! backwards of the windowed conv family — `conv2d_grad_input` (a transposed
+//! convolution), `conv2d_grad_filter`, `max_pool2d_grad`, `avg_pool2d_grad` — each written
+//! per output element as a sum over the windows that meet it, so no kernel scatters). The
 //! rules that emit them are in each family file (`fn grad`, over
 //! [`super::backward::GradContext`]).
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
 use super::backward::GradContext;
+use super::conv::{window, ConvOp, Window, AVG_POOL_ATTRS, MAX_POOL_ATTRS};
 use super::elementwise::Unary;
-use super::{broadcast_batch, need_f32, Arity, Capabilities, IndexInput, OpSchema, TensorType};
+use super::{
+    broadcast_batch, need_f32, product, widen, Arity, Capabilities, IndexInput, OpSchema,
+    TensorType,
+};
 use crate::dtype::DType;
-use crate::shape::{broadcast, show};
+use crate::shape::{broadcast, show, Dim};
 
 /// Family tag.
 pub const FAMILY: &str = "gradient";
@@ -38,6 +45,19 @@ const SOFTMAX_GRAD_ATTRS: &[AttrSpec] = &[optional(
     "-1",
     "The forward operator's axis.",
 )];
+
+const CONV_GRAD_ATTRS: &[AttrSpec] = &[
+    required("kernel_size", AttrKind::Ints, "conv2d's [kh, kw]."),
+    optional("strides", AttrKind::Ints, "[1, 1]", "conv2d's [sh, sw]."),
+    optional(
+        "pads",
+        AttrKind::Ints,
+        "[0, 0, 0, 0]",
+        "conv2d's [top, left, bottom, right] (or [ph, pw]).",
+    ),
+    optional("dilations", AttrKind::Ints, "[1, 1]", "conv2d's [dh, dw]."),
+    optional("groups", AttrKind::Int, "1", "conv2d's channel groups."),
+];
 
 /// Schemas of the family.
 pub const SCHEMAS: &[OpSchema] = &[
@@ -77,6 +97,42 @@ pub const SCHEMAS: &[OpSchema] = &[
         attrs: &[optional("axis", AttrKind::Int, "0", "gather's axis.")],
         params: &[],
     },
+    OpSchema {
+        name: "conv2d_grad_input",
+        family: FAMILY,
+        doc: "dx of conv2d: dy convolved back through the weight (a transposed convolution), x's shape.",
+        inputs: Arity::Fixed(&["x", "weight", "dy"]),
+        outputs: &["dx"],
+        attrs: CONV_GRAD_ATTRS,
+        params: &[],
+    },
+    OpSchema {
+        name: "conv2d_grad_filter",
+        family: FAMILY,
+        doc: "The weight gradient of conv2d: x against dy summed over samples and positions, [OC, C/groups, kh, kw].",
+        inputs: Arity::Fixed(&["x", "dy"]),
+        outputs: &["dweight"],
+        attrs: CONV_GRAD_ATTRS,
+        params: &[],
+    },
+    OpSchema {
+        name: "max_pool2d_grad",
+        family: FAMILY,
+        doc: "dx of max_pool2d: each window's dy to its first maximum, summed where windows overlap.",
+        inputs: Arity::Fixed(&["x", "dy"]),
+        outputs: &["dx"],
+        attrs: MAX_POOL_ATTRS,
+        params: &[],
+    },
+    OpSchema {
+        name: "avg_pool2d_grad",
+        family: FAMILY,
+        doc: "dx of avg_pool2d: each window's dy / its divisor spread over its inputs, summed where windows overlap.",
+        inputs: Arity::Fixed(&["x", "dy"]),
+        outputs: &["dx"],
+        attrs: AVG_POOL_ATTRS,
+        params: &[],
+    },
 ];
 
 /// A parsed gradient-family operator.
@@ -96,6 +152,29 @@ pub enum GradOp {
         /// log_softmax's.
         log: bool,
     },
+    /// `conv2d_grad_input`: conv2d's dx.
+    ConvGradInput {
+        /// conv2d's window (no ceil mode).
+        window: Window,
+        /// conv2d's groups.
+        groups: usize,
+    },
+    /// `conv2d_grad_filter`: conv2d's weight gradient.
+    ConvGradFilter {
+        /// conv2d's window (no ceil mode).
+        window: Window,
+        /// conv2d's groups.
+        groups: usize,
+    },
+    /// `max_pool2d_grad`: max_pool2d's dx.
+    MaxPoolGrad(Window),
+    /// `avg_pool2d_grad`: avg_pool2d's dx.
+    AvgPoolGrad {
+        /// avg_pool2d's window.
+        window: Window,
+        /// avg_pool2d's divisor counts padding.
+        count_include_pad: bool,
+    },
 }
 
 /// Parses attributes; `None` for a name outside the family.
@@ -111,6 +190,22 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<GradOp> {
             return Some(GradOp::SoftmaxGrad {
                 axis: r.int("axis"),
                 log: name == "log_softmax_grad",
+            })
+        }
+        "conv2d_grad_input" | "conv2d_grad_filter" => {
+            let window = window(r, false);
+            let groups = r.size("groups", 1);
+            return Some(if name == "conv2d_grad_input" {
+                GradOp::ConvGradInput { window, groups }
+            } else {
+                GradOp::ConvGradFilter { window, groups }
+            });
+        }
+        "max_pool2d_grad" => return Some(GradOp::MaxPoolGrad(window(r, true))),
+        "avg_pool2d_grad" => {
+            return Some(GradOp::AvgPoolGrad {
+                window: window(r, true),
+                count_include_pad: r.bool("count_include_pad"),
             })
         }
         _ => return None,
@@ -143,6 +238,80 @@ impl GradOp {
             GradOp::GatherGrad { .. } => "gather_grad",
             GradOp::SoftmaxGrad { log: false, .. } => "softmax_grad",
             GradOp::SoftmaxGrad { log: true, .. } => "log_softmax_grad",
+            GradOp::ConvGradInput { .. } => "conv2d_grad_input",
+            GradOp::ConvGradFilter { .. } => "conv2d_grad_filter",
+            GradOp::MaxPoolGrad(_) => "max_pool2d_grad",
+            GradOp::AvgPoolGrad { .. } => "avg_pool2d_grad",
+        }
+    }
+
+    /// The forward operator of a conv-family backward, with `out_channels` output
+    /// channels (`None` for the other backwards).
+    pub fn forward(&self, out_channels: usize) -> Option<ConvOp> {
+        match self {
+            GradOp::ConvGradInput { window, groups }
+            | GradOp::ConvGradFilter { window, groups } => Some(ConvOp::Conv2d {
+                window: window.clone(),
+                out_channels,
+                groups: *groups,
+                bias: false,
+            }),
+            GradOp::MaxPoolGrad(w) => Some(ConvOp::MaxPool(w.clone())),
+            GradOp::AvgPoolGrad {
+                window,
+                count_include_pad,
+            } => Some(ConvOp::AvgPool {
+                window: window.clone(),
+                count_include_pad: *count_include_pad,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Checks what parsing guarantees, for operators that arrive already parsed: a
+    /// conv-family backward's window and groups as its forward operator's, and a clip's
+    /// bounds numbers.
+    pub fn validate(&self) -> Result<(), String> {
+        if let GradOp::UnaryGrad(Unary::Clip { min, max }) = self {
+            if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) {
+                return Err(format!(
+                    "unary_grad: clip bounds must be numbers, got min {min:?}, max {max:?}"
+                ));
+            }
+        }
+        // Any multiple of the groups stands for the output channels here (groups of 0
+        // are refused by the forward operator's check).
+        let groups = match self {
+            GradOp::ConvGradInput { groups, .. } | GradOp::ConvGradFilter { groups, .. } => *groups,
+            _ => 1,
+        };
+        match self.forward(groups.max(1)) {
+            Some(f) => f.validate().map_err(|e| format!("{}: {e}", self.name())),
+            None => Ok(()),
+        }
+    }
+
+    /// Multiply-adds of a convolution's backward, as its forward's (2 FLOPs each); a
+    /// pooling backward reads a window per element. `None` for the one-pass backwards.
+    pub fn flops(&self, inputs: &[Vec<usize>], outputs: &[Vec<usize>]) -> Option<u64> {
+        let (x, out) = (inputs.first()?, outputs.first()?);
+        let dy = inputs.last()?;
+        match self {
+            GradOp::ConvGradInput { window, groups }
+            | GradOp::ConvGradFilter { window, groups } => {
+                let c = x.get(1).copied().unwrap_or(1) / (*groups).max(1);
+                let k = widen(window.kernel[0]).saturating_mul(widen(window.kernel[1]));
+                Some(
+                    2u64.saturating_mul(product(dy))
+                        .saturating_mul(widen(c))
+                        .saturating_mul(k),
+                )
+            }
+            GradOp::MaxPoolGrad(w) | GradOp::AvgPoolGrad { window: w, .. } => {
+                let k = widen(w.kernel[0]).saturating_mul(widen(w.kernel[1]));
+                Some(product(out).saturating_mul(k).saturating_mul(k))
+            }
+            _ => None,
         }
     }
 
@@ -160,6 +329,15 @@ impl GradOp {
         let name = self.name();
         if let GradOp::GatherGrad { axis } = self {
             return gather_grad_infer(*axis, inputs);
+        }
+        if matches!(
+            self,
+            GradOp::ConvGradInput { .. }
+                | GradOp::ConvGradFilter { .. }
+                | GradOp::MaxPoolGrad(_)
+                | GradOp::AvgPoolGrad { .. }
+        ) {
+            return self.window_infer(inputs);
         }
         need_f32(name, "input 0", &inputs[0])?;
         need_f32(name, "dy", &inputs[1])?;
@@ -196,6 +374,9 @@ impl GradOp {
         if let GradOp::GatherGrad { axis } = self {
             return gather_grad_batch(*axis, inputs, batch).map(|b| vec![b]);
         }
+        if let Some(f) = self.forward(1) {
+            return self.window_batch(&f, batch).map(|b| vec![b]);
+        }
         let b = broadcast_batch(self.name(), inputs, batch, rank)?;
         if let (GradOp::SoftmaxGrad { axis, .. }, Some(b)) = (self, b) {
             if crate::shape::axis(*axis, rank)? == b {
@@ -224,6 +405,106 @@ impl GradOp {
             "{} has no gradient (no second derivatives)",
             self.name()
         ))
+    }
+}
+
+impl GradOp {
+    /// A conv-family backward's type: dy must be the forward operator's output on x (and
+    /// `conv2d_grad_input`'s weight conv2d's weight); dx has x's type, the weight gradient
+    /// `[OC, C/groups, kh, kw]`.
+    fn window_infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        let name = self.name();
+        let (x, dy) = (&inputs[0], &inputs[inputs.len() - 1]);
+        need_f32(name, "x", x)?;
+        need_f32(name, "dy", dy)?;
+        let conv = matches!(
+            self,
+            GradOp::ConvGradInput { .. } | GradOp::ConvGradFilter { .. }
+        );
+        let oc = if conv {
+            match dy.shape.get(1).and_then(Dim::known) {
+                Some(oc) if dy.shape.len() == 4 => oc,
+                _ => {
+                    return Err(format!(
+                        "{name} needs a 4-D dy with known channels, got {}",
+                        show(&dy.shape)
+                    ))
+                }
+            }
+        } else {
+            1
+        };
+        let forward = self.forward(oc).ok_or("internal: no forward operator")?;
+        forward.validate().map_err(|e| format!("{name}: {e}"))?;
+        let y = forward
+            .infer(std::slice::from_ref(x))
+            .map_err(|e| format!("{name}: {e}"))?;
+        if y[0].shape != dy.shape {
+            return Err(format!(
+                "{name}: dy {} is not {}'s output {} on x {}",
+                show(&dy.shape),
+                forward.name(),
+                show(&y[0].shape),
+                show(&x.shape)
+            ));
+        }
+        let filter = match &forward {
+            ConvOp::Conv2d { window, groups, .. } => {
+                let c = x.shape[1].known().ok_or("conv2d needs known channels")?;
+                let dims = [oc, c / groups, window.kernel[0], window.kernel[1]];
+                Some(dims.iter().map(|&d| Dim::Known(d)).collect::<Vec<_>>())
+            }
+            _ => None,
+        };
+        match (self, filter) {
+            (GradOp::ConvGradInput { .. }, Some(w)) => {
+                let weight = &inputs[1];
+                need_f32(name, "weight", weight)?;
+                if weight.shape != w {
+                    return Err(format!(
+                        "{name}: weight {} is not conv2d's {}",
+                        show(&weight.shape),
+                        show(&w)
+                    ));
+                }
+                Ok(vec![x.clone()])
+            }
+            (GradOp::ConvGradFilter { .. }, Some(w)) => Ok(vec![TensorType::f32(w)]),
+            _ => Ok(vec![x.clone()]),
+        }
+    }
+
+    /// A conv-family backward's batch rule: as its forward operator's on x and dy (which
+    /// must agree); the weight gradient sums over the samples, so any batch couples, and
+    /// so does a batched weight.
+    fn window_batch(
+        &self,
+        forward: &ConvOp,
+        batch: &[Option<usize>],
+    ) -> Result<Option<usize>, String> {
+        let name = self.name();
+        let (bx, bdy) = (batch[0], batch[batch.len() - 1]);
+        if batch.len() == 3 && batch[1].is_some() {
+            return Err(format!(
+                "{name} sums over the weight, which carries the batch"
+            ));
+        }
+        let b = match (bx, bdy) {
+            (Some(a), Some(d)) if a != d => {
+                return Err(format!(
+                    "{name} pairs x's batch (axis {a}) with dy's (axis {d}): every sample meets every other"
+                ))
+            }
+            (a, d) => a.or(d),
+        };
+        if let (GradOp::ConvGradFilter { .. }, Some(_)) = (self, b) {
+            return Err(format!(
+                "{name} sums over the samples and positions, and x carries the batch"
+            ));
+        }
+        let t = TensorType::f32(Vec::new());
+        let out = forward.batch(std::slice::from_ref(&t), &[b], std::slice::from_ref(&t))?;
+        Ok(out[0])
     }
 }
 
@@ -282,7 +563,7 @@ fn gather_grad_batch(
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{couples, rule};
+    use crate::ops::testing::{couples, rule, tensor};
     use serde_json::json;
 
     #[test]
@@ -297,6 +578,77 @@ mod tests {
             rule("log_softmax_grad", sg(0), &pair),
             &["log_softmax_grad along axis 0"],
         );
+    }
+
+    #[test]
+    fn conv_backwards_follow_their_forward_operators() {
+        let conv = json!({ "kernel_size": [3, 3], "pads": [1, 1] });
+        let (x, w, dy) = (
+            ("N,3,8,8", Some(0)),
+            ("4,3,3,3", None),
+            ("N,4,8,8", Some(0)),
+        );
+        let r = rule("conv2d_grad_input", conv.clone(), &[x, w, dy]);
+        assert_eq!(r, Ok(vec![Some(0)]));
+        couples(
+            rule("conv2d_grad_filter", conv, &[x, dy]),
+            &["conv2d_grad_filter sums over the samples"],
+        );
+        let pool = json!({ "kernel_size": [2, 2], "strides": [2, 2] });
+        let r = rule(
+            "max_pool2d_grad",
+            pool.clone(),
+            &[("4,N,8,8", Some(1)), ("4,N,4,4", Some(1))],
+        );
+        assert_eq!(r, Ok(vec![Some(1)]));
+        couples(
+            rule(
+                "avg_pool2d_grad",
+                pool,
+                &[("4,3,8,8", Some(2)), ("4,3,4,4", Some(2))],
+            ),
+            &["slides its window along axis 2"],
+        );
+    }
+
+    #[test]
+    fn a_conv_backward_checks_dy_and_the_weight_against_its_forward() {
+        let infer = |op: &str, attrs: serde_json::Value, inputs: &[&str]| {
+            let attrs = attrs.as_object().cloned().unwrap_or_default();
+            let types: Vec<_> = inputs.iter().map(|t| tensor(t)).collect();
+            crate::ops::parse(op, &attrs).unwrap().infer(&types)
+        };
+        let conv = json!({ "kernel_size": [3, 3], "strides": [2, 2], "groups": 2 });
+        let out = infer("conv2d_grad_filter", conv.clone(), &["2,4,9,9", "2,6,4,4"]).unwrap();
+        assert_eq!(out[0], tensor("6,2,3,3"));
+        let e = infer("conv2d_grad_filter", conv.clone(), &["2,4,9,9", "2,6,5,5"]).unwrap_err();
+        assert!(e.contains("is not conv2d's output [2, 6, 4, 4]"), "{e}");
+        let e = infer(
+            "conv2d_grad_input",
+            conv,
+            &["2,4,9,9", "6,4,3,3", "2,6,4,4"],
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("weight [6, 4, 3, 3] is not conv2d's [6, 2, 3, 3]"),
+            "{e}"
+        );
+        let pool = json!({ "kernel_size": [2, 2], "ceil_mode": true, "strides": [2, 2] });
+        let out = infer("max_pool2d_grad", pool.clone(), &["1,2,5,5", "1,2,3,3"]).unwrap();
+        assert_eq!(out[0], tensor("1,2,5,5"));
+        assert!(infer("avg_pool2d_grad", pool, &["1,2,5,5", "1,2,2,2"]).is_err());
+        // Groups of 0 arriving already parsed are refused, not divided by.
+        let op = super::GradOp::ConvGradFilter {
+            window: crate::ops::conv::Window {
+                kernel: [1, 1],
+                strides: [1, 1],
+                pads: [0; 4],
+                dilations: [1, 1],
+                ceil_mode: false,
+            },
+            groups: 0,
+        };
+        assert!(op.validate().is_err());
     }
 
     #[test]

@@ -260,14 +260,7 @@ impl Op {
             }
             Op::MatMul(matmul::MatMulOp::MatMul) | Op::Norm(_) => Ok(()),
             Op::Param(p) => list("shape", p.shape.len()),
-            Op::Grad(grad::GradOp::UnaryGrad(elementwise::Unary::Clip { min, max }))
-                if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) =>
-            {
-                Err(format!(
-                    "unary_grad: clip bounds must be numbers, got min {min:?}, max {max:?}"
-                ))
-            }
-            Op::Grad(_) => Ok(()),
+            Op::Grad(g) => g.validate(),
             Op::Elementwise(elementwise::ElementwiseOp::Unary(elementwise::Unary::Clip {
                 min,
                 max,
@@ -439,6 +432,9 @@ impl Op {
         let flops = match self {
             Op::MatMul(o) => o.flops(&shapes(inputs), &shapes(outputs)),
             Op::Conv(o) => o.flops(&shapes(inputs), &shapes(outputs)),
+            Op::Grad(o) => o
+                .flops(&shapes(inputs), &shapes(outputs))
+                .unwrap_or(read.max(written)),
             Op::Norm(_) | Op::Loss(_) => read.saturating_mul(8),
             Op::Movement(_) | Op::Constant(_) | Op::Param(_) => 0,
             _ => read.max(written),

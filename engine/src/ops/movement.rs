@@ -896,11 +896,39 @@ pub fn reshape_target(dims: &[Dim], target: &[i64], allowzero: bool) -> Result<S
     Ok(out.into_iter().flatten().collect())
 }
 
+/// `v`'s `len` entries along axis `a` spread `k` apart with zeros between them: `span` =
+/// (len − 1)·k + 1 entries (a strided slice's gradient before its padding).
+fn spread(
+    g: &mut dyn GradContext,
+    v: &str,
+    a: usize,
+    len: usize,
+    k: usize,
+    span: usize,
+) -> Result<String, String> {
+    let mut s = g.shape(v)?;
+    s.insert(a + 1, 1);
+    let column = g.reshape(v, &s)?;
+    s[a + 1] = k - 1;
+    let zeros = g.zeros(&s)?;
+    let wide = g.emit("concat", json!({ "axis": a + 1 }), &[&column, &zeros])?;
+    s.remove(a + 1);
+    s[a] = len
+        .checked_mul(k)
+        .ok_or_else(|| format!("slice along axis {a}: the span overflows"))?;
+    let flat = g.reshape(&wide, &s)?;
+    g.emit(
+        "slice",
+        json!({ "starts": [0], "ends": [span], "axes": [a] }),
+        &[&flat],
+    )
+}
+
 impl MovementOp {
     /// Gradient rule. Views: dy reshaped back; transpose: the inverse permutation; concat:
     /// slices of dy; split: the parts' gradients concatenated (zeros for parts none
-    /// reaches); slice with step 1: dy padded with zeros; expand: broadcasting undone;
-    /// gather: `gather_grad` (a scatter-add). Strided slices have none yet.
+    /// reaches); slice: dy spread `step` apart (reversed for a negative step) and padded
+    /// with zeros; expand: broadcasting undone; gather: `gather_grad` (a scatter-add).
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
         if !g.needs(0) && !matches!(self, MovementOp::Concat { .. }) {
             return Ok(());
@@ -971,19 +999,43 @@ impl MovementOp {
             }
             MovementOp::Slice { .. } => {
                 let dims: Vec<Dim> = xs.iter().map(|&d| Dim::Known(d)).collect();
+                let axes = self.slice_axes(&dims)?;
+                if axes.iter().any(|&(_, _, _, len)| len == 0) {
+                    // Nothing was taken: x's gradient is zero.
+                    let dx = g.zeros(&xs)?;
+                    return g.input_grad(0, dx);
+                }
                 let mut v = g.dy()?;
-                for (a, start, step, len) in self.slice_axes(&dims)? {
-                    if step != 1 {
-                        return Err(format!(
-                            "slice with step {step} has no gradient rule yet (only step 1)"
-                        ));
+                for (a, start, step, len) in axes {
+                    let overflow = || format!("slice along axis {a}: the span overflows");
+                    let k = usize::try_from(step.unsigned_abs()).map_err(|_| overflow())?;
+                    // dy's entries land k apart from `first`, in reverse for a negative step.
+                    let span = (len - 1)
+                        .checked_mul(k)
+                        .and_then(|x| x.checked_add(1))
+                        .ok_or_else(overflow)?;
+                    let first = if step > 0 {
+                        start
+                    } else {
+                        start.checked_sub(span - 1).ok_or_else(overflow)?
+                    };
+                    if step < 0 {
+                        let end = -i64::try_from(len).map_err(|_| overflow())? - 1;
+                        v = g.emit(
+                            "slice",
+                            json!({ "starts": [-1], "ends": [end], "axes": [a], "steps": [-1] }),
+                            &[&v],
+                        )?;
+                    }
+                    if k > 1 {
+                        v = spread(g, &v, a, len, k, span)?;
                     }
                     let after = xs[a]
-                        .checked_sub(start)
-                        .and_then(|r| r.checked_sub(len))
+                        .checked_sub(first)
+                        .and_then(|r| r.checked_sub(span))
                         .ok_or("internal: slice past its axis")?;
                     let mut pieces = Vec::new();
-                    for (size, middle) in [(start, false), (len, true), (after, false)] {
+                    for (size, middle) in [(first, false), (span, true), (after, false)] {
                         if middle {
                             pieces.push(v.clone());
                         } else if size > 0 {

@@ -111,8 +111,8 @@ impl Lower for ConvOp {
     }
 }
 
-/// The window's geometry as kernel words.
-fn window_info(w: &Window) -> Result<Vec<u32>, String> {
+/// The window's geometry as kernel words (the conv family's backwards use it too).
+pub(super) fn window_info(w: &Window) -> Result<Vec<u32>, String> {
     [
         w.kernel[0],
         w.kernel[1],

@@ -1,7 +1,9 @@
 //! GPU lowering of the gradient family: `unary_grad` as an elementwise expression (so it
 //! fuses like the forward pointwise operators), in the generated per-element kernel; the
-//! softmax backwards as a row-sum pass into scratch and an element pass, and gather's
-//! backward as a loop over the indices per element of dx (`shaders/grad.wgsl`).
+//! softmax backwards as a row-sum pass into scratch and an element pass, gather's
+//! backward as a loop over the indices per element of dx, and the conv family's backwards
+//! as one pass per element of dx (or of the weight gradient) summing over the windows
+//! that meet it (`shaders/grad.wgsl`).
 
 use super::elementwise::elementwise_kernel;
 use super::Lower;
@@ -64,6 +66,7 @@ impl Lower for GradOp {
             GradOp::SoftmaxGrad { axis, log } => return softmax_grad(ctx, *axis, *log),
             GradOp::GatherGrad { axis } => return gather_grad(ctx, *axis),
             GradOp::UnaryGrad(_) => {}
+            _ => return window_grad(self, ctx),
         }
         let (inputs, outputs) = (ctx.inputs, ctx.outputs);
         let out = outputs
@@ -190,6 +193,63 @@ fn gather_grad(ctx: &LowerCtx, axis: i64) -> Result<Lowering, String> {
             "{}\n{}\n{main}",
             b.wgsl(),
             variant(SHADER, "gather_grad_value")
+        ),
+        slots: b.slots(),
+        info,
+        workgroups: dispatch_1d(threads, WG)?,
+    }]))
+}
+
+/// The conv family's backwards: one pass over the elements of the output, each summing
+/// over the windows that meet it (the weight gradient over samples and positions).
+fn window_grad(op: &GradOp, ctx: &LowerCtx) -> Result<Lowering, String> {
+    let name = op.name();
+    let (Some(x), Some(dy), Some(out)) =
+        (ctx.inputs.first(), ctx.inputs.last(), ctx.outputs.first())
+    else {
+        return Err(format!("internal: {name} takes x and dy"));
+    };
+    let (xs, ys) = (&x.shape, &dy.shape);
+    let (Some(forward), [n, c, h, w], [_, oc, oh, ow]) = (op.forward(1), &xs[..], &ys[..]) else {
+        return Err(format!("internal: {name} over {xs:?} and {ys:?}"));
+    };
+    let window = forward.window().ok_or("internal: no window")?;
+    let last = match op {
+        GradOp::ConvGradInput { groups, .. } | GradOp::ConvGradFilter { groups, .. } => *groups,
+        GradOp::AvgPoolGrad {
+            count_include_pad, ..
+        } => usize::from(*count_include_pad),
+        _ => 0,
+    };
+    let mut info = [*n, *c, *h, *w, *oc, *oh, *ow]
+        .iter()
+        .map(|&v| word(v))
+        .collect::<Result<Vec<_>, _>>()?;
+    info.extend(super::conv::window_info(window)?);
+    info.extend([word(last)?, word(window.pads[2])?, word(window.pads[3])?]);
+    let mut b = Bindings::new();
+    b.add("dst", Slot::Output(0), out.storage, true);
+    match op {
+        GradOp::ConvGradInput { .. } => {
+            let weight = ctx.inputs.get(1).ok_or("internal: no weight")?;
+            b.add("weight", Slot::Input(1), weight.storage, false);
+            b.add("dy", Slot::Input(2), dy.storage, false);
+        }
+        GradOp::AvgPoolGrad { .. } => b.add("dy", Slot::Input(1), dy.storage, false),
+        _ => {
+            b.add("x", Slot::Input(0), x.storage, false);
+            b.add("dy", Slot::Input(1), dy.storage, false);
+        }
+    }
+    let n_out = out.numel();
+    let (main, threads) = per_element_main(out.storage, n_out);
+    Ok(Lowering::Kernels(vec![Kernel {
+        label: name.into(),
+        source: format!(
+            "{}\n{}\n{}\n{main}",
+            b.wgsl(),
+            variant(SHADER, "window_taps"),
+            variant(SHADER, &format!("{name}_value"))
         ),
         slots: b.slots(),
         info,
