@@ -37,11 +37,14 @@ fn f(v: &Value, path: &[&str]) -> f64 {
     cur.as_f64().unwrap_or(f64::NAN)
 }
 
-/// Runs every workload and writes the report.
+/// Runs every workload and writes the report into the target folder (`CARGO_TARGET_DIR`
+/// where set, as cargo builds there).
 pub fn bench(root: &Path) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(&cargo, &["build", "--release", "-p", "sluice-server"])?;
-    let bin = root.join("target/release/sluice");
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| root.join(t));
+    let bin = target.join("release/sluice");
     let s = bin.to_str().context("non-UTF-8 path")?;
     let devices = sluice_json(s, &["devices"])?;
     let g = |name: &str| format!("assets/bench/{name}.json");
@@ -268,7 +271,7 @@ pub fn bench(root: &Path) -> Result<()> {
                   "transformer_b64": tb, "transformer_b64_unfused": tb_nf, "transformer_b64_mixed": tb_mixed,
                   "mixed": mixed.iter().map(|(st, a, b)| json!({ "f16_storage": st, "w1": a, "w2": b })).collect::<Vec<_>>() },
     });
-    let path = root.join("target/bench-report.json");
+    let path = target.join("bench-report.json");
     std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
     println!("{}", serde_json::to_string_pretty(&summary)?);
     println!("report: {}", path.display());
