@@ -37,13 +37,29 @@ fn f(v: &Value, path: &[&str]) -> f64 {
     cur.as_f64().unwrap_or(f64::NAN)
 }
 
-/// Runs every workload and writes the report.
-pub fn bench(root: &Path) -> Result<()> {
+/// Runs every workload (or only W4 with `only == ["w4"]`) and writes the report into the
+/// target folder (`CARGO_TARGET_DIR` where set, as cargo builds there).
+pub fn bench(root: &Path, only: &[String]) -> Result<()> {
+    let only_w4 = match only {
+        [] => false,
+        [w] if w == "w4" => true,
+        _ => bail!("usage: cargo xtask bench [w4]"),
+    };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(&cargo, &["build", "--release", "-p", "sluice-server"])?;
-    let bin = root.join("target/release/sluice");
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| root.join(t));
+    let bin = target.join("release/sluice");
     let s = bin.to_str().context("non-UTF-8 path")?;
     let devices = sluice_json(s, &["devices"])?;
+    let machine = json!({ "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "adapters": devices });
+    if only_w4 {
+        let w4 = w4(s, &devices)?;
+        return write_report(
+            &target.join("bench-report-w4.json"),
+            &json!({ "machine": machine, "summary": { "w4": w4["summary"] }, "runs": { "w4": w4["runs"] } }),
+        );
+    }
     let g = |name: &str| format!("assets/bench/{name}.json");
 
     // W1: matmul 1024³, including upload and readback; kernel GFLOP/s from timestamps.
@@ -211,6 +227,7 @@ pub fn bench(root: &Path) -> Result<()> {
             "mixed",
         ],
     )?;
+    let w4 = w4(s, &devices)?;
     let w3_fused = f(&w3, &["metrics", "wall_ns"]) / f(&w3, &["metrics", "samples"]);
     let w3_unfused = f(&w3_nf, &["metrics", "wall_ns"]) / f(&w3_nf, &["metrics", "samples"]);
     let summary = json!({
@@ -224,6 +241,7 @@ pub fn bench(root: &Path) -> Result<()> {
         "w3_ms_per_chain_fused": w3_fused / 1e6,
         "w3_ms_per_chain_unfused": w3_unfused / 1e6,
         "w3_fusion_speedup": w3_unfused / w3_fused,
+        "w4": w4["summary"],
         "w5": w5.iter().map(|r| json!({
             "microbatches": r["config"]["microbatches"],
             "samples_per_s": f(r, &["metrics", "throughput"]),
@@ -261,16 +279,236 @@ pub fn bench(root: &Path) -> Result<()> {
         })).collect::<Vec<_>>(),
     });
     let report = json!({
-        "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "adapters": devices },
+        "machine": machine,
         "summary": summary,
         "runs": { "w1": w1, "w2_prefetch2": w2, "w2_prefetch1": w2_k1, "w2_batch1": w2_b1, "w2_batch64": w2_b64,
-                  "w3_fused": w3, "w3_unfused": w3_nf, "w5_single": single, "w5_two_stage": w5, "w5_stream": w5_stream,
+                  "w3_fused": w3, "w3_unfused": w3_nf, "w4": w4["runs"], "w5_single": single, "w5_two_stage": w5, "w5_stream": w5_stream,
                   "transformer_b64": tb, "transformer_b64_unfused": tb_nf, "transformer_b64_mixed": tb_mixed,
                   "mixed": mixed.iter().map(|(st, a, b)| json!({ "f16_storage": st, "w1": a, "w2": b })).collect::<Vec<_>>() },
     });
-    let path = root.join("target/bench-report.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(&report)?)?;
     println!("{}", serde_json::to_string_pretty(&summary)?);
+    write_report(&target.join("bench-report.json"), &report)
+}
+
+fn write_report(path: &Path, report: &Value) -> Result<()> {
+    std::fs::write(path, serde_json::to_vec_pretty(report)?)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     println!("report: {}", path.display());
     Ok(())
+}
+
+/// W4's batch, and the steps of each run: the first `W4_WARMUP` are excluded, the median
+/// of the next `W4_TIMED` is the figure. Few, because the CPU reference device takes
+/// seconds per step at batch 256.
+const W4_BATCH: usize = 256;
+const W4_WARMUP: usize = 2;
+const W4_TIMED: usize = 8;
+
+/// The peer's W4 figure: Burn 0.22.1's wgpu backend on lavapipe (Mesa 25.0.7), median of
+/// 3 runs, each the median of 15 reps of 20 steps after a warm-up round of 20
+/// (`../shared/peers/burn-bench/RESULTS.md`, 5.21 steps/s).
+const PEER_W4_MS: f64 = 192.0;
+
+/// W4, measured as the peer measures it: one plain SGD step (lr 0.01) of the W2 MLP with
+/// softmax cross-entropy on a batch of 256 random samples (features uniform in [0, 1),
+/// labels uniform in 0..10), timed from the upload to the updated weights, warm-up steps
+/// excluded; in f32 and mixed precision, on the GPU and on the CPU reference device.
+fn w4(sluice: &str, adapters: &Value) -> Result<Value> {
+    let dir = std::env::temp_dir().join(format!("sluice-bench-w4-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let result = w4_in(sluice, adapters, &dir);
+    // Best effort: the data is a few megabytes of random numbers in a temp folder.
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn w4_in(sluice: &str, adapters: &Value, dir: &Path) -> Result<Value> {
+    let mut rng = SplitMix64(0x5eed_0004);
+    let mut data = |name: &str, samples: usize| -> Result<[String; 2]> {
+        let x: Vec<f32> = (0..samples * 784).map(|_| rng.unit()).collect();
+        let labels: Vec<i32> = (0..samples).map(|_| (rng.next() % 10) as i32).collect();
+        let paths = [
+            dir.join(format!("{name}_x.npy")),
+            dir.join(format!("{name}_labels.npy")),
+        ];
+        std::fs::write(&paths[0], npy("<f4", &[samples, 784], &x, f32::to_le_bytes))?;
+        std::fs::write(&paths[1], npy("<i4", &[samples], &labels, i32::to_le_bytes))?;
+        let [x, labels] = paths.map(|p| p.display().to_string());
+        Ok([format!("x={x}"), format!("labels={labels}")])
+    };
+    let train = data("train", W4_BATCH * (W4_WARMUP + W4_TIMED))?;
+    // One evaluation pass after the epoch, outside the timed steps.
+    let val = data("val", W4_BATCH)?;
+    let weights = dir.join("trained.safetensors").display().to_string();
+    let batch = W4_BATCH.to_string();
+    let mut summary = serde_json::Map::new();
+    let mut runs = serde_json::Map::new();
+    for device in ["gpu", "cpu"] {
+        for precision in ["f32", "mixed"] {
+            let mut args = vec!["train", "assets/bench/w4_train.json", "--data"];
+            args.extend(train.iter().map(String::as_str));
+            args.push("--val");
+            args.extend(val.iter().map(String::as_str));
+            args.extend([
+                "--epochs",
+                "1",
+                "--batch",
+                &batch,
+                "--device",
+                device,
+                "--precision",
+                precision,
+                "--output",
+                &weights,
+            ]);
+            let key = format!("{device}_{precision}");
+            let r = match sluice_json(sluice, &args) {
+                Ok(r) => r,
+                Err(e) => {
+                    println!("W4 {key}: {e:#}");
+                    summary.insert(key, json!({ "error": format!("{e:#}") }));
+                    continue;
+                }
+            };
+            let steps: Vec<f64> = r["step_ms"]
+                .as_array()
+                .context("sluice train --json gave no step_ms")?
+                .iter()
+                .filter_map(Value::as_f64)
+                .collect();
+            let Some(timed) = steps.get(W4_WARMUP..).filter(|t| !t.is_empty()) else {
+                bail!("W4 {key}: {} steps, none after the warm-up", steps.len());
+            };
+            let mut sorted = timed.to_vec();
+            sorted.sort_by(f64::total_cmp);
+            let median = if sorted.len() % 2 == 1 {
+                sorted[sorted.len() / 2]
+            } else {
+                (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2]) / 2.0
+            };
+            summary.insert(
+                key.clone(),
+                json!({
+                    "device": r["device"],
+                    "ms_per_step_median": median,
+                    "ms_per_step_mean": timed.iter().sum::<f64>() / timed.len() as f64,
+                    "ms_per_step_min": sorted[0],
+                    "ms_per_step_max": sorted[sorted.len() - 1],
+                    "timed_steps": timed.len(),
+                    "warmup_steps": W4_WARMUP,
+                    "warmup_ms": &steps[..W4_WARMUP],
+                    "loss_scale": r["loss_scale"],
+                    "skipped_steps": r["skipped_steps"],
+                }),
+            );
+            runs.insert(key, r);
+        }
+    }
+    let gpu = summary
+        .get("gpu_f32")
+        .and_then(|r| r["device"].as_str())
+        .unwrap_or_default();
+    // The adapter the GPU runs used ("llvmpipe (…) (Vulkan)" starts with its name).
+    let adapter = adapters["adapters"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|a| a["name"].as_str().is_some_and(|n| gpu.starts_with(n)))
+        })
+        .cloned()
+        .unwrap_or(Value::Null);
+    println!(
+        "W4 training step: MLP 784-512-512-10, batch {W4_BATCH}, softmax cross-entropy, SGD lr 0.01; \
+         ms/step = median of {W4_TIMED} steps after {W4_WARMUP} warm-up steps \
+         (each step: upload, forward, backward, readback of loss and gradients, update)"
+    );
+    println!(
+        "  GPU adapter: {} ({}), driver: {}",
+        adapter["name"].as_str().unwrap_or(gpu),
+        adapter["backend"].as_str().unwrap_or("?"),
+        adapter["driver"].as_str().unwrap_or("?")
+    );
+    for (key, what) in [
+        ("gpu_f32", "GPU f32"),
+        ("gpu_mixed", "GPU mixed"),
+        ("cpu_f32", "CPU device f32"),
+        ("cpu_mixed", "CPU device mixed"),
+    ] {
+        let r = &summary[key];
+        match r["ms_per_step_median"].as_f64() {
+            Some(ms) => println!(
+                "  {what:<17} {ms:>8.1} ms/step  (mean {:.1}, min {:.1}, max {:.1})",
+                f(r, &["ms_per_step_mean"]),
+                f(r, &["ms_per_step_min"]),
+                f(r, &["ms_per_step_max"]),
+            ),
+            None => println!("  {what:<17} failed"),
+        }
+    }
+    println!(
+        "  peer's figure: Burn 0.22.1 (wgpu, lavapipe Mesa 25.0.7) {PEER_W4_MS:.0} ms/step, \
+         from ../shared/peers/burn-bench/RESULTS.md (median of 3 runs; its \
+         SIDE-BY-SIDE-2026-12-03.md found a later machine about twice as fast, so compare \
+         runs made side by side)"
+    );
+    summary.insert("adapter".into(), adapter);
+    summary.insert(
+        "method".into(),
+        json!(format!(
+            "median of {W4_TIMED} steps after {W4_WARMUP} warm-up steps; batch {W4_BATCH}; random features in [0, 1) and labels in 0..10"
+        )),
+    );
+    summary.insert(
+        "peer".into(),
+        json!({
+            "engine": "Burn 0.22.1, wgpu backend, lavapipe Mesa 25.0.7",
+            "ms_per_step": PEER_W4_MS,
+            "source": "../shared/peers/burn-bench/RESULTS.md",
+        }),
+    );
+    Ok(json!({ "summary": summary, "runs": runs }))
+}
+
+/// `.npy` version 1 bytes of a little-endian array.
+fn npy<T: Copy, const N: usize>(
+    descr: &str,
+    shape: &[usize],
+    values: &[T],
+    bytes: fn(T) -> [u8; N],
+) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    let shape = match dims.as_slice() {
+        [one] => format!("({one},)"),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    // Magic (6), version (2) and length (2), then the header and a newline: 64-byte aligned.
+    let total = (10 + header.len() + 1).div_ceil(64) * 64;
+    header.push_str(&" ".repeat(total - 10 - header.len() - 1));
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for &v in values {
+        out.extend_from_slice(&bytes(v));
+    }
+    out
+}
+
+/// SplitMix64, for W4's random data.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1), from the top 24 bits.
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
 }

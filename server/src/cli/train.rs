@@ -74,6 +74,11 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
     let Some(eval_device) = step_devices.pop() else {
         bail!("no device to train on");
     };
+    let device_name = step_devices
+        .iter()
+        .map(|d| d.name())
+        .collect::<Vec<_>>()
+        .join(", ");
     let status = |s: &str| eprintln!("{s}…");
     let mut trainer = pollster::block_on(Trainer::on_devices(
         &graph,
@@ -114,10 +119,13 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         let epoch_start = Instant::now();
         let mut loss_sum = 0.0;
         let mut pipeline = PipelineFigures::default();
+        let mut step_ms = Vec::with_capacity(ep.batches());
         for k in 0..ep.batches() {
             let b = ep.batch(k)?;
+            let step_start = Instant::now();
             let step = pollster::block_on(trainer.step(&b))
                 .with_context(|| format!("epoch {}, step {}", epoch + 1, k + 1))?;
+            step_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
             if !step.loss.is_finite() {
                 bail!(
                     "epoch {}, step {}: the loss is {} (lower --lr, or add --clip-grad-norm)",
@@ -151,6 +159,10 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
             "metrics": eval.metrics.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "samples_per_s": samples_per_s,
             "seconds": seconds,
+            // Each step's wall time (upload, forward, backward, readback, update), for
+            // benchmarks, and the device the steps ran on.
+            "step_ms": step_ms,
+            "device": device_name,
             "lr": trainer.optimizer().config().lr_at(trainer.optimizer().state().step.saturating_sub(1)),
             "loss_scale": trainer.loss_scaler().map(|s| s.scale),
             "skipped_steps": trainer.loss_scaler().map(|s| s.skipped),
