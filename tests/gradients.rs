@@ -274,6 +274,14 @@ fn cases() -> Vec<Case> {
         json!({ "axis": -1 }),
         &[x(&[2, 3, 7], Any), ("i", &[9], Index(7))],
     ));
+    // Dropout in training: a fixed mask for a given seed and stream.
+    for (ratio, seed) in [(0.4, 3), (0.0, 0), (0.9, 4_000_000_000u32)] {
+        v.push(case(
+            "dropout_train",
+            json!({ "ratio": ratio, "seed": seed }),
+            &[x(&[5, 7], Any), ("stream", &[], Index(50))],
+        ));
+    }
     // Conv family: odd sizes, padding, strides, dilations, groups, bias on and off.
     v.push(case("global_avg_pool", json!({}), &[x(&[2, 3, 3, 5], Any)]));
     let convs: [(Value, &'static [usize]); 5] = [
