@@ -1,5 +1,6 @@
 //! Pipeline-parallel training: K steps of the digits MLP cut into 2 and 3 stages, with the
-//! 1F1B and GPipe schedules and M = 4 and 8 micro-batches, end with the weights of the
+//! 1F1B and GPipe schedules and M = 4 and 8 micro-batches (and of the digits CNN in 2
+//! stages at M = 4), end with the weights of the
 //! same K steps on one stage (same micro-batches, gradients accumulated), on the CPU
 //! device and on the GPU; each schedule stashes exactly the micro-batches its bound says.
 //! `-- --nocapture` prints the measured bubble and peak activation memory per stage.
@@ -103,11 +104,13 @@ fn worst_difference(a: &Weights, b: &Weights) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn pipelines_match_one_stage(gpu: bool) {
-    let graph = load_asset("assets/graphs/digits_mlp.json");
+fn pipelines_match_one_stage(model: &str, gpu: bool, configs: &[(usize, usize)]) {
+    let graph = load_asset(&format!("assets/graphs/{model}.json"));
     let batches = digits_batches(&graph, 32);
     let device = if gpu { "GPU" } else { "CPU device" };
-    for m in [4, 8] {
+    let mut micro_batches: Vec<usize> = configs.iter().map(|c| c.1).collect();
+    micro_batches.dedup();
+    for m in micro_batches {
         let (reference, none) = train(&graph, &batches, 1, m, TrainSchedule::OneFOneB, gpu);
         assert!(none.is_empty(), "one stage is not a pipeline");
         let initial = weights::init_weights(&graph, 3);
@@ -115,13 +118,13 @@ fn pipelines_match_one_stage(gpu: bool) {
             worst_difference(&reference, &initial) > 1e-3,
             "the steps change the weights"
         );
-        for stages in [2, 3] {
+        for stages in configs.iter().filter(|c| c.1 == m).map(|c| c.0) {
             for schedule in [TrainSchedule::OneFOneB, TrainSchedule::GPipe] {
                 let (w, stats) = train(&graph, &batches, stages, m, schedule, gpu);
                 let diff = worst_difference(&w, &reference);
                 let last = stats.last().expect("a pipelined step reports");
                 println!(
-                    "{device} S={stages} M={m} {:<5}: weights after {STEPS} steps within {diff:.1e} of one stage; bubble {:.3} (ideal {:.3}); peak stash per stage {:?} bytes, {:?} micro-batches",
+                    "{model} {device} S={stages} M={m} {:<5}: weights after {STEPS} steps within {diff:.1e} of one stage; bubble {:.3} (ideal {:.3}); peak stash per stage {:?} bytes, {:?} micro-batches",
                     schedule.name(),
                     last.bubble,
                     last.ideal_bubble,
@@ -144,14 +147,21 @@ fn pipelines_match_one_stage(gpu: bool) {
     }
 }
 
+/// (stages, micro-batches) for the MLP.
+const MLP: &[(usize, usize)] = &[(2, 4), (3, 4), (2, 8), (3, 8)];
+/// ... and for the CNN, whose steps take longer.
+const CNN: &[(usize, usize)] = &[(2, 4)];
+
 #[test]
 fn pipelined_steps_give_the_one_stage_weights_on_the_cpu_device() {
-    pipelines_match_one_stage(false);
+    pipelines_match_one_stage("digits_mlp", false, MLP);
+    pipelines_match_one_stage("digits_cnn", false, CNN);
 }
 
 #[test]
 fn pipelined_steps_give_the_one_stage_weights_on_the_gpu() {
-    pipelines_match_one_stage(true);
+    pipelines_match_one_stage("digits_mlp", true, MLP);
+    pipelines_match_one_stage("digits_cnn", true, CNN);
 }
 
 #[test]
