@@ -60,6 +60,8 @@ enum Values {
     Bool,
     /// i32 indices in [-n, n), repeating (not differentiated).
     Index(i32),
+    /// i32 class labels in [0, n) (not differentiated).
+    Class(i32),
     /// A random permutation of 0.05·(k − n/2) for k in 0..n: all distinct, 0.05 apart
     /// (more than 2ε), so no finite difference moves a maximum (max_pool2d).
     Distinct,
@@ -274,6 +276,53 @@ fn cases() -> Vec<Case> {
         json!({ "axis": -1 }),
         &[x(&[2, 3, 7], Any), ("i", &[9], Index(7))],
     ));
+    // Loss family: every reduction, label smoothing, more than one leading axis.
+    for attrs in [
+        json!({}),
+        json!({ "reduction": "sum" }),
+        json!({ "reduction": "none", "label_smoothing": 0.2 }),
+        json!({ "label_smoothing": 1.0 }),
+    ] {
+        v.push(case(
+            "softmax_cross_entropy",
+            attrs,
+            &[x(&[5, 7], Any), ("labels", &[5], Class(7))],
+        ));
+    }
+    v.push(case(
+        "softmax_cross_entropy",
+        json!({}),
+        &[x(&[2, 3, 11], Any), ("labels", &[2, 3], Class(11))],
+    ));
+    for attrs in [json!({}), json!({ "reduction": "none" })] {
+        v.push(case(
+            "nll_loss",
+            attrs,
+            &[x(&[5, 7], Any), ("labels", &[5], Class(7))],
+        ));
+    }
+    for op in ["mse_loss", "bce_with_logits"] {
+        for attrs in [
+            json!({}),
+            json!({ "reduction": "sum" }),
+            json!({ "reduction": "none" }),
+        ] {
+            v.push(case(
+                op,
+                attrs,
+                &[x(&[4, 3], Any), ("t", &[4, 3], Positive)],
+            ));
+        }
+    }
+    // reduce_max: distinct values, so differences never cross a tie.
+    for attrs in [
+        json!({}),
+        json!({ "axes": [1] }),
+        json!({ "axes": [0, 2], "keepdims": false }),
+    ] {
+        v.push(case("reduce_max", attrs, &[x(&[3, 4, 5], Distinct)]));
+    }
+    v.push(case("cast", json!({ "to": "f32" }), &[x(&[4, 3], Any)]));
     // Dropout in training: a fixed mask for a given seed and stream.
     for (ratio, seed) in [(0.4, 3), (0.0, 0), (0.9, 4_000_000_000u32)] {
         v.push(case(
@@ -360,11 +409,14 @@ fn values(rng: &mut Rng, shape: &[usize], how: Values) -> Tensor {
             Values::Grid(offset) => offset + 0.5 * (rng.uniform(-4.0, 4.0).floor()),
             Values::Bool => f32::from(rng.uniform(0.0, 1.0) < 0.5),
             Values::Index(n) => (rng.uniform(-1.0, 1.0) * n as f32).floor(),
+            Values::Class(n) => (rng.uniform(0.0, 1.0) * n as f32)
+                .floor()
+                .min(n as f32 - 1.0),
             Values::Distinct => 0.0,
         })
         .collect();
     match how {
-        Values::Index(_) => Tensor {
+        Values::Index(_) | Values::Class(_) => Tensor {
             shape: shape.to_vec(),
             data: TensorData::I32(data.iter().map(|&k| k as i32).collect()),
         },
@@ -384,7 +436,7 @@ fn loss_graph(c: &Case, rng: &mut Rng) -> Graph {
         .map(|(n, s, v)| {
             let dtype = match v {
                 Values::Bool => "bool",
-                Values::Index(_) => "i32",
+                Values::Index(_) | Values::Class(_) => "i32",
                 _ => "f32",
             };
             (n.to_string(), json!({ "shape": s, "dtype": dtype }))
@@ -583,7 +635,7 @@ fn every_rule_matches_finite_differences() {
         let wrt: Vec<&str> = c
             .inputs
             .iter()
-            .filter(|i| !matches!(i.2, Values::Bool | Values::Index(_)))
+            .filter(|i| !matches!(i.2, Values::Bool | Values::Index(_) | Values::Class(_)))
             .map(|i| i.0)
             .collect();
         let joint = match backward_wrt(&g, "loss", &wrt) {
