@@ -103,7 +103,7 @@ pub enum RunError {
     },
     /// A graph, run or tensor over one of the configured limits: refused before anything
     /// was allocated for it.
-    #[error("{0}")]
+    #[error(transparent)]
     Limit(#[from] LimitError),
     /// A plan from elsewhere (a server, a cache) is inconsistent: refused before a
     /// device sees it.

@@ -24,7 +24,7 @@ pub const LABELS: &str = "labels";
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
     /// A size over one of the limits, refused before it was allocated.
-    #[error("{0}")]
+    #[error(transparent)]
     Limit(#[from] LimitError),
     /// A CSV table could not be read.
     #[error("CSV {0}")]

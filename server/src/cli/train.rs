@@ -30,9 +30,6 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
     };
     let training = training_section(&graph, args)?;
     graph.doc.training = Some(training.clone());
-    if args.stages == 0 {
-        bail!("--stages must be at least 1");
-    }
     let epochs = args.epochs.or(training.epochs).unwrap_or(10);
     let batch = args.batch.or(training.batch).unwrap_or(32);
     let feed = Feed::new(graph.inputs.iter().map(|(n, _)| (n.clone(), n.clone())));
@@ -69,6 +66,19 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         loss_scaling: (args.precision != super::PrecisionArg::F32).then(LossScaler::default),
         seed: args.seed,
     };
+    super::check_counts(batch, args.microbatches, args.stages, 1)?;
+    // The pipeline's size against the limits before a device is opened for each stage.
+    sluice_engine::exec::check_run(
+        &graph,
+        &sluice_engine::exec::RunConfig {
+            batch,
+            microbatches: args.microbatches,
+            stages: args.stages,
+            ..Default::default()
+        },
+        None,
+        limits,
+    )?;
     let weights = load::weights(&args.graph, &graph)?;
     let mut step_devices = open_devices(args.device, args.stages + 1)?;
     let Some(eval_device) = step_devices.pop() else {
