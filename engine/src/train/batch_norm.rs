@@ -15,7 +15,6 @@
 //! (`n / (n − 1)`, n the values per channel). Evaluation keeps `batch_norm` itself, with
 //! the running statistics.
 
-use super::trainer::TrainError;
 use crate::exec::device::Values;
 use crate::graph::doc::NodeDoc;
 use crate::graph::Graph;
@@ -48,8 +47,8 @@ pub(crate) struct BatchStats {
 }
 
 /// The bound graph `graph` with every `batch_norm` normalising with its batch's
-/// statistics, and the statistics each exposes (none: the graph unchanged).
-pub(crate) fn training_batch_norm(graph: &Graph) -> Result<(Graph, Vec<BatchStats>), TrainError> {
+/// statistics, and the statistics each exposes (none: the graph unchanged); or why not.
+pub(crate) fn training_batch_norm(graph: &Graph) -> Result<(Graph, Vec<BatchStats>), String> {
     let mut doc = graph.doc.clone();
     let mut used: HashSet<String> = doc.inputs.keys().cloned().collect();
     used.extend(doc.nodes.iter().map(|n| n.id.clone()));
@@ -60,10 +59,10 @@ pub(crate) fn training_batch_norm(graph: &Graph) -> Result<(Graph, Vec<BatchStat
             continue;
         };
         let refuse = |why: String| {
-            TrainError::Setup(format!(
+            format!(
                 "batch norm '{}' cannot use its batch's statistics: {why}",
                 node.id
-            ))
+            )
         };
         let x = graph
             .input_types(ix)
@@ -157,7 +156,8 @@ pub(crate) fn training_batch_norm(graph: &Graph) -> Result<(Graph, Vec<BatchStat
     if stats.is_empty() {
         return Ok((graph.clone(), stats));
     }
-    let g = Graph::build_with(doc, &graph.limits).map_err(TrainError::EvalGraph)?;
+    let g = Graph::build_with(doc, &graph.limits)
+        .map_err(|p| format!("the step graph with batch statistics is invalid: {p}"))?;
     Ok((g, stats))
 }
 

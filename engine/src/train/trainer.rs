@@ -227,7 +227,7 @@ impl Trainer {
         };
         let (scaled, dropout) = training_dropout(&scaled, settings.seed)?;
         let bound = bind(&scaled, micro)?;
-        let (bound, batch_norms) = training_batch_norm(&bound)?;
+        let (bound, batch_norms) = training_batch_norm(&bound).map_err(TrainError::Setup)?;
         let joint = autodiff::backward(&bound, differentiated)?;
         let eval_graph =
             Graph::build_with(eval_doc(graph, &training, &loss_sources), &graph.limits)
