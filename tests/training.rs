@@ -449,3 +449,246 @@ fn dropout_is_real_in_training_and_draws_the_same_masks_on_every_device() {
     assert!(same <= TOLERANCE, "the GPU drew other masks: {same}");
     assert!(changed > 1e-2, "dropout changed nothing: {changed}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Batch norm in training mode, against PyTorch (`tests/data/training/digits_bn`)
+// ---------------------------------------------------------------------------------------
+
+/// conv2d → batch_norm → relu → flatten → linear → batch_norm (epsilon 1e-3, momentum
+/// 0.3) → relu → linear, trained with SGD (lr 0.1, momentum 0.9) in batches of 16.
+fn digits_bn() -> Graph {
+    let path = fixtures("digits_bn").join("graph.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    sluice_engine::load_graph(&text).unwrap_or_else(|p| panic!("{}: {p}", path.display()))
+}
+
+/// The largest difference relative to the reference's largest magnitude, or absolute
+/// when that is below 1e-2 (the gradients of a bias followed by batch norm are zero up
+/// to rounding).
+fn bn_error(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.shape, want.shape, "shapes differ");
+    let (g, w) = (got.to_f32_vec(), want.to_f32_vec());
+    let scale = w.iter().fold(1e-2f64, |m, v| m.max(f64::from(v.abs())));
+    let diff = g
+        .iter()
+        .zip(&w)
+        .fold(0f64, |m, (a, b)| m.max(f64::from((a - b).abs())));
+    diff / scale
+}
+
+/// Two training steps of `digits_bn` on the fixture's batches against PyTorch's train
+/// mode: the losses, the gradients of the first step ((init − step 1) / lr, a fresh
+/// momentum buffer), every weight and running statistic after each step, and the
+/// evaluation's logits (running statistics) after both.
+fn batch_norm_oracle(gpu: bool) {
+    let dir = fixtures("digits_bn");
+    let graph = digits_bn();
+    let init = safetensors_file(&graph, &dir.join("init.safetensors"));
+    let (step, eval) = devices(gpu);
+    let settings = TrainSettings {
+        batch: 16,
+        ..TrainSettings::default()
+    };
+    let mut trainer = pollster::block_on(Trainer::new(
+        &graph,
+        init.clone(),
+        settings,
+        step,
+        eval,
+        &|_| {},
+    ))
+    .expect("a trainer");
+    let mut errors: Vec<(String, f64)> = Vec::new();
+    for k in 0..2 {
+        let out = pollster::block_on(trainer.step(&batch(&dir, k))).expect("a step");
+        let want = npy_file(&dir.join(format!("loss{k}.npy")));
+        let loss = Tensor::f32(Vec::new(), vec![out.loss as f32]);
+        errors.push((format!("loss of step {}", k + 1), bn_error(&loss, &want)));
+        let want = safetensors_file(&graph, &dir.join(format!("step{}.safetensors", k + 1)));
+        for (key, w) in &want {
+            let e = bn_error(&trainer.params()[key], w);
+            errors.push((format!("step {} {key}", k + 1), e));
+        }
+        if k == 0 {
+            for (key, w0) in &init {
+                let path = dir.join(format!("grad.{key}.npy"));
+                if !path.exists() {
+                    continue;
+                }
+                let (a, b) = (w0.to_f32_vec(), trainer.params()[key].to_f32_vec());
+                let g: Vec<f32> = a.iter().zip(&b).map(|(a, b)| (a - b) / 0.1).collect();
+                let got = Tensor::f32(w0.shape.clone(), g);
+                errors.push((format!("grad {key}"), bn_error(&got, &npy_file(&path))));
+            }
+        }
+    }
+    let logits = sluice_engine::cpu::run(&bind_all(&graph, 16), trainer.params(), &batch(&dir, 0))
+        .expect("runs")
+        .into_iter()
+        .find(|(name, _)| name == "logits")
+        .map(|(_, t)| t)
+        .expect("logits");
+    let want = npy_file(&dir.join("eval_logits0.npy"));
+    errors.push(("eval logits".into(), bn_error(&logits, &want)));
+    let worst = errors.iter().map(|e| e.1).fold(0.0, f64::max);
+    let running: Vec<&(String, f64)> = errors
+        .iter()
+        .filter(|(n, _)| n.ends_with(".mean") || n.ends_with(".var"))
+        .collect();
+    println!(
+        "batch norm vs PyTorch ({}): {} comparisons, worst {worst:.1e}; running statistics {:?}",
+        if gpu { "GPU" } else { "CPU" },
+        errors.len(),
+        running
+    );
+    for (name, e) in &errors {
+        assert!(*e <= TOLERANCE, "{name}: {e:.2e} from PyTorch");
+    }
+    assert_eq!(
+        errors
+            .iter()
+            .filter(|(n, _)| n.starts_with("grad "))
+            .count(),
+        10
+    );
+}
+
+#[test]
+fn batch_norm_training_steps_match_pytorch_on_the_cpu() {
+    batch_norm_oracle(false);
+}
+
+#[test]
+fn batch_norm_training_steps_match_pytorch_on_the_gpu() {
+    batch_norm_oracle(true);
+}
+
+#[test]
+fn batch_norm_steps_update_the_running_statistics_that_evaluation_uses() {
+    let dir = fixtures("digits_bn");
+    let graph = digits_bn();
+    let init = safetensors_file(&graph, &dir.join("init.safetensors"));
+    let (step, eval) = devices(false);
+    let settings = TrainSettings {
+        batch: 16,
+        ..TrainSettings::default()
+    };
+    let mut trainer = pollster::block_on(Trainer::new(
+        &graph,
+        init.clone(),
+        settings,
+        step,
+        eval,
+        &|_| {},
+    ))
+    .expect("a trainer");
+    let data = batch(&dir, 0);
+    // Evaluation with the initial running statistics (mean 0, var 1) is not the step's
+    // normalisation with the batch's statistics.
+    let before = pollster::block_on(trainer.evaluate(&data)).expect("evaluates");
+    let out = pollster::block_on(trainer.step(&data)).expect("a step");
+    println!(
+        "batch 0 with the initial weights: train-mode loss {:.6}, evaluation loss {:.6}",
+        out.loss, before.loss
+    );
+    assert!((out.loss - before.loss).abs() > 1e-3);
+    let largest_change = |a: &Tensor, b: &Tensor| -> f32 {
+        let (a, b) = (a.to_f32_vec(), b.to_f32_vec());
+        a.iter()
+            .zip(&b)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+    };
+    for key in ["bn1.mean", "bn1.var", "bn2.mean", "bn2.var"] {
+        let moved = largest_change(&trainer.params()[key], &init[key]);
+        println!("{key} moved by up to {moved:.4}");
+        assert!(moved > 1e-2, "{key} did not change: {moved}");
+    }
+    // Evaluation uses the updated statistics: its loss is the one of the graph run with
+    // the trainer's weights, and differs from the one with the initial statistics.
+    let mut stale = trainer.params().clone();
+    for key in ["bn1.mean", "bn1.var", "bn2.mean", "bn2.var"] {
+        stale.insert(key.to_string(), init[key].clone());
+    }
+    let after = pollster::block_on(trainer.evaluate(&data)).expect("evaluates");
+    let run = |w: &Weights| -> (f64, Tensor) {
+        let out = sluice_engine::cpu::run(&bind_all(&graph, 16), w, &data).expect("runs");
+        let get = |name: &str| out.iter().find(|(n, _)| n == name).expect(name).1.clone();
+        (f64::from(get("loss").to_f32_vec()[0]), get("logits"))
+    };
+    let ((fresh, logits), (old, stale_logits)) = (run(trainer.params()), run(&stale));
+    let apart = largest_change(&logits, &stale_logits);
+    println!("evaluation after a step: loss {:.6} (the graph with the new statistics {fresh:.6}, with the initial ones {old:.6}; their logits differ by up to {apart:.4})", after.loss);
+    assert!((after.loss - fresh).abs() < 1e-5);
+    assert!(apart > 1e-2, "{apart}");
+}
+
+#[test]
+fn batch_norm_training_gives_the_same_weights_on_the_cpu_device_and_the_gpu() {
+    let graph = digits_bn();
+    let (a, b) = devices(false);
+    let cpu = three_steps(&graph, a, b);
+    let (a, b) = devices(true);
+    let gpu = three_steps(&graph, a, b);
+    let same = worst_difference(&gpu, &cpu);
+    println!("batch norm, 3 steps: GPU within {same:.1e} of the CPU device");
+    assert!(same <= TOLERANCE, "{same}");
+}
+
+#[test]
+fn batch_norm_refuses_gradient_accumulation_naming_the_node() {
+    let graph = digits_bn();
+    let (step, eval) = devices(false);
+    let settings = TrainSettings {
+        batch: 16,
+        microbatches: 2,
+        ..TrainSettings::default()
+    };
+    let init = weights::init_weights(&graph, 0);
+    let e = match pollster::block_on(Trainer::new(&graph, init, settings, step, eval, &|_| {})) {
+        Ok(_) => panic!("accumulating over a batch norm was accepted"),
+        Err(e) => e.to_string(),
+    };
+    println!("{e}");
+    assert!(
+        e.contains("batch norm 'bn1'") && e.contains("--microbatches 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn batch_norm_trains_in_pipeline_stages_as_on_one_device() {
+    let dir = fixtures("digits_bn");
+    let graph = digits_bn();
+    let init = safetensors_file(&graph, &dir.join("init.safetensors"));
+    let train = |stages: usize| -> Weights {
+        let settings = TrainSettings {
+            batch: 16,
+            stages,
+            ..TrainSettings::default()
+        };
+        let step: Vec<Box<dyn Device>> = (0..stages)
+            .map(|_| Box::new(CpuDevice::new()) as Box<dyn Device>)
+            .collect();
+        let mut trainer = pollster::block_on(Trainer::on_devices(
+            &graph,
+            init.clone(),
+            settings,
+            step,
+            Box::new(CpuDevice::new()),
+            &|_| {},
+        ))
+        .unwrap_or_else(|e| panic!("{stages} stages: {e}"));
+        for k in 0..2 {
+            pollster::block_on(trainer.step(&batch(&dir, k))).expect("a step");
+        }
+        if let Some(stats) = trainer.pipeline_stats() {
+            assert_eq!(stats.busy_ms.len(), stages);
+            assert!(stats.peak_stash_bytes.iter().all(|&b| b > 0), "{stats:?}");
+        }
+        trainer.params().clone()
+    };
+    let (one, two) = (train(1), train(2));
+    let apart = worst_difference(&two, &one);
+    println!("batch norm, 2 stages: within {apart:.1e} of one device");
+    assert!(apart <= 1e-6, "{apart}");
+}

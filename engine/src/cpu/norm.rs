@@ -51,7 +51,7 @@ pub fn eval<T: Host>(op: &NormOp, x: &T, params: &[&T]) -> Result<T, String> {
                 }
             }
         }
-        NormOp::BatchNorm { epsilon } => {
+        NormOp::BatchNorm { epsilon, .. } => {
             let c = dims[1];
             let inner: usize = dims[2..].iter().product();
             let p: Vec<&[T::F]> = params

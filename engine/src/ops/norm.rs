@@ -1,6 +1,7 @@
 //! Normalisation family: `softmax`, `log_softmax` (any axis), `layer_norm` (over the
-//! trailing axes from `axis`, learned scale and bias), `batch_norm` (inference, running
-//! statistics as weights). Kernels: `shaders/norm.wgsl`.
+//! trailing axes from `axis`, learned scale and bias), `batch_norm` (running statistics as
+//! weights; training steps replace it by a composition normalising with the batch's
+//! statistics, `train::trainer`). Kernels: `shaders/norm.wgsl`.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
 use super::backward::{GradContext, Ref};
@@ -26,12 +27,15 @@ const LN_ATTRS: &[AttrSpec] = &[
     ),
     optional("epsilon", AttrKind::Float, "1e-5", "Added to the variance."),
 ];
-const BN_ATTRS: &[AttrSpec] = &[optional(
-    "epsilon",
-    AttrKind::Float,
-    "1e-5",
-    "Added to the variance.",
-)];
+const BN_ATTRS: &[AttrSpec] = &[
+    optional("epsilon", AttrKind::Float, "1e-5", "Added to the variance."),
+    optional(
+        "momentum",
+        AttrKind::Float,
+        "0.1",
+        "Training: weight of a step's batch statistics in the running ones, in [0, 1].",
+    ),
+];
 
 /// Schemas of the family.
 pub const SCHEMAS: &[OpSchema] = &[
@@ -65,7 +69,7 @@ pub const SCHEMAS: &[OpSchema] = &[
     OpSchema {
         name: "batch_norm",
         family: FAMILY,
-        doc: "Inference batch norm over channel axis 1 with running mean and variance.",
+        doc: "Batch norm over channel axis 1: running mean and variance in inference, the batch's statistics in training steps.",
         inputs: Arity::Fixed(&["x"]),
         outputs: &["y"],
         attrs: BN_ATTRS,
@@ -94,6 +98,9 @@ pub enum NormOp {
     BatchNorm {
         /// Epsilon.
         epsilon: f32,
+        /// How much of a training step's batch statistics goes into the running ones
+        /// (PyTorch's `momentum`); inference ignores it.
+        momentum: f32,
     },
 }
 
@@ -108,9 +115,19 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<NormOp> {
             axis: r.int("axis"),
             epsilon: r.float("epsilon"),
         },
-        "batch_norm" => NormOp::BatchNorm {
-            epsilon: r.float("epsilon"),
-        },
+        "batch_norm" => {
+            let momentum = r.float("momentum");
+            if !(0.0..=1.0).contains(&momentum) {
+                r.reject(
+                    "momentum",
+                    format!("momentum must be within [0, 1], got {momentum}"),
+                );
+            }
+            NormOp::BatchNorm {
+                epsilon: r.float("epsilon"),
+                momentum,
+            }
+        }
         _ => return None,
     })
 }
@@ -250,7 +267,7 @@ impl NormOp {
                 }
                 Ok(())
             }
-            NormOp::BatchNorm { epsilon } => {
+            NormOp::BatchNorm { epsilon, .. } => {
                 let c = *xs.get(1).ok_or("batch_norm needs [N, C, ...]")?;
                 let mut bshape = vec![c];
                 bshape.resize(rank - 1, 1);

@@ -3,9 +3,11 @@
 //! CSV reader; [`spirals`]: the generated spirals dataset), the optimisers ([`optim`]),
 //! dynamic loss scaling ([`scaler`]), checkpoints ([`checkpoint`]) and the loop's engine
 //! side ([`trainer`]: the joint graph compiled for steps, the forward graph for
-//! evaluation, gradient accumulation; [`pipeline`]: steps cut into stages on several
+//! evaluation, gradient accumulation; `batch_norm`: batch norm with the batch's
+//! statistics in steps; [`pipeline`]: steps cut into stages on several
 //! devices, 1F1B or GPipe).
 
+mod batch_norm;
 pub mod checkpoint;
 pub mod csv;
 pub mod data;

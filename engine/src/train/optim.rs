@@ -27,7 +27,7 @@ pub enum OptimError {
         /// What is wrong.
         message: String,
     },
-    /// A parameter has no gradient, or one of another shape.
+    /// A gradient of no parameter, or of another shape than its parameter's.
     #[error("parameter '{key}': {message}")]
     Gradient {
         /// The parameter's key.
@@ -120,20 +120,25 @@ impl Optimizer {
         Ok(())
     }
 
-    /// Takes one step: updates every parameter of `params` with its gradient from
+    /// Takes one step: updates every parameter of `params` that has a gradient in
     /// `grads` (same key, same shape), after clipping the global norm when configured.
-    /// Parameters without a gradient are an error: a trainer passes exactly its
-    /// trainable parameters.
+    /// Parameters without one (weights the loss does not depend on, batch norm's running
+    /// statistics) are left alone, as PyTorch leaves those whose `.grad` is None; a
+    /// gradient of no parameter is an error.
     pub fn step(
         &mut self,
         params: &mut Weights,
         grads: &Weights,
     ) -> Result<StepReport, OptimError> {
-        let mut keys: Vec<&String> = params.keys().collect();
+        let mut keys: Vec<&String> = grads.keys().collect();
         keys.sort();
         let mut sum_sq = 0.0f64;
         for key in &keys {
-            let g = gradient(key, &params[*key], grads)?;
+            let p = params.get(*key).ok_or_else(|| OptimError::Gradient {
+                key: key.to_string(),
+                message: "a gradient of no parameter".into(),
+            })?;
+            let g = gradient(key, p, grads)?;
             sum_sq += g.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>();
         }
         let grad_norm = sum_sq.sqrt();
@@ -369,11 +374,14 @@ mod tests {
         assert!(bad(OptimizerConfig { rule: beta, ..d }).contains("beta1"));
         let mut opt = Optimizer::new(d).unwrap();
         let mut params = one("w", &[1.0, 2.0]);
+        // Without a gradient, a parameter is left alone.
+        opt.step(&mut params, &Weights::new()).unwrap();
+        assert_eq!(params, one("w", &[1.0, 2.0]));
         let e = opt
-            .step(&mut params, &Weights::new())
+            .step(&mut params, &one("v", &[1.0, 2.0]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("'w'") && e.contains("no gradient"), "{e}");
+        assert!(e.contains("'v'") && e.contains("no parameter"), "{e}");
         let e = opt
             .step(&mut params, &one("w", &[1.0]))
             .unwrap_err()

@@ -12,8 +12,11 @@
 //! with 1F1B or GPipe; the gradients are summed the same way. Evaluation runs the forward graph over any
 //! number of samples and computes the loss and the metrics on the host from its outputs
 //! with the CPU reference of the loss operator, so its answer does not depend on how the
-//! samples were batched.
+//! samples were batched. A step's batch norms normalise with the batch's statistics and
+//! update their running ones afterwards (`train/batch_norm.rs`); evaluation uses the
+//! running ones.
 
+use super::batch_norm::{training_batch_norm, BatchStats};
 use super::optim::{OptimError, Optimizer, StepReport};
 use super::scaler::LossScaler;
 use crate::autodiff::{self, AutodiffError};
@@ -151,6 +154,9 @@ pub struct Trainer {
     eval_session: Session,
     /// (weight key, joint-graph output holding its gradient).
     grads: Vec<(String, String)>,
+    /// The batch norms normalising with their batch's statistics in steps, whose running
+    /// statistics each step updates.
+    batch_norms: Vec<BatchStats>,
     /// The loss node's operator and operands, evaluated on the host.
     loss_op: Op,
     loss_sources: Vec<Source>,
@@ -161,7 +167,8 @@ pub struct Trainer {
 impl Trainer {
     /// Checks the graph for training, builds the joint graph and the evaluation graph and
     /// compiles them on `step_device` and `eval_device` with `weights` (every weight of
-    /// the graph; all of them are trained).
+    /// the graph; those the loss depends on are trained, and batch norms' running
+    /// statistics are updated from each step's batch).
     pub async fn new(
         graph: &Graph,
         weights: Weights,
@@ -220,6 +227,7 @@ impl Trainer {
         };
         let (scaled, dropout) = training_dropout(&scaled, settings.seed)?;
         let bound = bind(&scaled, micro)?;
+        let (bound, batch_norms) = training_batch_norm(&bound).map_err(TrainError::Setup)?;
         let joint = autodiff::backward(&bound, differentiated)?;
         let eval_graph =
             Graph::build_with(eval_doc(graph, &training, &loss_sources), &graph.limits)
@@ -300,6 +308,7 @@ impl Trainer {
             last_pipeline: None,
             eval_session,
             grads: joint.params.into_iter().map(|g| (g.of, g.output)).collect(),
+            batch_norms,
             loss_op,
             loss_sources,
             params: weights,
@@ -403,6 +412,7 @@ impl Trainer {
         let m = self.settings.microbatches;
         let mut sum: Option<Weights> = None;
         let mut loss = 0.0f64;
+        let mut last = Values::new();
         for mut outputs in self.run_micro_batches(batch).await? {
             loss += scalar(&outputs, &self.training.loss)?;
             let acc = sum.get_or_insert_with(Weights::new);
@@ -417,6 +427,7 @@ impl Trainer {
                     }
                 }
             }
+            last = outputs;
         }
         let mut grads = sum.unwrap_or_default();
         if m > 1 {
@@ -433,6 +444,14 @@ impl Trainer {
             }
         }
         let update = self.optimizer.step(&mut self.params, &grads)?;
+        // Batch norms allow one micro-batch (`check_accumulation`): `last` is the batch.
+        for bn in &self.batch_norms {
+            bn.update(&mut self.params, &last)
+                .map_err(|message| RunError::Op {
+                    node: bn.node.clone(),
+                    message,
+                })?;
+        }
         let params = std::mem::take(&mut self.params);
         let written = self.write_step_weights(&params);
         self.params = params;
@@ -664,6 +683,15 @@ fn check_accumulation(
         return Err(TrainError::Setup(format!(
             "accumulating gradients over {microbatches} micro-batches averages them, which gives the batch's gradient only for a loss operator with reduction \"mean\"; '{}' is not one (train with --microbatches 1)",
             training.loss
+        )));
+    }
+    if let Some((_, node, _)) = graph
+        .op_nodes()
+        .find(|(_, _, op)| matches!(op, Op::Norm(crate::ops::norm::NormOp::BatchNorm { .. })))
+    {
+        return Err(TrainError::Setup(format!(
+            "batch norm '{}' normalises with its batch's statistics in training, which combine the samples, so accumulating gradients over {microbatches} micro-batches would change them; train with --microbatches 1",
+            node.id
         )));
     }
     let semantics = graph.batch_semantics();

@@ -529,17 +529,168 @@ def table(name: str, rows: list):
         print(f"  {fname:<40} {str(v.dtype):<8} {str(list(v.shape)):<16} {vals}")
 
 
+# ---------------------------------------------------------------------------------------
+# Batch norm in training mode (tests/data/training/digits_bn/graph.json)
+# ---------------------------------------------------------------------------------------
+
+BN_BATCH = 16
+BN_SGD = dict(lr=0.1, momentum=0.9)
+
+
+class BnModel(nn.Module):
+    """digits_bn/graph.json by hand: conv2d(1→4, 3x3, pad 1) → BatchNorm2d → relu → flatten
+    → linear(256→16) → BatchNorm1d(eps 1e-3, momentum 0.3) → relu → linear(16→10)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(4)
+        self.fc1 = nn.Linear(256, 16)
+        self.bn2 = nn.BatchNorm1d(16, eps=1e-3, momentum=0.3)
+        self.fc2 = nn.Linear(16, 10)
+
+    def forward(self, x, labels):
+        h = F.relu(self.bn1(self.conv1(x.reshape(-1, 1, 8, 8))))
+        h = F.relu(self.bn2(self.fc1(torch.flatten(h, 1))))
+        logits = self.fc2(h)
+        return logits, F.cross_entropy(logits, labels)
+
+
+BN_KEYS = {"weight": "scale", "bias": "bias", "running_mean": "mean", "running_var": "var"}
+
+
+def bn_sluice(model: BnModel, grads: bool = False) -> dict:
+    """Weights (or the gradients of the trainable ones) under Sluice keys and layouts."""
+    out = {}
+    for name, t in model.state_dict().items():
+        layer, pname = name.split(".")
+        if pname == "num_batches_tracked":
+            continue
+        if isinstance(getattr(model, layer), nn.BatchNorm1d | nn.BatchNorm2d):
+            pname = BN_KEYS[pname]
+        if grads:
+            p = dict(model.named_parameters()).get(name)
+            if p is None:
+                continue  # running statistics: no gradient
+            t = p.grad
+        a = t.detach().double().numpy()
+        if isinstance(getattr(model, layer), nn.Linear) and pname == "weight":
+            a = a.T
+        out[f"{layer}.{pname}"] = np.ascontiguousarray(a.astype(np.float32))
+    return out
+
+
+def make_bn(out_dir: Path) -> dict:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    d = load_digits()
+    x = (d.data / 16.0).astype(np.float32)
+    y = d.target.astype(np.int32)
+    batches = [(x[i * BN_BATCH:(i + 1) * BN_BATCH], y[i * BN_BATCH:(i + 1) * BN_BATCH]) for i in (0, 1)]
+    torch.manual_seed(SEED)
+    model = BnModel()
+    files = {}
+
+    def save(fname, value, what):
+        if isinstance(value, dict):
+            safetensors.numpy.save_file(value, str(out_dir / fname), metadata={"what": what})
+            files[fname] = {"what": what, "tensors": {k: list(v.shape) for k, v in sorted(value.items())}}
+        else:
+            value = np.asarray(value)
+            np.save(out_dir / fname, value)
+            files[fname] = {"what": what, "shape": list(value.shape), "dtype": str(value.dtype)}
+
+    save("init.safetensors", bn_sluice(model),
+         f"initial weights: torch.manual_seed({SEED}), PyTorch default init, layers in graph order; "
+         "batch norms: scale 1, bias 0, running mean 0, running var 1")
+    for i, (bx, by) in enumerate(batches):
+        lo = i * BN_BATCH
+        save(f"x{i}.npy", bx, f"batch {i}: load_digits samples {lo}..{lo + BN_BATCH}, features / 16, f32 [16, 64]")
+        save(f"labels{i}.npy", by, f"batch {i}: their labels, i32 [16]")
+    model = model.double().train()
+    opt = torch.optim.SGD(model.parameters(), **BN_SGD)
+    losses = []
+    for i, (bx, by) in enumerate(batches):
+        opt.zero_grad(set_to_none=True)
+        _, loss = model(torch.from_numpy(bx).double(), torch.from_numpy(by).long())
+        loss.backward()
+        losses.append(loss.item())
+        if i == 0:
+            for k, g in bn_sluice(model, grads=True).items():
+                save(f"grad.{k}.npy", g, f"d loss0 / d {k} on batch 0 (train mode: batch statistics), f32")
+        opt.step()
+        if i == 0:
+            save("step1.safetensors", bn_sluice(model),
+                 f"after 1 SGD step {BN_SGD} on batch 0 in train mode: weights and running statistics")
+        save(f"loss{i}.npy", np.float32(losses[-1]), f"train-mode loss of step {i + 1} (batch {i}), f32 []")
+    save("step2.safetensors", bn_sluice(model),
+         f"after 2 SGD steps {BN_SGD} on batch 0 then batch 1: weights and running statistics")
+    model.eval()
+    with torch.no_grad():
+        logits, _ = model(torch.from_numpy(batches[0][0]).double(), torch.from_numpy(batches[0][1]).long())
+    save("eval_logits0.npy", logits.numpy().astype(np.float32),
+         "eval-mode logits (running statistics) on batch 0 after the 2 steps, f32 [16, 10]")
+    manifest = {
+        "graph": "tests/data/training/digits_bn/graph.json",
+        "generator": "tests/data/training/make_fixtures.py (make_bn)",
+        "versions": {"torch": torch.__version__, "numpy": np.__version__, "python": platform.python_version()},
+        "precision": "computed in float64 (model and data cast to double), saved as float32",
+        "batch_norm": "PyTorch train mode: normalised with the batch mean and biased variance; running = "
+                      "(1 - momentum) * running + momentum * batch statistic, the variance unbiased (n / (n - 1))",
+        "optimizer": dict(BN_SGD, kind="sgd", steps=2, batches=[0, 1]),
+        "values": {"loss0": losses[0], "loss1": losses[1]},
+        "files": files,
+    }
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def check_bn(out_dir: Path) -> list:
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    init = safetensors.numpy.load_file(str(out_dir / "init.safetensors"))
+    rows = []
+    problems = []
+    for fname in manifest["files"]:
+        if fname.endswith(".safetensors"):
+            for k, v in sorted(safetensors.numpy.load_file(str(out_dir / fname)).items()):
+                if v.shape != init[k].shape or v.dtype != np.float32 or not np.all(np.isfinite(v)):
+                    problems.append(f"{fname}:{k}: {v.dtype} {v.shape}")
+                rows.append((f"{fname}:{k}", v))
+        else:
+            rows.append((fname, np.load(out_dir / fname)))
+    # After one momentum-SGD step from a fresh buffer, w = init - lr * grad.
+    step1 = safetensors.numpy.load_file(str(out_dir / "step1.safetensors"))
+    for k in init:
+        g = out_dir / f"grad.{k}.npy"
+        if g.exists():
+            err = np.max(np.abs(init[k] - BN_SGD["lr"] * np.load(g).astype(np.float64) - step1[k]))
+            if err > 1e-6:
+                problems.append(f"step1.safetensors:{k}: init - lr*grad is off by {err}")
+        elif not k.endswith((".mean", ".var")):
+            problems.append(f"{k}: no gradient")
+    if problems:
+        raise SystemExit("digits_bn: " + "\n  ".join(["fixtures failed their checks:"] + problems))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=HERE, help="folder for <graph>/ (default: beside this script)")
     ap.add_argument("--check-only", action="store_true", help="only re-load and check the files already there")
+    ap.add_argument("--only", choices=GRAPHS + ["digits_bn"], help="make (or check) one set of fixtures")
     args = ap.parse_args()
     torch.set_num_threads(1)  # the same reduction order every time
     for name in GRAPHS:
+        if args.only not in (None, name):
+            continue
         out_dir = args.out / name
         if not args.check_only:
             make(name, out_dir)
         table(name, check(name, out_dir))
+    if args.only in (None, "digits_bn"):
+        out_dir = args.out / "digits_bn"
+        if not args.check_only:
+            make_bn(out_dir)
+        table("digits_bn", check_bn(out_dir))
     print(f"\nall fixtures checked (torch {torch.__version__}, python {platform.python_version()}, {sys.platform})")
 
 

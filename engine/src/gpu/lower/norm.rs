@@ -121,7 +121,7 @@ impl Lower for NormOp {
                     workgroups: dispatch_1d(rows, WG)?,
                 }]))
             }
-            NormOp::BatchNorm { epsilon } => {
+            NormOp::BatchNorm { epsilon, .. } => {
                 let inner: usize = x[2..].iter().product();
                 for (k, name) in ["scale", "bias", "mean", "variance"].iter().enumerate() {
                     b.add(name, Slot::Param(k), param(k), false);
