@@ -187,3 +187,38 @@ fn a_pipeline_needs_a_device_per_stage() {
         "{err}"
     );
 }
+
+#[test]
+fn bad_pipeline_settings_are_refused_before_any_work() {
+    let d = root().join("assets/datasets/digits");
+    let x = format!("x={}", d.join("features.npy").display());
+    let labels = format!("labels={}", d.join("labels.npy").display());
+    let graph = root().join("assets/graphs/digits_mlp.json");
+    for (extra, expected) in [
+        (&["--stages", "100000"][..], "over the limit of 16 stages"),
+        (&["--stages", "0"][..], "--stages must be at least 1"),
+        (
+            &["--stages", "9", "--device", "cpu"][..],
+            "9 stages for 5 operator nodes",
+        ),
+        (
+            &["--schedule", "pipedream"][..],
+            "unknown training schedule",
+        ),
+        (
+            &["--stages", "2", "--microbatches", "3", "--device", "cpu"][..],
+            "does not split into 3 equal micro-batches",
+        ),
+    ] {
+        let out = sluice_tests::sluice()
+            .args(["train", &graph.display().to_string(), "--data", &x, &labels])
+            .args(["--epochs", "1"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} was accepted");
+        assert!(stderr.contains(expected), "{extra:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{extra:?}: {stderr}");
+    }
+}

@@ -5,12 +5,13 @@
 //! side ([`trainer`]: the joint graph compiled for steps, the forward graph for
 //! evaluation, gradient accumulation; `batch_norm`: batch norm with the batch's
 //! statistics in steps; [`pipeline`]: steps cut into stages on several
-//! devices, 1F1B or GPipe).
+//! devices, 1F1B or GPipe; [`error`]: what they refuse).
 
 mod batch_norm;
 pub mod checkpoint;
 pub mod csv;
 pub mod data;
+pub mod error;
 pub mod optim;
 #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
 pub mod pipeline;

@@ -20,7 +20,7 @@
 //! and the step returns each micro-batch's outputs (loss, gradients), so its gradients
 //! are those of one stage.
 
-use super::trainer::TrainError;
+use super::error::TrainError;
 use crate::autodiff::{Joint, Origin};
 use crate::error::RunError;
 use crate::exec::device::{Device, Executable, TraceContext, Values};

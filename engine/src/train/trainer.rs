@@ -17,9 +17,10 @@
 //! running ones.
 
 use super::batch_norm::{training_batch_norm, BatchStats};
-use super::optim::{OptimError, Optimizer, StepReport};
+pub use super::error::TrainError;
+use super::optim::{Optimizer, StepReport};
 use super::scaler::LossScaler;
-use crate::autodiff::{self, AutodiffError};
+use crate::autodiff;
 use crate::cpu;
 use crate::error::RunError;
 use crate::exec::dataset::{bind, slice_axis};
@@ -28,32 +29,11 @@ use crate::exec::schedule::TrainSchedule;
 use crate::exec::session::{RunContext, Session};
 use crate::exec::RunConfig;
 use crate::graph::training::{MetricKind, TrainingDoc};
-use crate::graph::{Graph, GraphDoc, NodeKind, Problems};
+use crate::graph::{Graph, GraphDoc, NodeKind};
 use crate::ops::Op;
 use crate::plan::{HalfStorage, Precision};
 use crate::tensor::{Tensor, TensorData};
 use crate::weights::Weights;
-
-/// Errors of training.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    /// The graph cannot be trained as configured (no loss, a loss that is not a scalar,
-    /// a coupling that gradient accumulation would change, ...).
-    #[error("cannot train: {0}")]
-    Setup(String),
-    /// Building the joint graph failed.
-    #[error(transparent)]
-    Autodiff(#[from] AutodiffError),
-    /// The evaluation graph (the forward graph without its loss) did not build.
-    #[error("the evaluation graph is invalid: {0}")]
-    EvalGraph(Problems),
-    /// Running on a device failed.
-    #[error(transparent)]
-    Run(#[from] RunError),
-    /// The optimiser refused its settings or the gradients.
-    #[error(transparent)]
-    Optim(#[from] OptimError),
-}
 
 /// How to train, besides the graph's own training section.
 #[derive(Debug, Clone, PartialEq)]
