@@ -306,7 +306,7 @@ const W4_TIMED: usize = 8;
 
 /// The peer's W4 figure: Burn 0.22.1's wgpu backend on lavapipe (Mesa 25.0.7), median of
 /// 3 runs, each the median of 15 reps of 20 steps after a warm-up round of 20
-/// (`../shared/peers/burn-bench/RESULTS.md`, 5.21 steps/s).
+/// (5.21 steps/s; where and how it was measured: docs/design.md, "The peer's W4 figure").
 const PEER_W4_MS: f64 = 192.0;
 
 /// W4, measured as the peer measures it: one plain SGD step (lr 0.01) of the W2 MLP with
@@ -447,9 +447,8 @@ fn w4_in(sluice: &str, adapters: &Value, dir: &Path) -> Result<Value> {
     }
     println!(
         "  peer's figure: Burn 0.22.1 (wgpu, lavapipe Mesa 25.0.7) {PEER_W4_MS:.0} ms/step, \
-         from ../shared/peers/burn-bench/RESULTS.md (median of 3 runs; its \
-         SIDE-BY-SIDE-2026-12-03.md found a later machine about twice as fast, so compare \
-         runs made side by side)"
+         measured on another machine of this kind (median of 3 runs; see docs/design.md, \
+         \"The peer's W4 figure\": a reference point, not a side-by-side comparison)"
     );
     summary.insert("adapter".into(), adapter);
     summary.insert(
@@ -463,7 +462,7 @@ fn w4_in(sluice: &str, adapters: &Value, dir: &Path) -> Result<Value> {
         json!({
             "engine": "Burn 0.22.1, wgpu backend, lavapipe Mesa 25.0.7",
             "ms_per_step": PEER_W4_MS,
-            "source": "../shared/peers/burn-bench/RESULTS.md",
+            "source": "docs/design.md, \"The peer's W4 figure\"",
         }),
     );
     Ok(json!({ "summary": summary, "runs": runs }))
