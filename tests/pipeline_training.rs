@@ -11,7 +11,7 @@ use sluice_engine::exec::schedule::TrainSchedule;
 use sluice_engine::gpu::GpuDevice;
 use sluice_engine::graph::Graph;
 use sluice_engine::train::trainer::{TrainSettings, Trainer};
-use sluice_engine::train::{Batching, Dataset, Feed};
+use sluice_engine::train::{Batching, Feed};
 use sluice_engine::weights::{self, Weights};
 use sluice_tests::{load_asset, root};
 
@@ -21,14 +21,7 @@ const STEPS: usize = 3;
 const TOLERANCE: f32 = 1e-5;
 
 fn digits_batches(graph: &Graph, batch: usize) -> Vec<Values> {
-    let d = root().join("assets/datasets/digits");
-    let read = |f: &str| std::fs::read(d.join(f)).unwrap();
-    let (features, labels) = (read("features.npy"), read("labels.npy"));
-    let data = Dataset::from_npy(
-        &[("x", features.as_slice()), ("labels", labels.as_slice())],
-        &graph.limits,
-    )
-    .unwrap();
+    let data = sluice_tests::digits(&graph.limits);
     let feed = Feed::new([("x", "x"), ("labels", "labels")]);
     let ep = data.epoch(0, &Batching::new(batch, 7), &feed).unwrap();
     (0..STEPS).map(|k| ep.batch(k).unwrap()).collect()

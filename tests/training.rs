@@ -300,14 +300,7 @@ fn mixed_precision_backs_off_from_an_overflowing_loss_scale_and_keeps_training()
     use sluice_engine::train::scaler::LossScaler;
     use sluice_engine::train::{Batching, Dataset, Feed};
     let graph = load_asset("assets/graphs/digits_mlp.json");
-    let d = root().join("assets/datasets/digits");
-    let read = |f: &str| std::fs::read(d.join(f)).unwrap();
-    let (features, labels) = (read("features.npy"), read("labels.npy"));
-    let data = Dataset::from_npy(
-        &[("x", features.as_slice()), ("labels", labels.as_slice())],
-        &graph.limits,
-    )
-    .unwrap();
+    let data = sluice_tests::digits(&graph.limits);
     // Inputs scaled by 1000: the first layer's weight gradients, times the loss scale,
     // are far past 16-bit storage's 65504 until the scale backs off.
     let scaled = |t: &Tensor| {
@@ -399,15 +392,8 @@ fn digits_mlp_with_dropout(ratio: f64) -> Graph {
 
 /// The weights after three steps of 32 digits each.
 fn three_steps(graph: &Graph, step: Box<dyn Device>, eval: Box<dyn Device>) -> Weights {
-    use sluice_engine::train::{Batching, Dataset, Feed};
-    let d = root().join("assets/datasets/digits");
-    let read = |f: &str| std::fs::read(d.join(f)).unwrap();
-    let (features, labels) = (read("features.npy"), read("labels.npy"));
-    let data = Dataset::from_npy(
-        &[("x", features.as_slice()), ("labels", labels.as_slice())],
-        &graph.limits,
-    )
-    .unwrap();
+    use sluice_engine::train::{Batching, Feed};
+    let data = sluice_tests::digits(&graph.limits);
     let ep = data
         .epoch(
             0,

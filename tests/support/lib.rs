@@ -218,3 +218,17 @@ pub fn case_inputs(graph: &Graph, case: &op_cases::OpCase, seed: u64) -> HashMap
     }
     inputs
 }
+
+/// The shipped digits dataset (`assets/datasets/digits`) as graph inputs `x` and `labels`.
+pub fn digits(limits: &sluice_engine::limits::Limits) -> sluice_engine::train::Dataset {
+    let d = root().join("assets/datasets/digits");
+    let read = |f: &str| {
+        std::fs::read(d.join(f)).unwrap_or_else(|e| panic!("{}: {e}", d.join(f).display()))
+    };
+    let (features, labels) = (read("features.npy"), read("labels.npy"));
+    sluice_engine::train::Dataset::from_npy(
+        &[("x", features.as_slice()), ("labels", labels.as_slice())],
+        limits,
+    )
+    .unwrap_or_else(|e| panic!("the digits dataset: {e}"))
+}
