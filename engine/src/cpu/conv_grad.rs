@@ -79,6 +79,16 @@ pub fn eval<T: Host>(op: &GradOp, inputs: &[&T], out: &[usize]) -> Result<T, Str
     Ok(T::from_floats(out.to_vec(), data))
 }
 
+/// (input channels, output channels) per group, when `groups` divides both counts.
+fn group_sizes(name: &str, groups: usize, c: usize, oc: usize) -> Result<(usize, usize), String> {
+    match (c.checked_div(groups), oc.checked_div(groups)) {
+        (Some(cg), Some(per_group)) if cg * groups == c && per_group * groups == oc => {
+            Ok((cg, per_group))
+        }
+        _ => Err(format!("{name}: {groups} groups for {c} and {oc} channels")),
+    }
+}
+
 /// dx of conv2d: dx[n, c, ih, iw] = Σ over the output channels of c's group and the taps
 /// (kh, kw) whose window covers (ih, iw) of dy[n, oc, oh, ow] · weight[oc, c mod C/g, kh,
 /// kw].
@@ -91,14 +101,7 @@ pub fn conv2d_grad_input<F: Float>(
     groups: usize,
 ) -> Result<Vec<F>, String> {
     let [kh_n, kw_n] = win.kernel;
-    let (Some(cg), Some(per_group)) = (c.checked_div(groups), oc_n.checked_div(groups)) else {
-        return Err("conv2d_grad_input: groups of 0".into());
-    };
-    if cg * groups != c || per_group * groups != oc_n {
-        return Err(format!(
-            "conv2d_grad_input: {groups} groups for {c} and {oc_n} channels"
-        ));
-    }
+    let (cg, per_group) = group_sizes("conv2d_grad_input", groups, c, oc_n)?;
     check(weight, &[oc_n, cg, kh_n, kw_n], "weight")?;
     let mut dx = Vec::with_capacity(n * c * h * w);
     for ni in 0..n {
@@ -141,14 +144,7 @@ pub fn conv2d_grad_filter<F: Float>(
     groups: usize,
 ) -> Result<Vec<F>, String> {
     let [kh_n, kw_n] = win.kernel;
-    let (Some(cg), Some(per_group)) = (c.checked_div(groups), oc_n.checked_div(groups)) else {
-        return Err("conv2d_grad_filter: groups of 0".into());
-    };
-    if cg * groups != c || per_group * groups != oc_n {
-        return Err(format!(
-            "conv2d_grad_filter: {groups} groups for {c} and {oc_n} channels"
-        ));
-    }
+    let (cg, per_group) = group_sizes("conv2d_grad_filter", groups, c, oc_n)?;
     let mut dw = Vec::with_capacity(oc_n * cg * kh_n * kw_n);
     for oc in 0..oc_n {
         let g = oc / per_group.max(1);
