@@ -239,6 +239,7 @@ const LAYERS: &[&[&str]] = &[
     &["cpu", "gpu"],
     &["precision"],
     &["train"],
+    &["onnx"],
 ];
 
 fn layer(module: &str) -> Option<usize> {

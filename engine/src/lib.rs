@@ -15,6 +15,7 @@ pub mod gpu;
 pub mod graph;
 pub mod limits;
 pub mod npy;
+pub mod onnx;
 pub mod ops;
 pub mod plan;
 pub mod precision;

@@ -1,0 +1,1606 @@
+//! ONNX → Sluice: a model's graph walked in its (topological) order, each node folded on
+//! the host (constants and shape arithmetic), passed through (`Identity`, inference
+//! `Dropout`), or written as Sluice nodes. Most operators map by rule — the Sluice name
+//! is the ONNX name in snake_case, attributes keep their names, constant inputs become
+//! the attributes named after them ([`CONST_INPUTS`]) — and the rest have a function here.
+//! Initialisers become weights. Everything that cannot be imported is collected, each
+//! problem naming its node, and reported once.
+
+use super::fold::{self, SymInts};
+use super::proto::{self, attribute_type, data_type, AttributeProto, GraphProto, NodeProto};
+use super::tensor::{self, Elements, ExternalData, HostTensor};
+use super::{ImportError, Imported, Unsupported};
+use crate::dtype::DType;
+use crate::graph::doc::{GraphDoc, InputDecl, NodeDoc, ParamsDoc};
+use crate::graph::{Limits, FORMAT};
+use crate::ops::attrs::AttrKind;
+use crate::ops::{self, TensorType};
+use crate::shape::Dim;
+use crate::weights::Weights;
+use serde_json::{json, Map, Value as Json};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Oldest and newest standard opsets the importer reads (the operators it maps are
+/// followed through opset 23; 24 and 25 changed none of their semantics for the types
+/// Sluice reads).
+pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=25;
+
+/// Constants (`constant` nodes) up to this many elements stay in the graph file; larger
+/// float tensors become weights read by `param`.
+const INLINE_ELEMENTS: usize = 64;
+
+/// ONNX inputs that Sluice takes as attributes (they must be known at import): operator,
+/// input index, attribute name.
+pub(super) const CONST_INPUTS: &[(&str, usize, &str)] = &[
+    ("Reshape", 1, "shape"),
+    ("Expand", 1, "shape"),
+    ("Squeeze", 1, "axes"),
+    ("Unsqueeze", 1, "axes"),
+    ("Slice", 1, "starts"),
+    ("Slice", 2, "ends"),
+    ("Slice", 3, "axes"),
+    ("Slice", 4, "steps"),
+    ("Split", 1, "sizes"),
+    ("Clip", 1, "min"),
+    ("Clip", 2, "max"),
+    ("ReduceSum", 1, "axes"),
+    ("ReduceMean", 1, "axes"),
+    ("ReduceMax", 1, "axes"),
+    ("ReduceMin", 1, "axes"),
+    ("ReduceProd", 1, "axes"),
+    ("ReduceL2", 1, "axes"),
+    ("TopK", 1, "k"),
+    ("Tile", 1, "repeats"),
+    ("Pad", 1, "pads"),
+    ("Pad", 2, "constant_value"),
+    ("Pad", 3, "axes"),
+    ("Resize", 1, "roi"),
+    ("Resize", 2, "scales"),
+    ("Resize", 3, "sizes"),
+    ("CumSum", 1, "axis"),
+    ("Trilu", 1, "k"),
+    ("OneHot", 1, "depth"),
+    ("OneHot", 2, "values"),
+    ("Range", 0, "start"),
+    ("Range", 1, "limit"),
+    ("Range", 2, "delta"),
+    ("Dropout", 1, "ratio"),
+];
+
+/// ONNX attribute names that Sluice spells differently: operator, ONNX name, Sluice name.
+pub(super) const RENAMES: &[(&str, &str, &str)] = &[
+    ("Split", "split", "sizes"),
+    ("Conv", "group", "groups"),
+    ("ConvTranspose", "group", "groups"),
+    ("Conv", "kernel_shape", "kernel_size"),
+    ("ConvTranspose", "kernel_shape", "kernel_size"),
+    ("MaxPool", "kernel_shape", "kernel_size"),
+    ("AveragePool", "kernel_shape", "kernel_size"),
+];
+
+/// ONNX attributes Sluice has no use for, accepted at these values only (anything else
+/// would change the answer): operator ("" for all), attribute, accepted integer value
+/// (`None`: any value).
+const IGNORED: &[(&str, &str, Option<i64>)] = &[
+    ("MaxPool", "storage_order", Some(0)),
+    ("BatchNormalization", "momentum", None),
+    ("BatchNormalization", "spatial", Some(1)),
+    ("BatchNormalization", "training_mode", Some(0)),
+    ("LayerNormalization", "stash_type", Some(1)),
+    ("Dropout", "seed", None),
+    ("Dropout", "training_mode", Some(0)),
+    ("Gemm", "broadcast", None),
+    ("Split", "num_outputs", None),
+    ("Cast", "saturate", None),
+    ("", "auto_pad", None),
+];
+
+/// ONNX defaults that differ from the Sluice operator's default: operator, attribute
+/// (Sluice name), ONNX's default.
+const ONNX_DEFAULTS: &[(&str, &str, &str)] = &[
+    ("ArgMax", "axis", "0"),
+    ("ArgMax", "keepdims", "true"),
+    ("ArgMin", "axis", "0"),
+    ("ArgMin", "keepdims", "true"),
+    ("Concat", "axis", "0"),
+];
+
+/// ONNX operators whose Sluice name is not their snake_case name.
+pub(super) const NAMES: &[(&str, &str)] = &[
+    ("MatMul", "matmul"),
+    ("ArgMax", "argmax"),
+    ("ArgMin", "argmin"),
+    ("Conv", "conv2d"),
+    ("MaxPool", "max_pool2d"),
+    ("AveragePool", "avg_pool2d"),
+    ("GlobalAveragePool", "global_avg_pool"),
+    ("ConvTranspose", "conv_transpose2d"),
+    ("BatchNormalization", "batch_norm"),
+    ("LayerNormalization", "layer_norm"),
+    ("InstanceNormalization", "instance_norm"),
+    ("GroupNormalization", "group_norm"),
+    ("RMSNormalization", "rms_norm"),
+    ("GatherND", "gather_nd"),
+    ("ScatterND", "scatter_nd"),
+    ("TopK", "top_k"),
+    ("CumSum", "cumsum"),
+    ("PRelu", "prelu"),
+    ("LSTM", "lstm"),
+    ("GRU", "gru"),
+];
+
+/// Operators with weights taken from initialiser inputs: operator, and per ONNX input
+/// the Sluice weight name (`None`: a data input).
+pub(super) const WEIGHT_INPUTS: &[(&str, &[Option<&str>])] = &[
+    ("Conv", &[None, Some("weight"), Some("bias")]),
+    ("ConvTranspose", &[None, Some("weight"), Some("bias")]),
+    (
+        "BatchNormalization",
+        &[None, Some("scale"), Some("bias"), Some("mean"), Some("var")],
+    ),
+    ("LayerNormalization", &[None, Some("scale"), Some("bias")]),
+    (
+        "InstanceNormalization",
+        &[None, Some("scale"), Some("bias")],
+    ),
+    ("GroupNormalization", &[None, Some("scale"), Some("bias")]),
+    ("RMSNormalization", &[None, Some("scale")]),
+];
+
+/// An ONNX operator's Sluice name.
+pub fn sluice_name(op_type: &str) -> String {
+    if let Some((_, n)) = NAMES.iter().find(|(o, _)| *o == op_type) {
+        return (*n).to_string();
+    }
+    let mut out = String::new();
+    let chars: Vec<char> = op_type.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_ascii_uppercase() {
+            let prev_lower = i > 0 && !chars[i - 1].is_ascii_uppercase();
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_ascii_lowercase());
+            if i > 0 && (prev_lower || next_lower) {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What an ONNX value is during the import.
+#[derive(Debug, Clone)]
+enum Value {
+    /// Known now (an initialiser, a `Constant`, a folded computation).
+    Known(HostTensor),
+    /// An integer vector with symbolic entries (folded shape arithmetic).
+    Shape(SymInts),
+    /// Computed by the Sluice graph: a reference and its type.
+    Graph(String, TensorType),
+    /// Produced by a node that could not be imported (already reported).
+    Failed,
+}
+
+/// The import of one model.
+struct Importer<'a> {
+    limits: &'a Limits,
+    external: &'a dyn ExternalData,
+    opset: i64,
+    values: HashMap<String, Value>,
+    /// Sluice references of known values already written as graph nodes.
+    materialised: HashMap<String, String>,
+    nodes: Vec<NodeDoc>,
+    inputs: BTreeMap<String, InputDecl>,
+    weights: Weights,
+    used_ids: HashSet<String>,
+    /// Types of the Sluice graph's values by reference.
+    types: HashMap<String, TensorType>,
+    unsupported: Vec<Unsupported>,
+    folded: usize,
+}
+
+/// Imports a decoded model.
+pub fn import_model(
+    model: &proto::ModelProto,
+    external: &dyn ExternalData,
+    limits: &Limits,
+) -> Result<Imported, ImportError> {
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .ok_or_else(|| ImportError::Model("the model imports no standard ONNX opset".into()))?;
+    if !OPSETS.contains(&opset) {
+        return Err(ImportError::Model(format!(
+            "opset {opset} is outside the opsets {} to {} Sluice imports",
+            OPSETS.start(),
+            OPSETS.end()
+        )));
+    }
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| ImportError::Model("the model has no graph".into()))?;
+    if graph.node.len() > limits.max_nodes.saturating_mul(4) {
+        return Err(ImportError::Model(format!(
+            "{} nodes is far over the limit of {} (--max-nodes)",
+            graph.node.len(),
+            limits.max_nodes
+        )));
+    }
+    let mut im = Importer {
+        limits,
+        external,
+        opset,
+        values: HashMap::new(),
+        materialised: HashMap::new(),
+        nodes: Vec::new(),
+        inputs: BTreeMap::new(),
+        weights: Weights::new(),
+        used_ids: HashSet::new(),
+        types: HashMap::new(),
+        unsupported: Vec::new(),
+        folded: 0,
+    };
+    im.read_initialisers(graph)?;
+    im.read_inputs(graph);
+    for node in &graph.node {
+        im.node(node);
+    }
+    let outputs = im.outputs(graph);
+    if !im.unsupported.is_empty() {
+        return Err(ImportError::Unsupported(im.unsupported));
+    }
+    let name = if graph.name.is_empty() {
+        "imported".to_string()
+    } else {
+        graph.name.clone()
+    };
+    let doc = GraphDoc {
+        format: FORMAT.to_string(),
+        name,
+        inputs: im.inputs,
+        nodes: im.nodes,
+        outputs,
+        params: ParamsDoc::default(),
+        layout: BTreeMap::new(),
+        stages: BTreeMap::new(),
+        training: None,
+    };
+    Ok(Imported {
+        doc,
+        weights: im.weights,
+        opset,
+        onnx_nodes: graph.node.len(),
+        folded: im.folded,
+    })
+}
+
+impl Importer<'_> {
+    fn read_initialisers(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
+        let mut bytes: u64 = 0;
+        for t in &graph.initializer {
+            let host = tensor::decode(t, &t.name, self.external, self.limits)?;
+            bytes = bytes.saturating_add(host.len() as u64 * 4);
+            if bytes > self.limits.max_host_bytes {
+                return Err(ImportError::Model(format!(
+                    "the initialisers need more than {} bytes (--max-host-bytes)",
+                    self.limits.max_host_bytes
+                )));
+            }
+            self.values.insert(t.name.clone(), Value::Known(host));
+        }
+        Ok(())
+    }
+
+    fn read_inputs(&mut self, graph: &GraphProto) {
+        for input in &graph.input {
+            if self.values.contains_key(&input.name) {
+                continue; // an initialiser listed as an input (IR version < 4)
+            }
+            match self.input_decl(input) {
+                Ok(decl) => {
+                    let id = self.fresh_id(&input.name);
+                    let ty = TensorType {
+                        shape: decl.shape.clone(),
+                        dtype: decl.dtype,
+                    };
+                    self.inputs.insert(id.clone(), decl);
+                    self.values.insert(input.name.clone(), Value::Graph(id, ty));
+                }
+                Err(what) => {
+                    self.unsupported.push(Unsupported {
+                        node: input.name.clone(),
+                        op_type: "graph input".into(),
+                        what,
+                    });
+                    self.values.insert(input.name.clone(), Value::Failed);
+                }
+            }
+        }
+    }
+
+    fn input_decl(&self, input: &proto::ValueInfoProto) -> Result<InputDecl, String> {
+        let tensor = input
+            .r#type
+            .as_ref()
+            .and_then(|t| t.tensor_type.as_ref())
+            .ok_or("not a tensor (sequences, maps and optionals are not supported)")?;
+        let dtype = match tensor.elem_type {
+            data_type::FLOAT | data_type::FLOAT16 | data_type::DOUBLE | data_type::BFLOAT16 => {
+                DType::F32
+            }
+            data_type::INT64
+            | data_type::INT32
+            | data_type::INT16
+            | data_type::INT8
+            | data_type::UINT8
+            | data_type::UINT16
+            | data_type::UINT32 => DType::I32,
+            data_type::BOOL => DType::Bool,
+            other => {
+                return Err(format!(
+                    "element type {} is not supported",
+                    data_type::name(other)
+                ))
+            }
+        };
+        let dims = &tensor
+            .shape
+            .as_ref()
+            .ok_or("its rank is unknown (Sluice needs every input's rank)")?
+            .dim;
+        if dims.len() > self.limits.max_rank {
+            return Err(format!("rank {} is over --max-rank", dims.len()));
+        }
+        let shape = dims
+            .iter()
+            .enumerate()
+            .map(|(axis, d)| match (d.dim_value, &d.dim_param) {
+                (Some(v), _) if v >= 0 => Ok(Dim::Known(v as usize)),
+                (_, Some(p)) if !p.is_empty() => Ok(Dim::Sym(symbol(p))),
+                _ if axis == 0 => Ok(Dim::Sym("N".into())),
+                _ => Err(format!(
+                    "axis {axis} has no size and no name; Sluice needs it (only the first axis may be left open, as the batch)"
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(InputDecl { shape, dtype })
+    }
+
+    /// A fresh node id from an ONNX name: `:` replaced, cut to the name limit, unique.
+    fn fresh_id(&mut self, name: &str) -> String {
+        let mut base: String = name
+            .chars()
+            .map(|c| if c == ':' || c.is_control() { '_' } else { c })
+            .collect();
+        let max = self.limits.max_name_len.saturating_sub(8).max(8);
+        if base.len() > max {
+            let mut cut = max;
+            while !base.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            base.truncate(cut);
+        }
+        if base.is_empty() {
+            base = "v".into();
+        }
+        let mut id = base.clone();
+        let mut k = 1;
+        while !self.used_ids.insert(id.clone()) {
+            k += 1;
+            id = format!("{base}_{k}");
+        }
+        id
+    }
+
+    fn report(&mut self, node: &NodeProto, what: impl Into<String>) {
+        self.unsupported.push(Unsupported {
+            node: node_label(node),
+            op_type: node.op_type.clone(),
+            what: what.into(),
+        });
+    }
+
+    fn fail_outputs(&mut self, node: &NodeProto) {
+        for o in &node.output {
+            self.values.insert(o.clone(), Value::Failed);
+        }
+    }
+
+    fn input(&self, node: &NodeProto, i: usize) -> Option<&Value> {
+        node.input
+            .get(i)
+            .filter(|n| !n.is_empty())
+            .and_then(|n| self.values.get(n))
+    }
+
+    fn node(&mut self, node: &NodeProto) {
+        if !node.domain.is_empty() && node.domain != "ai.onnx" {
+            self.report(
+                node,
+                format!("operator domain '{}' is not supported", node.domain),
+            );
+            return self.fail_outputs(node);
+        }
+        for (i, name) in node.input.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            match self.values.get(name) {
+                Some(Value::Failed) => return self.fail_outputs(node),
+                Some(_) => {}
+                None => {
+                    self.report(node, format!("input {i} '{name}' is not defined before it"));
+                    return self.fail_outputs(node);
+                }
+            }
+        }
+        let result = match self.fold(node) {
+            Some(r) => r.inspect(|_| self.folded += 1),
+            None => self.translate(node),
+        };
+        match result {
+            Ok(values) => {
+                for (name, value) in node.output.iter().zip(values) {
+                    if !name.is_empty() {
+                        self.values.insert(name.clone(), value);
+                    }
+                }
+            }
+            Err(problems) => {
+                for p in problems {
+                    self.report(node, p);
+                }
+                self.fail_outputs(node);
+            }
+        }
+    }
+
+    /// Host folding: `Some` when every input is known (or a folded shape) and the
+    /// operator folds.
+    fn fold(&mut self, node: &NodeProto) -> Option<Result<Vec<Value>, Vec<String>>> {
+        let attrs = Attrs(&node.attribute);
+        if node.op_type == "Constant" {
+            return Some(self.constant(&attrs).map(|v| vec![v]).map_err(|e| vec![e]));
+        }
+        if node.op_type == "Shape" {
+            let start = attrs.int("start").unwrap_or(0);
+            let end = attrs.int("end");
+            return match self.input(node, 0)? {
+                Value::Graph(_, ty) => {
+                    let s = fold::shape_of(&ty.shape, start, end);
+                    Some(Ok(vec![sym_value(s)]))
+                }
+                Value::Known(t) => {
+                    let dims: Vec<Dim> = t.dims.iter().map(|&d| Dim::Known(d)).collect();
+                    Some(Ok(vec![sym_value(fold::shape_of(&dims, start, end))]))
+                }
+                _ => None,
+            };
+        }
+        let inputs: Vec<Option<&Value>> =
+            (0..node.input.len()).map(|i| self.input(node, i)).collect();
+        if inputs
+            .iter()
+            .flatten()
+            .any(|v| matches!(v, Value::Graph(..) | Value::Failed))
+        {
+            return None;
+        }
+        let known_or_sym = |v: &Value| -> Option<SymInts> {
+            match v {
+                Value::Known(t) => SymInts::from_host(t),
+                Value::Shape(s) => Some(s.clone()),
+                _ => None,
+            }
+        };
+        let host = |v: &Value| -> Option<HostTensor> {
+            match v {
+                Value::Known(t) => Some(t.clone()),
+                Value::Shape(s) => s.to_host(),
+                _ => None,
+            }
+        };
+        let first = inputs.first().copied().flatten()?;
+        let folded: Result<Value, String> = match node.op_type.as_str() {
+            "Identity" => Ok(first.clone()),
+            "Cast" => {
+                let to = attrs.int("to").map_or(data_type::FLOAT, |t| t as i32);
+                match (first, to) {
+                    (Value::Shape(s), data_type::INT64 | data_type::INT32) => {
+                        Ok(Value::Shape(s.clone()))
+                    }
+                    (Value::Known(t), _) => cast(t, to).map(Value::Known),
+                    _ => return None,
+                }
+            }
+            "Gather" => {
+                let (data, idx) = (known_or_sym(first)?, host(inputs.get(1)?.as_ref()?)?);
+                if attrs.int("axis").unwrap_or(0) != 0 {
+                    return None;
+                }
+                fold::gather(&data, &idx).map(sym_value)
+            }
+            "Concat" => {
+                let parts: Option<Vec<SymInts>> =
+                    inputs.iter().map(|v| v.and_then(known_or_sym)).collect();
+                Ok(sym_value(fold::concat(&parts?)))
+            }
+            "Unsqueeze" | "Squeeze" => {
+                let data = known_or_sym(first)?;
+                let to_vector = node.op_type == "Unsqueeze";
+                if data.scalar != to_vector {
+                    return None;
+                }
+                Ok(sym_value(SymInts {
+                    scalar: !to_vector,
+                    items: data.items,
+                }))
+            }
+            "Slice" => {
+                let data = known_or_sym(first)?;
+                let get = |i: usize, default: i64| -> Option<i64> {
+                    match inputs.get(i).copied().flatten() {
+                        Some(v) => host(v).and_then(|t| t.as_i64().first().copied()),
+                        None => Some(default),
+                    }
+                };
+                let (starts, ends) = if self.opset < 10 {
+                    (
+                        attrs.ints("starts")?.first().copied()?,
+                        attrs.ints("ends")?.first().copied()?,
+                    )
+                } else {
+                    (get(1, 0)?, get(2, i64::MAX)?)
+                };
+                fold::slice(&data, starts, ends, get(4, 1)?).map(sym_value)
+            }
+            "Add" | "Sub" | "Mul" | "Div" | "Max" | "Min" => {
+                let (a, b) = (
+                    known_or_sym(first)?,
+                    known_or_sym(inputs.get(1).copied().flatten()?)?,
+                );
+                fold::arithmetic(&node.op_type, &a, &b).map(sym_value)
+            }
+            "Range" => {
+                let get = |i: usize| inputs.get(i).copied().flatten().and_then(host);
+                range(&get(0)?, &get(1)?, &get(2)?, self.limits).map(Value::Known)
+            }
+            "ConstantOfShape" => {
+                let shape = host(first)?;
+                constant_of_shape(&shape, &attrs, self.limits).map(Value::Known)
+            }
+            "Reshape" => {
+                let (Value::Known(t), Some(target)) = (first, inputs.get(1).copied().flatten())
+                else {
+                    return None;
+                };
+                let target = host(target)?.as_i64();
+                reshape_known(t, &target).map(Value::Known)
+            }
+            _ => return None,
+        };
+        Some(folded.map(|v| vec![v]).map_err(|e| vec![e]))
+    }
+
+    fn constant(&self, attrs: &Attrs) -> Result<Value, String> {
+        let a = attrs
+            .0
+            .first()
+            .ok_or("a Constant without a value attribute")?;
+        let t = match a.name.as_str() {
+            "value" => tensor::decode(
+                a.t.as_ref().ok_or("value is not a tensor")?,
+                "Constant value",
+                self.external,
+                self.limits,
+            )
+            .map_err(|e| e.to_string())?,
+            "value_float" => HostTensor {
+                dims: vec![],
+                elements: Elements::F32(vec![a.f]),
+            },
+            "value_floats" => HostTensor {
+                dims: vec![a.floats.len()],
+                elements: Elements::F32(a.floats.clone()),
+            },
+            "value_int" => HostTensor::ints(vec![], vec![a.i]),
+            "value_ints" => HostTensor::ints(vec![a.ints.len()], a.ints.clone()),
+            other => return Err(format!("Constant attribute '{other}' is not supported")),
+        };
+        Ok(Value::Known(t))
+    }
+
+    /// A value as a reference in the Sluice graph: a computed value as is, a known one
+    /// written once as a `constant` (with a `cast` for integers and booleans) or, when
+    /// large, a weight read by `param`.
+    fn reference(&mut self, name: &str) -> Result<(String, TensorType), String> {
+        match self.values.get(name).cloned() {
+            Some(Value::Graph(r, ty)) => Ok((r, ty)),
+            Some(Value::Known(t)) => {
+                if let Some(r) = self.materialised.get(name).cloned() {
+                    let ty = self.type_of(&r)?;
+                    return Ok((r, ty));
+                }
+                let r = self.materialise(name, &t)?;
+                self.materialised.insert(name.to_string(), r.0.clone());
+                Ok(r)
+            }
+            Some(Value::Shape(_)) => Err(format!(
+                "'{name}' is computed from the symbolic batch size and used as data; Sluice folds such shape arithmetic only into shape attributes"
+            )),
+            _ => Err(format!("'{name}' is not available")),
+        }
+    }
+
+    fn materialise(&mut self, name: &str, t: &HostTensor) -> Result<(String, TensorType), String> {
+        let shape_json = json!(t.dims);
+        let id = self.fresh_id(name);
+        if let Elements::F32(values) = &t.elements {
+            if t.len() > INLINE_ELEMENTS {
+                let key = format!("{id}.value");
+                self.weights.insert(key.clone(), t.to_tensor()?);
+                return self
+                    .emit(
+                        &id,
+                        "param",
+                        vec![],
+                        json!({ "key": key, "shape": shape_json }),
+                    )
+                    .map(|(r, mut tys)| (r, tys.remove(0)));
+            }
+            let attrs = json!({ "value": values, "shape": shape_json });
+            return self
+                .emit(&id, "constant", vec![], attrs)
+                .map(|(r, mut tys)| (r, tys.remove(0)));
+        }
+        let values = t.as_f32();
+        let exact = (1i64 << 24) as f32;
+        if values.iter().any(|v| v.abs() > exact)
+            || t.len() as u64 > self.limits.max_constant_elements
+        {
+            return Err(format!(
+                "the integer constant '{name}' is too large to write into the graph (values beyond ±2^24 or too many elements)"
+            ));
+        }
+        let raw = format!("{id}_f32");
+        let raw = self.fresh_id(&raw);
+        self.emit(
+            &raw,
+            "constant",
+            vec![],
+            json!({ "value": values, "shape": shape_json }),
+        )?;
+        self.emit(&id, "cast", vec![raw], json!({ "to": t.sluice_dtype() }))
+            .map(|(r, mut tys)| (r, tys.remove(0)))
+    }
+
+    /// Writes a Sluice node and infers its outputs' types.
+    fn emit(
+        &mut self,
+        id: &str,
+        op: &str,
+        inputs: Vec<String>,
+        attrs: Json,
+    ) -> Result<(String, Vec<TensorType>), String> {
+        let attrs = match attrs {
+            Json::Object(m) => m,
+            _ => Map::new(),
+        };
+        let parsed = ops::parse(op, &attrs).map_err(|problems| {
+            problems
+                .into_iter()
+                .map(|(a, m)| {
+                    if a == "op" {
+                        m
+                    } else {
+                        format!("attribute '{a}': {m}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+        parsed.check_arity(inputs.len())?;
+        let types: Vec<TensorType> = inputs
+            .iter()
+            .map(|r| self.type_of(r))
+            .collect::<Result<_, _>>()?;
+        let outputs = parsed.infer(&types)?;
+        let specs = parsed.params(&types)?;
+        for spec in &specs {
+            let key = match parsed.param_key() {
+                Some(k) => k.to_string(),
+                None => format!("{id}.{}", spec.name),
+            };
+            if let Some(w) = self.weights.get(&key) {
+                if w.shape != spec.shape {
+                    return Err(format!(
+                        "weight '{}' has shape {:?}, but Sluice's {op} expects {:?}",
+                        spec.name, w.shape, spec.shape
+                    ));
+                }
+            }
+        }
+        if self.nodes.len() >= self.limits.max_nodes {
+            return Err(format!(
+                "the imported graph needs more than {} nodes (--max-nodes)",
+                self.limits.max_nodes
+            ));
+        }
+        self.nodes.push(NodeDoc {
+            id: id.to_string(),
+            op: op.to_string(),
+            inputs,
+            attrs,
+        });
+        for (k, ty) in outputs.iter().enumerate() {
+            let r = if k == 0 {
+                id.to_string()
+            } else {
+                format!("{id}:{k}")
+            };
+            self.types_insert(r, ty.clone());
+        }
+        Ok((id.to_string(), outputs))
+    }
+
+    fn types_insert(&mut self, reference: String, ty: TensorType) {
+        self.types.insert(reference, ty);
+    }
+
+    fn type_of(&self, reference: &str) -> Result<TensorType, String> {
+        if let Some(decl) = self.inputs.get(reference) {
+            return Ok(TensorType {
+                shape: decl.shape.clone(),
+                dtype: decl.dtype,
+            });
+        }
+        self.types
+            .get(reference)
+            .cloned()
+            .ok_or_else(|| format!("internal: no type for '{reference}'"))
+    }
+
+    /// Translates a node into Sluice nodes.
+    fn translate(&mut self, node: &NodeProto) -> Result<Vec<Value>, Vec<String>> {
+        let attrs = Attrs(&node.attribute);
+        let one = |s: &str| vec![s.to_string()];
+        match node.op_type.as_str() {
+            "Identity" => Ok(vec![self.values[&node.input[0]].clone()]),
+            "Dropout" => {
+                if node.output.len() > 1 && !node.output[1].is_empty() {
+                    return Err(one("the mask output is produced only in training"));
+                }
+                if let Some(Value::Known(t)) = self.input(node, 2) {
+                    if t.as_i64().first() == Some(&1) {
+                        return Err(one("training_mode=1 (random dropping) is not imported"));
+                    }
+                }
+                Ok(vec![self.values[&node.input[0]].clone()])
+            }
+            "Gemm" => self.gemm(node, &attrs),
+            "Sum" | "Mean" | "Max" | "Min" if node.input.len() != 2 => self.variadic(node),
+            "Softmax" | "LogSoftmax" if self.opset < 13 => self.coerced_softmax(node, &attrs),
+            "GlobalMaxPool" => {
+                let (x, ty) = self.reference(&node.input[0]).map_err(|e| vec![e])?;
+                let axes: Vec<usize> = (2..ty.shape.len()).collect();
+                self.write(
+                    node,
+                    "reduce_max",
+                    vec![x],
+                    json!({ "axes": axes, "keepdims": true }),
+                )
+            }
+            _ => self.by_rule(node, &attrs),
+        }
+    }
+
+    /// The outputs of a written node as values.
+    fn write(
+        &mut self,
+        node: &NodeProto,
+        op: &str,
+        inputs: Vec<String>,
+        attrs: Json,
+    ) -> Result<Vec<Value>, Vec<String>> {
+        let base = node
+            .output
+            .first()
+            .filter(|o| !o.is_empty())
+            .cloned()
+            .unwrap_or_else(|| node_label(node));
+        let id = self.fresh_id(&base);
+        let (r, types) = self.emit(&id, op, inputs, attrs).map_err(|e| vec![e])?;
+        Ok(types
+            .into_iter()
+            .enumerate()
+            .map(|(k, ty)| {
+                let reference = if k == 0 {
+                    r.clone()
+                } else {
+                    format!("{r}:{k}")
+                };
+                Value::Graph(reference, ty)
+            })
+            .collect())
+    }
+
+    /// The generic mapping.
+    fn by_rule(&mut self, node: &NodeProto, attrs: &Attrs) -> Result<Vec<Value>, Vec<String>> {
+        let op = sluice_name(&node.op_type);
+        let Some(schema) = ops::schema(&op) else {
+            return Err(vec![format!("operator {} is not supported", node.op_type)]);
+        };
+        if schema.family == "grad" || schema.family == "loss" || op == "param" {
+            return Err(vec![format!("operator {} is not supported", node.op_type)]);
+        }
+        let mut problems = Vec::new();
+        let mut out = Map::new();
+        for a in attrs.0 {
+            let name = RENAMES
+                .iter()
+                .find(|(o, from, _)| *o == node.op_type && *from == a.name)
+                .map_or(a.name.clone(), |(_, _, to)| (*to).to_string());
+            match schema.attrs.iter().find(|s| s.name == name) {
+                Some(spec) => match attr_json(a, spec.kind) {
+                    Ok(v) => {
+                        out.insert(name, v);
+                    }
+                    Err(e) => problems.push(format!("attribute '{}': {e}", a.name)),
+                },
+                None => {
+                    let ignored = IGNORED
+                        .iter()
+                        .find(|(o, n, _)| (o.is_empty() || *o == node.op_type) && *n == a.name);
+                    match ignored {
+                        Some((_, _, None)) => {}
+                        Some((_, _, Some(v))) if a.i == *v => {}
+                        _ => problems.push(format!(
+                            "attribute '{}' ({}) is not supported",
+                            a.name,
+                            show_attr(a)
+                        )),
+                    }
+                }
+            }
+        }
+        for (_, attr, default) in ONNX_DEFAULTS.iter().filter(|(o, _, _)| *o == node.op_type) {
+            if !out.contains_key(*attr) {
+                if let Ok(v) = serde_json::from_str(default) {
+                    out.insert((*attr).to_string(), v);
+                }
+            }
+        }
+        let weights = WEIGHT_INPUTS
+            .iter()
+            .find(|(o, _)| *o == node.op_type)
+            .map(|(_, w)| *w);
+        let mut inputs = Vec::new();
+        let mut pending_weights = Vec::new();
+        for (i, name) in node.input.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            if let Some((_, _, attr)) = CONST_INPUTS
+                .iter()
+                .find(|(o, k, _)| *o == node.op_type && *k == i)
+            {
+                match self.const_input(node, i, attr, schema) {
+                    Ok(Some(v)) => {
+                        out.insert((*attr).to_string(), v);
+                    }
+                    Ok(None) => {}
+                    Err(e) => problems.push(e),
+                }
+                continue;
+            }
+            if let Some(Some(w)) = weights.and_then(|w| w.get(i)) {
+                match self.values.get(name) {
+                    Some(Value::Known(t)) => match t.to_tensor() {
+                        Ok(t) => pending_weights.push(((*w).to_string(), t)),
+                        Err(e) => problems.push(format!("weight '{name}': {e}")),
+                    },
+                    _ => problems.push(format!(
+                        "input {i} '{name}' ({w}) must be an initialiser: Sluice keeps it as a weight"
+                    )),
+                }
+                continue;
+            }
+            match self.reference(name) {
+                Ok((r, _)) => inputs.push(r),
+                Err(e) => problems.push(e),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        if op == "layer_norm" && !pending_weights.iter().any(|(n, _)| n == "bias") {
+            // ONNX's bias is optional; Sluice's layer_norm always adds one: zeros.
+            if let Some((_, scale)) = pending_weights.iter().find(|(n, _)| n == "scale") {
+                let zeros = crate::tensor::Tensor::full(scale.shape.clone(), 0.0);
+                pending_weights.push(("bias".to_string(), zeros));
+            }
+        }
+        self.op_specific(node, &op, &inputs, &pending_weights, &mut out)?;
+        let base = node
+            .output
+            .first()
+            .filter(|o| !o.is_empty())
+            .cloned()
+            .unwrap_or_else(|| node_label(node));
+        let id = self.fresh_id(&base);
+        for (w, t) in pending_weights {
+            self.weights.insert(format!("{id}.{w}"), t);
+        }
+        let (r, types) = self
+            .emit(&id, &op, inputs, Json::Object(out))
+            .map_err(|e| vec![e])?;
+        let n = node.output.len();
+        if types.len() < n {
+            let used: Vec<&String> = node.output[types.len()..]
+                .iter()
+                .filter(|o| !o.is_empty())
+                .collect();
+            if !used.is_empty() {
+                return Err(vec![format!(
+                    "Sluice's {op} gives {} output(s); output(s) {used:?} are not produced",
+                    types.len()
+                )]);
+            }
+        }
+        Ok(types
+            .into_iter()
+            .enumerate()
+            .map(|(k, ty)| {
+                let reference = if k == 0 {
+                    r.clone()
+                } else {
+                    format!("{r}:{k}")
+                };
+                Value::Graph(reference, ty)
+            })
+            .collect())
+    }
+
+    /// A constant input as an attribute value (`None` when omitted).
+    fn const_input(
+        &self,
+        node: &NodeProto,
+        i: usize,
+        attr: &str,
+        schema: &ops::OpSchema,
+    ) -> Result<Option<Json>, String> {
+        let name = &node.input[i];
+        let kind = schema
+            .attrs
+            .iter()
+            .find(|s| s.name == attr)
+            .map(|s| s.kind)
+            .ok_or_else(|| format!("input {i} '{name}' ({attr}) is not supported"))?;
+        let value = self.values.get(name);
+        if node.op_type == "Reshape" || node.op_type == "Expand" {
+            if let Some(Value::Shape(s)) = value {
+                if s.to_host().is_none() {
+                    let Some(Value::Graph(_, ty)) = self.input(node, 0) else {
+                        return Err("the data input is not a computed value".into());
+                    };
+                    if node.op_type == "Expand" {
+                        return Err(format!(
+                            "input {i} '{name}' (shape) depends on the symbolic batch size"
+                        ));
+                    }
+                    return fold::reshape_target(&ty.shape, s).map(|v| Some(json!(v)));
+                }
+            }
+        }
+        let t = match value {
+            Some(Value::Known(t)) => t.clone(),
+            Some(Value::Shape(s)) => s.to_host().ok_or_else(|| {
+                format!("input {i} '{name}' ({attr}) depends on the symbolic batch size")
+            })?,
+            _ => {
+                return Err(format!(
+                    "input {i} '{name}' ({attr}) must be known when the model is loaded (an initialiser or a constant), not computed"
+                ))
+            }
+        };
+        if t.is_empty() && matches!(kind, AttrKind::Float | AttrKind::Int) {
+            return Ok(None);
+        }
+        Ok(Some(match kind {
+            AttrKind::Int => json!(t.as_i64().first().copied().unwrap_or(0)),
+            AttrKind::Float => json!(t.as_f32().first().copied().unwrap_or(0.0)),
+            AttrKind::Bool => json!(t.as_i64().first().copied().unwrap_or(0) != 0),
+            AttrKind::Floats => json!(t.as_f32()),
+            _ => json!(t.as_i64()),
+        }))
+    }
+
+    /// Adjustments of a few operators after the generic mapping.
+    fn op_specific(
+        &self,
+        node: &NodeProto,
+        op: &str,
+        inputs: &[String],
+        weights: &[(String, crate::tensor::Tensor)],
+        attrs: &mut Map<String, Json>,
+    ) -> Result<(), Vec<String>> {
+        let x_shape = inputs
+            .first()
+            .and_then(|r| self.type_of(r).ok())
+            .map(|t| t.shape);
+        match op {
+            "conv2d" | "max_pool2d" | "avg_pool2d" | "conv_transpose2d" => {
+                let weight = weights.iter().find(|(n, _)| n == "weight").map(|(_, t)| t);
+                if let Some(w) = weight {
+                    attrs
+                        .entry("kernel_size")
+                        .or_insert_with(|| json!(w.shape[2..].to_vec()));
+                    let out = if op == "conv_transpose2d" {
+                        let g = attrs.get("groups").and_then(Json::as_u64).unwrap_or(1) as usize;
+                        w.shape.get(1).copied().unwrap_or(0) * g
+                    } else {
+                        w.shape[0]
+                    };
+                    attrs.insert("out_channels".into(), json!(out));
+                    attrs.insert(
+                        "bias".into(),
+                        json!(weights.iter().any(|(n, _)| n == "bias")),
+                    );
+                }
+                if let Some(shape) = &x_shape {
+                    explicit_pads(node, shape, attrs).map_err(|e| vec![e])?;
+                }
+            }
+            "cast" => {
+                let to = attrs.get("to").and_then(Json::as_i64).unwrap_or(1) as i32;
+                let name = match to {
+                    data_type::FLOAT
+                    | data_type::DOUBLE
+                    | data_type::FLOAT16
+                    | data_type::BFLOAT16 => "f32",
+                    data_type::BOOL => "bool",
+                    data_type::INT64
+                    | data_type::INT32
+                    | data_type::INT16
+                    | data_type::INT8
+                    | data_type::UINT8
+                    | data_type::UINT16
+                    | data_type::UINT32 => "i32",
+                    other => {
+                        return Err(vec![format!(
+                            "cast to {} is not supported",
+                            data_type::name(other)
+                        )])
+                    }
+                };
+                attrs.insert("to".into(), json!(name));
+            }
+            "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" | "reduce_prod"
+            | "reduce_l2" => {
+                let empty = attrs
+                    .get("axes")
+                    .and_then(Json::as_array)
+                    .is_some_and(Vec::is_empty);
+                let noop = attrs
+                    .remove("noop_with_empty_axes")
+                    .and_then(|v| v.as_i64().or(v.as_bool().map(i64::from)))
+                    == Some(1);
+                if empty && !noop {
+                    attrs.remove("axes");
+                }
+                if noop && !attrs.contains_key("axes") {
+                    attrs.insert("axes".into(), json!([]));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `Gemm(A, B, C)`: `linear` when it is one (A not transposed, B known, α = β = 1),
+    /// else a composition.
+    fn gemm(&mut self, node: &NodeProto, attrs: &Attrs) -> Result<Vec<Value>, Vec<String>> {
+        let alpha = attrs.float("alpha").unwrap_or(1.0);
+        let beta = attrs.float("beta").unwrap_or(1.0);
+        let trans_a = attrs.int("transA").unwrap_or(0) != 0;
+        let trans_b = attrs.int("transB").unwrap_or(0) != 0;
+        let b = match self.input(node, 1) {
+            Some(Value::Known(t)) if t.dims.len() == 2 => Some(t.clone()),
+            _ => None,
+        };
+        let c = self.input(node, 2).cloned();
+        let (a_ref, _) = self.reference(&node.input[0]).map_err(|e| vec![e])?;
+        let a_ref = if trans_a {
+            let id = self.fresh_id(&format!("{}_at", node.input[0]));
+            self.emit(&id, "transpose", vec![a_ref], json!({ "perm": [1, 0] }))
+                .map_err(|e| vec![e])?
+                .0
+        } else {
+            a_ref
+        };
+        if let (Some(b), true, true) = (&b, alpha == 1.0, beta == 1.0 || c.is_none()) {
+            let (k, n) = if trans_b {
+                (b.dims[1], b.dims[0])
+            } else {
+                (b.dims[0], b.dims[1])
+            };
+            let bias = match &c {
+                None => None,
+                Some(Value::Known(t)) if t.len() == n || t.len() == 1 => {
+                    let v = t.as_f32();
+                    Some(if v.len() == n { v } else { vec![v[0]; n] })
+                }
+                _ => None,
+            };
+            if c.is_none() || bias.is_some() {
+                let wv = b.as_f32();
+                let weight: Vec<f32> = if trans_b {
+                    (0..k)
+                        .flat_map(|i| (0..n).map(move |j| (i, j)))
+                        .map(|(i, j)| wv[j * k + i])
+                        .collect()
+                } else {
+                    wv
+                };
+                let base = node.output[0].clone();
+                let id = self.fresh_id(&base);
+                self.weights.insert(
+                    format!("{id}.weight"),
+                    crate::tensor::Tensor::f32(vec![k, n], weight),
+                );
+                if let Some(bias) = bias {
+                    self.weights.insert(
+                        format!("{id}.bias"),
+                        crate::tensor::Tensor::f32(vec![n], bias),
+                    );
+                }
+                let (r, types) = self
+                    .emit(
+                        &id,
+                        "linear",
+                        vec![a_ref],
+                        json!({ "out_features": n, "bias": c.is_some() }),
+                    )
+                    .map_err(|e| vec![e])?;
+                return Ok(vec![Value::Graph(r, types[0].clone())]);
+            }
+        }
+        let (b_ref, _) = self.reference(&node.input[1]).map_err(|e| vec![e])?;
+        let b_ref = if trans_b {
+            let id = self.fresh_id(&format!("{}_bt", node.input[1]));
+            self.emit(&id, "transpose", vec![b_ref], json!({ "perm": [1, 0] }))
+                .map_err(|e| vec![e])?
+                .0
+        } else {
+            b_ref
+        };
+        let id = self.fresh_id(&format!("{}_ab", node.output[0]));
+        let mut y = self
+            .emit(&id, "matmul", vec![a_ref, b_ref], json!({}))
+            .map_err(|e| vec![e])?
+            .0;
+        let scale = |im: &mut Self, y: String, s: f32, tag: &str| -> Result<String, String> {
+            let cid = im.fresh_id(&format!("{}_{tag}", node.output[0]));
+            im.emit(
+                &cid,
+                "constant",
+                vec![],
+                json!({ "value": [s], "shape": [] }),
+            )?;
+            let mid = im.fresh_id(&format!("{}_{tag}x", node.output[0]));
+            Ok(im.emit(&mid, "mul", vec![y, cid], json!({}))?.0)
+        };
+        if alpha != 1.0 {
+            y = scale(self, y, alpha, "alpha").map_err(|e| vec![e])?;
+        }
+        if c.is_some() {
+            let (mut c_ref, _) = self.reference(&node.input[2]).map_err(|e| vec![e])?;
+            if beta != 1.0 {
+                c_ref = scale(self, c_ref, beta, "beta").map_err(|e| vec![e])?;
+            }
+            let id = self.fresh_id(&node.output[0]);
+            let (r, types) = self
+                .emit(&id, "add", vec![y, c_ref], json!({}))
+                .map_err(|e| vec![e])?;
+            return Ok(vec![Value::Graph(r, types[0].clone())]);
+        }
+        let ty = self.type_of(&y).map_err(|e| vec![e])?;
+        Ok(vec![Value::Graph(y, ty)])
+    }
+
+    /// `Sum`, `Mean`, `Max`, `Min` over other than two inputs: a chain of binary nodes.
+    fn variadic(&mut self, node: &NodeProto) -> Result<Vec<Value>, Vec<String>> {
+        let op = match node.op_type.as_str() {
+            "Sum" | "Mean" => "add",
+            "Max" => "max",
+            _ => "min",
+        };
+        let refs: Vec<String> = node
+            .input
+            .iter()
+            .map(|n| self.reference(n).map(|r| r.0))
+            .collect::<Result<_, _>>()
+            .map_err(|e| vec![e])?;
+        let mut acc = refs[0].clone();
+        for (k, r) in refs.iter().enumerate().skip(1) {
+            let id = self.fresh_id(&format!("{}_{k}", node.output[0]));
+            acc = self
+                .emit(&id, op, vec![acc, r.clone()], json!({}))
+                .map_err(|e| vec![e])?
+                .0;
+        }
+        if node.op_type == "Mean" && refs.len() > 1 {
+            let cid = self.fresh_id(&format!("{}_count", node.output[0]));
+            self.emit(
+                &cid,
+                "constant",
+                vec![],
+                json!({ "value": [refs.len() as f32], "shape": [] }),
+            )
+            .map_err(|e| vec![e])?;
+            let id = self.fresh_id(&node.output[0]);
+            acc = self
+                .emit(&id, "div", vec![acc, cid], json!({}))
+                .map_err(|e| vec![e])?
+                .0;
+        }
+        let ty = self.type_of(&acc).map_err(|e| vec![e])?;
+        Ok(vec![Value::Graph(acc, ty)])
+    }
+
+    /// Softmax before opset 13: the input coerced to 2-D at `axis` (default 1).
+    fn coerced_softmax(
+        &mut self,
+        node: &NodeProto,
+        attrs: &Attrs,
+    ) -> Result<Vec<Value>, Vec<String>> {
+        let op = sluice_name(&node.op_type);
+        let (x, ty) = self.reference(&node.input[0]).map_err(|e| vec![e])?;
+        let rank = ty.shape.len() as i64;
+        let axis = attrs.int("axis").unwrap_or(1);
+        let axis = if axis < 0 { axis + rank } else { axis };
+        if axis == rank - 1 {
+            return self.write(node, &op, vec![x], json!({ "axis": -1 }));
+        }
+        let fid = self.fresh_id(&format!("{}_flat", node.output[0]));
+        let flat = self
+            .emit(&fid, "flatten", vec![x], json!({ "axis": axis }))
+            .map_err(|e| vec![e])?
+            .0;
+        let sid = self.fresh_id(&format!("{}_2d", node.output[0]));
+        let soft = self
+            .emit(&sid, &op, vec![flat], json!({ "axis": 1 }))
+            .map_err(|e| vec![e])?
+            .0;
+        let target: Vec<i64> = ty
+            .shape
+            .iter()
+            .map(|d| match d {
+                Dim::Known(v) => *v as i64,
+                Dim::Sym(_) => 0,
+            })
+            .collect();
+        self.write(node, "reshape", vec![soft], json!({ "shape": target }))
+    }
+
+    /// The Sluice references of the graph's outputs (known outputs written as nodes).
+    fn outputs(&mut self, graph: &GraphProto) -> Vec<String> {
+        let mut refs = Vec::new();
+        for o in &graph.output {
+            match self.values.get(&o.name) {
+                Some(Value::Failed) => {}
+                None => self.unsupported.push(Unsupported {
+                    node: o.name.clone(),
+                    op_type: "graph output".into(),
+                    what: "no node computes it".into(),
+                }),
+                Some(_) => match self.reference(&o.name) {
+                    Ok((r, _)) => refs.push(r),
+                    Err(what) => self.unsupported.push(Unsupported {
+                        node: o.name.clone(),
+                        op_type: "graph output".into(),
+                        what,
+                    }),
+                },
+            }
+        }
+        refs
+    }
+}
+
+/// A node's name for messages: its name, else its first output.
+fn node_label(node: &NodeProto) -> String {
+    if !node.name.is_empty() {
+        node.name.clone()
+    } else {
+        node.output.first().cloned().unwrap_or_default()
+    }
+}
+
+/// A symbol name for a dimension parameter (Sluice symbols: letters, digits, `_`).
+fn symbol(p: &str) -> String {
+    let s: String = p
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(32)
+        .collect();
+    if s.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        s
+    } else {
+        format!("d{s}")
+    }
+}
+
+fn sym_value(s: SymInts) -> Value {
+    match s.to_host() {
+        Some(t) => Value::Known(t),
+        None => Value::Shape(s),
+    }
+}
+
+/// A node's attributes.
+struct Attrs<'a>(&'a [AttributeProto]);
+
+impl Attrs<'_> {
+    fn get(&self, name: &str) -> Option<&AttributeProto> {
+        self.0.iter().find(|a| a.name == name)
+    }
+    fn int(&self, name: &str) -> Option<i64> {
+        self.get(name).map(|a| a.i)
+    }
+    fn float(&self, name: &str) -> Option<f32> {
+        self.get(name).map(|a| a.f)
+    }
+    fn ints(&self, name: &str) -> Option<Vec<i64>> {
+        self.get(name).map(|a| a.ints.clone())
+    }
+}
+
+/// An attribute as the JSON value of a Sluice attribute of `kind`.
+fn attr_json(a: &AttributeProto, kind: AttrKind) -> Result<Json, String> {
+    if !a.ref_attr_name.is_empty() {
+        return Err("references to function attributes are not supported".into());
+    }
+    let value = match a.r#type {
+        attribute_type::INT => match kind {
+            AttrKind::Bool => json!(a.i != 0),
+            AttrKind::Float => json!(a.i as f64),
+            _ => json!(a.i),
+        },
+        attribute_type::FLOAT => json!(a.f),
+        attribute_type::STRING => {
+            let s = String::from_utf8_lossy(&a.s).to_string();
+            match kind {
+                AttrKind::Choice(options) => {
+                    let lower = s.to_ascii_lowercase();
+                    let pick = options
+                        .iter()
+                        .find(|o| **o == s || **o == lower)
+                        .ok_or_else(|| format!("'{s}' is not one of {options:?}"))?;
+                    json!(pick)
+                }
+                _ => json!(s),
+            }
+        }
+        attribute_type::INTS => json!(a.ints),
+        attribute_type::FLOATS => json!(a.floats),
+        attribute_type::TENSOR => {
+            return Err("tensor-valued attributes are not supported here".into())
+        }
+        attribute_type::GRAPH => return Err("subgraphs (control flow) are not supported".into()),
+        other => return Err(format!("attribute type {other} is not supported")),
+    };
+    Ok(value)
+}
+
+fn show_attr(a: &AttributeProto) -> String {
+    match a.r#type {
+        attribute_type::INT => a.i.to_string(),
+        attribute_type::FLOAT => a.f.to_string(),
+        attribute_type::STRING => format!("\"{}\"", String::from_utf8_lossy(&a.s)),
+        attribute_type::INTS => format!("{:?}", a.ints),
+        attribute_type::FLOATS => format!("{:?}", a.floats),
+        _ => "a value".into(),
+    }
+}
+
+/// Explicit `[begins..., ends...]` pads for ONNX's `auto_pad` (SAME_UPPER, SAME_LOWER,
+/// VALID), which need the input's spatial sizes.
+fn explicit_pads(node: &NodeProto, x: &[Dim], attrs: &mut Map<String, Json>) -> Result<(), String> {
+    let Some(auto) = node.attribute.iter().find(|a| a.name == "auto_pad") else {
+        return Ok(());
+    };
+    let auto = String::from_utf8_lossy(&auto.s).to_string();
+    let spatial = x.len().saturating_sub(2);
+    let list = |k: &str, default: i64| -> Vec<i64> {
+        attrs
+            .get(k)
+            .and_then(Json::as_array)
+            .map(|a| a.iter().filter_map(Json::as_i64).collect())
+            .unwrap_or(vec![default; spatial])
+    };
+    match auto.as_str() {
+        "NOTSET" | "" => Ok(()),
+        "VALID" => {
+            attrs.insert("pads".into(), json!(vec![0; 2 * spatial]));
+            Ok(())
+        }
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let kernel = list("kernel_size", 1);
+            let strides = list("strides", 1);
+            let dilations = list("dilations", 1);
+            let (mut begin, mut end) = (Vec::new(), Vec::new());
+            for a in 0..spatial {
+                let size = x[2 + a]
+                    .known()
+                    .ok_or("auto_pad SAME needs the spatial sizes known")?
+                    as i64;
+                let (k, s, d) = (
+                    kernel.get(a).copied().unwrap_or(1),
+                    strides.get(a).copied().unwrap_or(1).max(1),
+                    dilations.get(a).copied().unwrap_or(1),
+                );
+                let out = (size + s - 1) / s;
+                let total = ((out - 1) * s + (k - 1) * d + 1 - size).max(0);
+                let (b, e) = if auto == "SAME_UPPER" {
+                    (total / 2, total - total / 2)
+                } else {
+                    (total - total / 2, total / 2)
+                };
+                begin.push(b);
+                end.push(e);
+            }
+            begin.extend(end);
+            attrs.insert("pads".into(), json!(begin));
+            Ok(())
+        }
+        other => Err(format!("auto_pad '{other}' is not an ONNX value")),
+    }
+}
+
+/// `Cast` of a known tensor.
+fn cast(t: &HostTensor, to: i32) -> Result<HostTensor, String> {
+    let elements = match to {
+        data_type::FLOAT | data_type::DOUBLE | data_type::FLOAT16 | data_type::BFLOAT16 => {
+            Elements::F32(t.as_f32())
+        }
+        data_type::BOOL => Elements::Bool(t.as_f32().iter().map(|&x| x != 0.0).collect()),
+        data_type::INT64
+        | data_type::INT32
+        | data_type::INT16
+        | data_type::INT8
+        | data_type::UINT8
+        | data_type::UINT16
+        | data_type::UINT32
+        | data_type::UINT64 => Elements::I64(t.as_i64()),
+        other => {
+            return Err(format!(
+                "cast to {} is not supported",
+                data_type::name(other)
+            ))
+        }
+    };
+    Ok(HostTensor {
+        dims: t.dims.clone(),
+        elements,
+    })
+}
+
+/// `Range` of known scalars, its length bounded by the limits.
+fn range(
+    start: &HostTensor,
+    limit: &HostTensor,
+    delta: &HostTensor,
+    limits: &Limits,
+) -> Result<HostTensor, String> {
+    let float = matches!(start.elements, Elements::F32(_));
+    let (s, l, d) = (
+        f64::from(*start.as_f32().first().ok_or("empty start")?),
+        f64::from(*limit.as_f32().first().ok_or("empty limit")?),
+        f64::from(*delta.as_f32().first().ok_or("empty delta")?),
+    );
+    if d == 0.0 {
+        return Err("Range with delta 0".into());
+    }
+    let n = ((l - s) / d).ceil().max(0.0);
+    if n > limits.max_constant_elements as f64 {
+        return Err(format!(
+            "Range of {n} elements is over --max-constant-elements"
+        ));
+    }
+    let n = n as usize;
+    Ok(if float {
+        HostTensor {
+            dims: vec![n],
+            elements: Elements::F32((0..n).map(|i| (s + i as f64 * d) as f32).collect()),
+        }
+    } else {
+        let (s, d) = (start.as_i64()[0], delta.as_i64()[0]);
+        HostTensor::ints(vec![n], (0..n as i64).map(|i| s + i * d).collect())
+    })
+}
+
+/// `ConstantOfShape` with a known shape.
+fn constant_of_shape(
+    shape: &HostTensor,
+    attrs: &Attrs,
+    limits: &Limits,
+) -> Result<HostTensor, String> {
+    let dims: Vec<usize> = shape
+        .as_i64()
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
+        .collect::<Result<_, _>>()?;
+    let n = dims
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
+        .filter(|&n| n <= limits.max_constant_elements)
+        .ok_or("ConstantOfShape is over --max-constant-elements")? as usize;
+    let value = match attrs.get("value").and_then(|a| a.t.as_ref()) {
+        Some(t) => tensor::decode(t, "ConstantOfShape value", &tensor::NoExternalData, limits)
+            .map_err(|e| e.to_string())?,
+        None => HostTensor {
+            dims: vec![1],
+            elements: Elements::F32(vec![0.0]),
+        },
+    };
+    let elements = match value.elements {
+        Elements::F32(v) => Elements::F32(vec![*v.first().unwrap_or(&0.0); n]),
+        Elements::I64(v) => Elements::I64(vec![*v.first().unwrap_or(&0); n]),
+        Elements::Bool(v) => Elements::Bool(vec![*v.first().unwrap_or(&false); n]),
+    };
+    Ok(HostTensor { dims, elements })
+}
+
+/// `Reshape` of a known tensor.
+fn reshape_known(t: &HostTensor, target: &[i64]) -> Result<HostTensor, String> {
+    let n = t.len();
+    let mut dims = Vec::with_capacity(target.len());
+    let mut infer = None;
+    for (i, &d) in target.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                dims.push(1);
+            }
+            0 => dims.push(*t.dims.get(i).ok_or("reshape copies a missing dimension")?),
+            d if d > 0 => dims.push(d as usize),
+            _ => return Err(format!("reshape target {target:?} is not valid")),
+        }
+    }
+    let known: usize = dims.iter().product();
+    if let Some(i) = infer {
+        if known == 0 || !n.is_multiple_of(known) {
+            return Err(format!("cannot reshape {n} elements to {target:?}"));
+        }
+        dims[i] = n / known;
+    } else if known != n {
+        return Err(format!("cannot reshape {n} elements to {target:?}"));
+    }
+    Ok(HostTensor {
+        dims,
+        elements: t.elements.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_snake_case() {
+        assert_eq!(sluice_name("LeakyRelu"), "leaky_relu");
+        assert_eq!(sluice_name("HardSigmoid"), "hard_sigmoid");
+        assert_eq!(sluice_name("ReduceL2"), "reduce_l2");
+        assert_eq!(sluice_name("GatherElements"), "gather_elements");
+        assert_eq!(sluice_name("LessOrEqual"), "less_or_equal");
+        assert_eq!(sluice_name("Conv"), "conv2d");
+        assert_eq!(sluice_name("TopK"), "top_k");
+        assert_eq!(sluice_name("MatMul"), "matmul");
+        assert_eq!(sluice_name("ArgMax"), "argmax");
+    }
+}

@@ -1,0 +1,96 @@
+//! ONNX models in and out. [`import`] reads a model's bytes (protobuf, decoded by
+//! `prost` into the subset of `onnx.proto` in [`proto`]) into a `sluice/graph@1`
+//! document and its weights; [`export`] writes a graph and its weights as an ONNX model
+//! that other runtimes load. Like the rest of the engine it parses bytes and touches no
+//! files: external tensor data is read through the caller's [`ExternalData`].
+
+pub mod export;
+pub mod fold;
+pub mod import;
+pub mod proto;
+pub mod tensor;
+
+pub use export::{export, ExportError};
+pub use tensor::{ExternalData, NoExternalData};
+
+use crate::graph::doc::GraphDoc;
+use crate::graph::Limits;
+use crate::weights::Weights;
+use prost::Message;
+
+/// An imported model.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    /// The graph document.
+    pub doc: GraphDoc,
+    /// Its weights by key (`node.param`).
+    pub weights: Weights,
+    /// The model's standard opset.
+    pub opset: i64,
+    /// Nodes in the ONNX graph.
+    pub onnx_nodes: usize,
+    /// ONNX nodes computed at import (constants, shape arithmetic).
+    pub folded: usize,
+}
+
+/// Something in a model that Sluice cannot run, with the node it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Unsupported {
+    /// The node's name (or first output), or the graph input or output.
+    pub node: String,
+    /// Its ONNX operator ("graph input", "graph output" for those).
+    pub op_type: String,
+    /// What is not supported, and why.
+    pub what: String,
+}
+
+/// Why a model cannot be imported.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The bytes are not an ONNX model.
+    #[error("not an ONNX model: {0}")]
+    Decode(String),
+    /// The model as a whole is outside what Sluice reads (opset, size, no graph).
+    #[error("{0}")]
+    Model(String),
+    /// A tensor cannot be read.
+    #[error("tensor '{tensor}': {message}")]
+    Tensor {
+        /// Its name.
+        tensor: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The model uses operators or attributes Sluice cannot run: every one of them.
+    #[error("{}", render_unsupported(.0))]
+    Unsupported(Vec<Unsupported>),
+}
+
+fn render_unsupported(list: &[Unsupported]) -> String {
+    let mut ops: Vec<&str> = list.iter().map(|u| u.op_type.as_str()).collect();
+    ops.sort_unstable();
+    ops.dedup();
+    let mut out = format!(
+        "the model uses {} thing(s) Sluice cannot run (operators: {}):",
+        list.len(),
+        ops.join(", ")
+    );
+    for u in list {
+        out.push_str(&format!(
+            "\n  node '{}' ({}): {}",
+            u.node, u.op_type, u.what
+        ));
+    }
+    out
+}
+
+/// Imports an ONNX model from its bytes, reading external tensor data through
+/// `external`, within `limits` (the model's size is bounded by the caller).
+pub fn import(
+    bytes: &[u8],
+    external: &dyn ExternalData,
+    limits: &Limits,
+) -> Result<Imported, ImportError> {
+    let model = proto::ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
+    import::import_model(&model, external, limits)
+}
