@@ -46,8 +46,54 @@ const MIN_OPSETS: &[(&str, i64)] = &[
 /// Sluice operators with no ONNX counterpart.
 const NOT_EXPORTED: &[&str] = &["dropout_train"];
 
-/// The model's bytes.
+/// The model's bytes: the graph for inference (a training graph's loss outputs, and the
+/// nodes and inputs only they use, are left out).
 pub fn export(graph: &Graph, weights: &Weights) -> Result<Vec<u8>, ExportError> {
+    match inference_graph(graph)? {
+        Some(pruned) => export_graph(&pruned, weights),
+        None => export_graph(graph, weights),
+    }
+}
+
+/// The graph an export writes when it differs from `graph`: without its loss outputs and
+/// what only they use (`None` when the graph has no loss output).
+pub fn inference_graph(graph: &Graph) -> Result<Option<Graph>, ExportError> {
+    inference_doc(graph)
+        .map(|doc| {
+            Graph::build_with(doc, &graph.limits)
+                .map_err(|p| ExportError::Unsupported(vec![p.to_string()]))
+        })
+        .transpose()
+}
+
+/// The document without its loss outputs and what only they use (`None` when the graph
+/// has no loss output).
+fn inference_doc(graph: &Graph) -> Option<crate::graph::GraphDoc> {
+    let is_loss = |ix: petgraph::stable_graph::NodeIndex| matches!(&graph.dag[ix].kind, NodeKind::Op(op) if op.schema().family == "loss");
+    if !graph.outputs.iter().any(|o| is_loss(o.node)) {
+        return None;
+    }
+    let kept: Vec<_> = graph.outputs.iter().filter(|o| !is_loss(o.node)).collect();
+    let mut needed = std::collections::HashSet::new();
+    let mut stack: Vec<_> = kept.iter().map(|o| o.node).collect();
+    while let Some(ix) = stack.pop() {
+        if needed.insert(ix) {
+            stack.extend(graph.node_inputs(ix).into_iter().map(|(src, _)| src));
+        }
+    }
+    let ids: std::collections::HashSet<&str> =
+        needed.iter().map(|&ix| graph.dag[ix].id.as_str()).collect();
+    let mut doc = graph.doc.clone();
+    doc.outputs = kept.iter().map(|o| o.name.clone()).collect();
+    doc.nodes.retain(|n| ids.contains(n.id.as_str()));
+    doc.inputs.retain(|name, _| ids.contains(name.as_str()));
+    doc.layout.retain(|id, _| ids.contains(id.as_str()));
+    doc.stages.retain(|id, _| ids.contains(id.as_str()));
+    doc.training = None;
+    Some(doc)
+}
+
+fn export_graph(graph: &Graph, weights: &Weights) -> Result<Vec<u8>, ExportError> {
     let mut w = Writer {
         weights,
         nodes: Vec::new(),

@@ -1,10 +1,12 @@
 //! Loading a graph file and its weights for the commands, with errors naming the file:
-//! regular files only, within a size limit, checked before reading.
+//! regular files only, within a size limit, checked before reading. An `.onnx` model is
+//! imported in memory wherever a graph file is taken.
 
 use crate::files::{read_bounded, read_text_bounded};
 use anyhow::{Context, Result};
 use sluice_engine::graph::Graph;
 use sluice_engine::limits::Limits;
+use sluice_engine::onnx;
 use sluice_engine::weights::{self, Weights};
 use sluice_engine::Problems;
 use std::path::Path;
@@ -12,9 +14,69 @@ use std::path::Path;
 /// Largest weights (safetensors) file read, in bytes.
 const MAX_WEIGHTS_BYTES: u64 = 8 << 30;
 
-/// A graph file (at most `--max-document-bytes`): its problems, or the typed graph
-/// checked against `limits`.
+/// Largest ONNX model file read, in bytes (its external data files are read separately,
+/// each tensor within the limits).
+const MAX_MODEL_BYTES: u64 = 2 << 30;
+
+/// Whether a path names an ONNX model (by its extension).
+pub fn is_onnx(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+/// External tensor data of a model: files inside the model's folder, read bounded.
+pub struct ModelFolder<'a>(pub &'a Path);
+
+impl onnx::ExternalData for ModelFolder<'_> {
+    fn read(&self, location: &str, offset: u64, length: Option<u64>) -> Result<Vec<u8>, String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let base = self.0.canonicalize().map_err(|e| e.to_string())?;
+        let path = base
+            .join(location)
+            .canonicalize()
+            .map_err(|e| format!("external data '{location}': {e}"))?;
+        if !path.starts_with(&base) {
+            return Err(format!(
+                "external data '{location}' lies outside the model's folder"
+            ));
+        }
+        let mut file = std::fs::File::open(&path).map_err(|e| format!("{location}: {e}"))?;
+        let size = file.metadata().map_err(|e| e.to_string())?.len();
+        let length = length.unwrap_or(size.saturating_sub(offset));
+        if offset.checked_add(length).is_none_or(|end| end > size) {
+            return Err(format!(
+                "external data '{location}' has {size} bytes; the model asks for {length} from {offset}"
+            ));
+        }
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| e.to_string())?;
+        let mut bytes = vec![0; usize::try_from(length).map_err(|e| e.to_string())?];
+        file.read_exact(&mut bytes).map_err(|e| e.to_string())?;
+        Ok(bytes)
+    }
+}
+
+/// Imports an ONNX model file.
+pub fn import(path: &Path, limits: &Limits) -> Result<onnx::Imported> {
+    let bytes = read_bounded(path, MAX_MODEL_BYTES)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let folder = path.parent().unwrap_or(Path::new("."));
+    let folder = if folder.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        folder
+    };
+    onnx::import(&bytes, &ModelFolder(folder), limits)
+        .with_context(|| format!("cannot import {}", path.display()))
+}
+
+/// A graph file (at most `--max-document-bytes`) or an ONNX model: its problems, or the
+/// typed graph checked against `limits`. A model Sluice cannot import is an error.
 pub fn graph(path: &Path, limits: &Limits) -> Result<Result<Graph, Problems>> {
+    if is_onnx(path) {
+        let imported = import(path, limits)?;
+        return Ok(Graph::build_with(imported.doc, limits));
+    }
     let max = u64::try_from(limits.max_document_bytes).unwrap_or(u64::MAX);
     let text = read_text_bounded(path, max).with_context(|| {
         format!(
@@ -41,8 +103,12 @@ pub fn report(path: &Path, problems: &Problems) {
     eprintln!("{}: {}", path.display(), problems.render());
 }
 
-/// The graph's weights: from its safetensors file (relative to the graph), else seeded.
+/// The graph's weights: an ONNX model's initialisers, the graph's safetensors file
+/// (relative to the graph), else seeded.
 pub fn weights(path: &Path, graph: &Graph) -> Result<Weights> {
+    if is_onnx(path) {
+        return Ok(import(path, &graph.limits)?.weights);
+    }
     match &graph.doc.params.file {
         Some(file) => {
             let base = path.parent().unwrap_or(Path::new("."));

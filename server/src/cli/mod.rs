@@ -3,6 +3,7 @@
 mod bench;
 mod devices;
 mod load;
+mod onnx;
 mod ops;
 mod plan;
 mod report;
@@ -77,6 +78,34 @@ enum Command {
         /// Measure the rates again instead of using the kept calibration.
         #[arg(long)]
         recalibrate: bool,
+    },
+    /// Import an ONNX model: write a graph file and its weights (safetensors).
+    Import {
+        /// The `.onnx` model (external data files are read from its folder).
+        model: PathBuf,
+        /// Folder for MODEL.json and MODEL.safetensors (default: here).
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+        /// Replace files that exist.
+        #[arg(long)]
+        force: bool,
+        /// The engine's limits on graphs.
+        #[command(flatten)]
+        limits: crate::limits::LimitArgs,
+    },
+    /// Export a graph (or an ONNX model) with its weights as an ONNX model.
+    Export {
+        /// Graph file (its weights file or seed is used) or `.onnx` model.
+        graph: PathBuf,
+        /// The `.onnx` file to write.
+        #[arg(short, long)]
+        out: PathBuf,
+        /// Replace the file if it exists.
+        #[arg(long)]
+        force: bool,
+        /// The engine's limits on graphs.
+        #[command(flatten)]
+        limits: crate::limits::LimitArgs,
     },
     /// List operators and their attributes.
     Ops {
@@ -450,6 +479,18 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             limits,
         } => validate::validate(&graph, json, &limits.0),
         Command::Devices { json, recalibrate } => devices::devices(json, recalibrate),
+        Command::Import {
+            model,
+            out,
+            force,
+            limits,
+        } => onnx::import(&model, out.as_deref(), force, &limits.0),
+        Command::Export {
+            graph,
+            out,
+            force,
+            limits,
+        } => onnx::export(&graph, &out, force, &limits.0),
         Command::Ops { json } => ops::ops(json),
     }
 }
