@@ -5,7 +5,7 @@
 //! with the batch copied from the input.
 
 use super::tensor::{Elements, HostTensor};
-use crate::shape::Dim;
+use crate::shape::{Dim, Product};
 
 /// One entry of a folded integer vector: a number, or a symbolic dimension of a value.
 #[derive(Debug, Clone, PartialEq)]
@@ -134,7 +134,7 @@ pub fn slice(data: &SymInts, start: i64, end: i64, step: i64) -> Result<SymInts,
 }
 
 /// Elementwise integer arithmetic with broadcasting of a one-entry side; symbolic entries
-/// survive only `x * 1`, `x + 0`, `x - 0` and `x / 1`.
+/// survive products (`N * 4`, `N * M`), exact quotients (`N*4 / 4`), `x + 0` and `x - 0`.
 pub fn arithmetic(op: &str, a: &SymInts, b: &SymInts) -> Result<SymInts, String> {
     let n = a.items.len().max(b.items.len());
     let pick = |s: &SymInts, i: usize| -> Result<SymInt, String> {
@@ -149,11 +149,10 @@ pub fn arithmetic(op: &str, a: &SymInts, b: &SymInts) -> Result<SymInts, String>
         let (x, y) = (pick(a, i)?, pick(b, i)?);
         items.push(match (op, x, y) {
             (_, SymInt::Known(x), SymInt::Known(y)) => SymInt::Known(known(op, x, y)?),
-            ("Mul", d @ SymInt::Dim(_), SymInt::Known(1))
-            | ("Mul", SymInt::Known(1), d @ SymInt::Dim(_))
-            | ("Add" | "Sub", d @ SymInt::Dim(_), SymInt::Known(0))
-            | ("Add", SymInt::Known(0), d @ SymInt::Dim(_))
-            | ("Div", d @ SymInt::Dim(_), SymInt::Known(1)) => d,
+            ("Add" | "Sub", d @ SymInt::Dim(_), SymInt::Known(0))
+            | ("Add", SymInt::Known(0), d @ SymInt::Dim(_)) => d,
+            ("Mul", x, y) => product(&x, &y)?,
+            ("Div", x, y) => quotient(&x, &y)?,
             _ => {
                 return Err(format!(
                     "{op} of a symbolic dimension (the batch) is not folded"
@@ -167,6 +166,39 @@ pub fn arithmetic(op: &str, a: &SymInts, b: &SymInts) -> Result<SymInts, String>
     })
 }
 
+/// A symbolic entry as a dimension (a known one must be a size).
+fn as_dim(s: &SymInt) -> Result<Dim, String> {
+    match s {
+        SymInt::Dim(d) => Ok(d.clone()),
+        SymInt::Known(v) => usize::try_from(*v)
+            .map(Dim::Known)
+            .map_err(|_| format!("{v} times a symbolic dimension is not a size")),
+    }
+}
+
+fn from_dim(d: Dim) -> SymInt {
+    match d {
+        Dim::Known(v) => SymInt::Known(v as i64),
+        d => SymInt::Dim(d),
+    }
+}
+
+fn product(x: &SymInt, y: &SymInt) -> Result<SymInt, String> {
+    let p = Product::of(&[as_dim(x)?, as_dim(y)?]).ok_or("a product of dimensions overflows")?;
+    Ok(from_dim(p.to_dim()))
+}
+
+fn quotient(x: &SymInt, y: &SymInt) -> Result<SymInt, String> {
+    let (a, b) = (
+        Product::of(&[as_dim(x)?]).ok_or("overflow")?,
+        Product::of(&[as_dim(y)?]).ok_or("overflow")?,
+    );
+    let q = a
+        .divide(&b)
+        .ok_or_else(|| format!("{} / {} does not divide exactly", a.to_dim(), b.to_dim()))?;
+    Ok(from_dim(q.to_dim()))
+}
+
 fn known(op: &str, x: i64, y: i64) -> Result<i64, String> {
     let r = match op {
         "Add" => x.checked_add(y),
@@ -178,6 +210,19 @@ fn known(op: &str, x: i64, y: i64) -> Result<i64, String> {
             }
             x.checked_div(y)
         }
+        "Mod" => {
+            if y == 0 {
+                return Err("integer modulo by zero".into());
+            }
+            // ONNX's Mod with fmod=0: the result takes the divisor's sign.
+            x.checked_rem(y).map(|r| {
+                if r != 0 && (r < 0) != (y < 0) {
+                    r + y
+                } else {
+                    r
+                }
+            })
+        }
         "Max" => Some(x.max(y)),
         "Min" => Some(x.min(y)),
         _ => return Err(format!("{op} is not folded")),
@@ -186,28 +231,105 @@ fn known(op: &str, x: i64, y: i64) -> Result<i64, String> {
 }
 
 /// A reshape target with symbolic entries as the attribute Sluice's `reshape` takes: a
-/// symbol at the position where the input has the same symbol becomes 0 (copy), one other
-/// unknown entry becomes -1 (inferred).
+/// symbol at the position where the input has the same symbol becomes 0 (copy); when a
+/// `-1` and a symbolic entry meet, the `-1` is worked out from the input's size (symbols
+/// cancel by name); the one remaining unknown entry becomes -1 (inferred).
 pub fn reshape_target(input: &[Dim], target: &SymInts) -> Result<Vec<i64>, String> {
-    let mut inferred = target.items.contains(&SymInt::Known(-1));
-    target
+    let mut out: Vec<Option<i64>> = target
         .items
         .iter()
         .enumerate()
         .map(|(i, s)| match s {
-            SymInt::Known(v) => Ok(*v),
-            SymInt::Dim(d) if input.get(i) == Some(d) => Ok(0),
-            SymInt::Dim(d) if !inferred => {
-                inferred = true;
-                let _ = d;
-                Ok(-1)
+            SymInt::Known(v) => Some(*v),
+            SymInt::Dim(d) if input.get(i) == Some(d) => Some(0),
+            SymInt::Dim(_) => None,
+        })
+        .collect();
+    let symbolic = out.iter().filter(|e| e.is_none()).count();
+    if let (Some(minus), true) = (out.iter().position(|e| *e == Some(-1)), symbolic > 0) {
+        let mut denom = Vec::new();
+        for (i, (e, s)) in out.iter().zip(&target.items).enumerate() {
+            match (e, s) {
+                (Some(-1), _) => {}
+                (Some(0), _) => denom.push(input.get(i).cloned().unwrap_or(Dim::Known(0))),
+                (_, SymInt::Dim(d)) => denom.push(d.clone()),
+                (_, SymInt::Known(v)) => denom.push(Dim::Known((*v).max(0) as usize)),
             }
-            SymInt::Dim(d) => Err(format!(
-                "the target shape's entry {i} is the symbolic size {} at a new position, with another size already inferred",
-                crate::shape::show(std::slice::from_ref(d))
-            )),
+        }
+        let total = Product::of(input).ok_or("the input's size overflows")?;
+        let rest = Product::of(&denom).ok_or("the target's size overflows")?;
+        match total.divide(&rest).map(|q| q.to_dim()) {
+            Some(Dim::Known(k)) => out[minus] = Some(k as i64),
+            _ => {
+                return Err(format!(
+                    "cannot work out the -1 of reshape target {:?} from the input {}",
+                    target.items,
+                    crate::shape::show(input)
+                ))
+            }
+        }
+    }
+    if out.iter().filter(|e| e.is_none()).count() + out.iter().filter(|e| **e == Some(-1)).count()
+        > 1
+    {
+        return Err(format!(
+            "reshape target {:?} has more than one size known only at run time",
+            target.items
+        ));
+    }
+    Ok(out.into_iter().map(|e| e.unwrap_or(-1)).collect())
+}
+
+/// `Equal` of two vectors: a symbolic dimension equals itself and is never negative;
+/// anything else about it is unknown (an error).
+pub fn equal(a: &SymInts, b: &SymInts) -> Result<Vec<bool>, String> {
+    let n = a.items.len().max(b.items.len());
+    (0..n)
+        .map(|i| {
+            let x = &a.items[if a.items.len() == 1 { 0 } else { i }];
+            let y = &b.items[if b.items.len() == 1 { 0 } else { i }];
+            match (x, y) {
+                (SymInt::Known(x), SymInt::Known(y)) => Ok(x == y),
+                (SymInt::Dim(_), SymInt::Known(k)) | (SymInt::Known(k), SymInt::Dim(_))
+                    if *k < 0 =>
+                {
+                    Ok(false)
+                }
+                (SymInt::Dim(x), SymInt::Dim(y)) if x == y => Ok(true),
+                _ => Err("comparing a symbolic dimension with a size is not folded".into()),
+            }
         })
         .collect()
+}
+
+/// `Where(cond, a, b)` over vectors, `cond` known.
+pub fn select(cond: &[bool], a: &SymInts, b: &SymInts) -> Result<SymInts, String> {
+    let n = cond.len().max(a.items.len()).max(b.items.len());
+    let pick = |s: &SymInts, i: usize| -> Result<SymInt, String> {
+        match s.items.len() {
+            1 => Ok(s.items[0].clone()),
+            m if m == n => Ok(s.items[i].clone()),
+            m => Err(format!("cannot broadcast {m} entries to {n}")),
+        }
+    };
+    let items = (0..n)
+        .map(|i| {
+            let c = cond[if cond.len() == 1 {
+                0
+            } else {
+                i.min(cond.len() - 1)
+            }];
+            if c {
+                pick(a, i)
+            } else {
+                pick(b, i)
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(SymInts {
+        scalar: a.scalar && b.scalar && cond.len() == 1,
+        items,
+    })
 }
 
 #[cfg(test)]
@@ -230,6 +352,13 @@ mod tests {
         let rest = SymInts::from_host(&HostTensor::ints(vec![1], vec![-1])).unwrap();
         let target = concat(&[n, rest]);
         assert_eq!(reshape_target(&x, &target).unwrap(), vec![0, -1]);
+        // [N*4, 8] → [N, -1, 8]: the -1 is 4, and N becomes the inferred size.
+        let merged = vec![Dim::Sym("N*4".into()), Dim::Known(8)];
+        let split = SymInts {
+            scalar: false,
+            items: vec![SymInt::Dim(sym("N")), SymInt::Known(-1), SymInt::Known(8)],
+        };
+        assert_eq!(reshape_target(&merged, &split).unwrap(), vec![-1, 4, 8]);
     }
 
     #[test]
@@ -242,7 +371,21 @@ mod tests {
             scalar: true,
             items: vec![SymInt::Dim(sym("N"))],
         };
-        assert!(arithmetic("Mul", &n, &b).is_err());
+        let n2 = arithmetic("Mul", &n, &b).unwrap();
+        assert_eq!(n2.items, vec![SymInt::Dim(Dim::Sym("N*2".into()))]);
+        let back = arithmetic("Div", &n2, &b).unwrap();
+        assert_eq!(back.items, vec![SymInt::Dim(sym("N"))]);
+        assert!(arithmetic("Div", &n, &b).is_err());
+        let m = SymInts::from_host(&HostTensor::ints(vec![], vec![-7])).unwrap();
+        let three = SymInts::from_host(&HostTensor::ints(vec![], vec![3])).unwrap();
+        assert_eq!(
+            arithmetic("Mod", &m, &three)
+                .unwrap()
+                .to_host()
+                .unwrap()
+                .as_i64(),
+            vec![2]
+        );
         assert!(arithmetic(
             "Div",
             &a,

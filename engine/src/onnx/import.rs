@@ -6,7 +6,7 @@
 //! Initialisers become weights. Everything that cannot be imported is collected, each
 //! problem naming its node, and reported once.
 
-use super::fold::{self, SymInts};
+use super::fold::{self, SymInt, SymInts};
 use super::proto::{self, attribute_type, data_type, AttributeProto, GraphProto, NodeProto};
 use super::tensor::{self, Elements, ExternalData, HostTensor};
 use super::{ImportError, Imported, Unsupported};
@@ -176,6 +176,9 @@ enum Value {
     Known(HostTensor),
     /// An integer vector with symbolic entries (folded shape arithmetic).
     Shape(SymInts),
+    /// `ConstantOfShape` of a shape holding the symbolic batch size: one value over a
+    /// shape known only at run time (written as a broadcast scalar where that is exact).
+    Fill(Vec<Dim>, HostTensor),
     /// Computed by the Sluice graph: a reference and its type.
     Graph(String, TensorType),
     /// Produced by a node that could not be imported (already reported).
@@ -486,7 +489,7 @@ impl Importer<'_> {
         if inputs
             .iter()
             .flatten()
-            .any(|v| matches!(v, Value::Graph(..) | Value::Failed))
+            .any(|v| matches!(v, Value::Graph(..) | Value::Failed | Value::Fill(..)))
         {
             return None;
         }
@@ -558,21 +561,72 @@ impl Importer<'_> {
                 };
                 fold::slice(&data, starts, ends, get(4, 1)?).map(sym_value)
             }
-            "Add" | "Sub" | "Mul" | "Div" | "Max" | "Min" => {
+            "Add" | "Sub" | "Mul" | "Div" | "Max" | "Min" | "Mod"
+                if attrs.int("fmod").unwrap_or(0) == 0 =>
+            {
                 let (a, b) = (
                     known_or_sym(first)?,
                     known_or_sym(inputs.get(1).copied().flatten()?)?,
                 );
                 fold::arithmetic(&node.op_type, &a, &b).map(sym_value)
             }
+            "Equal" => {
+                let (a, b) = (
+                    known_or_sym(first)?,
+                    known_or_sym(inputs.get(1).copied().flatten()?)?,
+                );
+                fold::equal(&a, &b).map(|v| {
+                    let dims = if a.scalar && b.scalar {
+                        vec![]
+                    } else {
+                        vec![v.len()]
+                    };
+                    Value::Known(HostTensor {
+                        dims,
+                        elements: Elements::Bool(v),
+                    })
+                })
+            }
+            "Where" => {
+                let Value::Known(cond) = first else {
+                    return None;
+                };
+                let Elements::Bool(c) = &cond.elements else {
+                    return None;
+                };
+                if cond.dims.len() > 1 {
+                    return None;
+                }
+                let (a, b) = (
+                    known_or_sym(inputs.get(1).copied().flatten()?)?,
+                    known_or_sym(inputs.get(2).copied().flatten()?)?,
+                );
+                fold::select(c, &a, &b).map(sym_value)
+            }
             "Range" => {
                 let get = |i: usize| inputs.get(i).copied().flatten().and_then(host);
                 range(&get(0)?, &get(1)?, &get(2)?, self.limits).map(Value::Known)
             }
-            "ConstantOfShape" => {
-                let shape = host(first)?;
-                constant_of_shape(&shape, &attrs, self.limits).map(Value::Known)
-            }
+            "ConstantOfShape" => match (host(first), first) {
+                (Some(shape), _) => {
+                    constant_of_shape(&shape, &attrs, self.limits).map(Value::Known)
+                }
+                (None, Value::Shape(s)) => {
+                    let scalar = HostTensor::ints(vec![0], vec![]);
+                    constant_of_shape(&scalar, &attrs, self.limits).map(|one| {
+                        let shape = s
+                            .items
+                            .iter()
+                            .map(|d| match d {
+                                SymInt::Known(v) => Dim::Known((*v).max(0) as usize),
+                                SymInt::Dim(d) => d.clone(),
+                            })
+                            .collect();
+                        Value::Fill(shape, one)
+                    })
+                }
+                _ => return None,
+            },
             "Reshape" => {
                 let (Value::Known(t), Some(target)) = (first, inputs.get(1).copied().flatten())
                 else {
@@ -629,7 +683,7 @@ impl Importer<'_> {
                 self.materialised.insert(name.to_string(), r.0.clone());
                 Ok(r)
             }
-            Some(Value::Shape(_)) => Err(format!(
+            Some(Value::Shape(_) | Value::Fill(..)) => Err(format!(
                 "'{name}' is computed from the symbolic batch size and used as data; Sluice folds such shape arithmetic only into shape attributes"
             )),
             _ => Err(format!("'{name}' is not available")),
@@ -640,7 +694,7 @@ impl Importer<'_> {
         let shape_json = json!(t.dims);
         let id = self.fresh_id(name);
         if let Elements::F32(values) = &t.elements {
-            if t.len() > INLINE_ELEMENTS {
+            if t.len() > INLINE_ELEMENTS || values.iter().any(|v| !v.is_finite()) {
                 let key = format!("{id}.value");
                 self.weights.insert(key.clone(), t.to_tensor()?);
                 return self
@@ -880,6 +934,7 @@ impl Importer<'_> {
             .map(|(_, w)| *w);
         let mut inputs = Vec::new();
         let mut pending_weights = Vec::new();
+        let mut fills: Vec<Vec<Dim>> = Vec::new();
         for (i, name) in node.input.iter().enumerate() {
             if name.is_empty() {
                 continue;
@@ -908,6 +963,24 @@ impl Importer<'_> {
                     )),
                 }
                 continue;
+            }
+            if let Some(Value::Fill(shape, value)) = self.values.get(name).cloned() {
+                if matches!(schema.family, "elementwise" | "convert") {
+                    // A broadcast scalar gives the same result when the fill's shape
+                    // broadcasts into the output's (checked once the output is known).
+                    let one = HostTensor {
+                        dims: vec![1; shape.len()],
+                        elements: value.elements.clone(),
+                    };
+                    match self.materialise(&format!("{name}_fill"), &one) {
+                        Ok((r, _)) => {
+                            fills.push(shape);
+                            inputs.push(r);
+                        }
+                        Err(e) => problems.push(e),
+                    }
+                    continue;
+                }
             }
             match self.reference(name) {
                 Ok((r, _)) => inputs.push(r),
@@ -938,6 +1011,16 @@ impl Importer<'_> {
         let (r, types) = self
             .emit(&id, &op, inputs, Json::Object(out))
             .map_err(|e| vec![e])?;
+        for shape in fills {
+            let out = &types[0].shape;
+            if crate::shape::broadcast(out, &shape).as_ref() != Ok(out) {
+                return Err(vec![format!(
+                    "a ConstantOfShape of the run-time shape {} does not broadcast into the output {}",
+                    crate::shape::show(&shape),
+                    crate::shape::show(out)
+                )]);
+            }
+        }
         let n = node.output.len();
         if types.len() < n {
             let used: Vec<&String> = node.output[types.len()..]
