@@ -328,7 +328,13 @@ pub fn op_cases() -> Vec<OpCase> {
         v.push(c);
     }
     // Convert family.
-    for op in ["equal", "less", "greater"] {
+    for op in [
+        "equal",
+        "less",
+        "greater",
+        "less_or_equal",
+        "greater_or_equal",
+    ] {
         let mut c = case(
             format!("{op} f32 [3,1,5],[4,1]"),
             single_op(
@@ -370,6 +376,21 @@ pub fn op_cases() -> Vec<OpCase> {
                 op,
                 json!({}),
                 &[typed("a", &[], "i32"), typed("b", &[257], "i32")],
+                1,
+            ),
+        ));
+    }
+    v.push(case(
+        "not [3,67]",
+        single_op("not", json!({}), &[typed("x", &[3, 67], "bool")], 1),
+    ));
+    for op in ["and", "or", "xor"] {
+        v.push(case(
+            format!("{op} broadcast"),
+            single_op(
+                op,
+                json!({}),
+                &[typed("a", &[3, 1, 5], "bool"), typed("b", &[4, 1], "bool")],
                 1,
             ),
         ));
