@@ -73,7 +73,10 @@ fn every_generated_kernel_validates_with_naga() {
         ("movement", &["transpose", "gather"][..]),
         ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
         ("norm", &["softmax", "layer_norm", "batch_norm"][..]),
-        ("elementwise", &["relu", "where", "fused"][..]),
+        (
+            "elementwise",
+            &["relu", "where", "fused", "add i32", "where u32"][..],
+        ),
         (
             "16-bit paths",
             &[
