@@ -1,4 +1,5 @@
-// Elementwise family: unary, binary with numpy broadcasting, and `where`.
+// Elementwise family: unary, binary with numpy broadcasting, and `where`; i32 arithmetic
+// and `where` over i32 or bool values in the `words` variant.
 // Filled by engine/src/ops/elementwise.rs: {{LOADS}} reads x0.. for element i, {{BODY}}
 // holds fused statements and {{EXPR}} is the value stored. Arithmetic is f32 whatever
 // the storage. info = [n] (contiguous) or [n, rank, out shape, then each input's
@@ -13,6 +14,11 @@ fn sl_erf(x: f32) -> f32 {
 }
 
 fn sl_tanh(x: f32) -> f32 {
+    // Near 0, the series (1 − e) would cancel in: error below 1e-12 relative for |x| < 1/16.
+    if (abs(x) < 0.0625) {
+        let x2 = x * x;
+        return x * (1.0 + x2 * (-0.33333333 + x2 * (0.13333333 - x2 * 0.053968254)));
+    }
     // exp of a non-positive argument never overflows.
     let e = exp(-2.0 * abs(x));
     let t = (1.0 - e) / (1.0 + e);
@@ -41,6 +47,101 @@ fn sl_pow(x: f32, y: f32) -> f32 {
     return select(p, -p, abs(y % 2.0) == 1.0);
 }
 
+fn sl_softplus(x: f32) -> f32 {
+    // max(x, 0) + ln(1 + u), u = e^-|x| (exp never overflows); for small u the series,
+    // since 1 + u would round u away (error below 1e-9 relative for u < 2^-7).
+    let u = exp(-abs(x));
+    var l = log(1.0 + u);
+    if (u < 0.0078125) {
+        l = u * (1.0 - u * (0.5 - u * 0.33333333));
+    }
+    return max(x, 0.0) + l;
+}
+
+fn sl_swish_grad(x: f32, alpha: f32) -> f32 {
+    // d/dx of x·sigmoid(alpha·x).
+    let s = sl_sigmoid(alpha * x);
+    return s + alpha * x * s * (1.0 - s);
+}
+
+fn sl_mish_grad(x: f32) -> f32 {
+    // d/dx of x·tanh(softplus(x)).
+    let t = sl_tanh(sl_softplus(x));
+    return t + x * sl_sigmoid(x) * (1.0 - t * t);
+}
+
+fn sl_hard_sigmoid(x: f32, alpha: f32, beta: f32) -> f32 {
+    return max(min(alpha * x + beta, 1.0), 0.0);
+}
+
+fn sl_nonfinite(v: f32) -> bool {
+    // By the bits, which no compiler may assume away.
+    return (bitcast<u32>(v) & 0x7fffffffu) >= 0x7f800000u;
+}
+
+fn sl_fmod(a: f32, b: f32) -> f32 {
+    // C's fmod: the remainder of truncated division, with a's sign (a quiet NaN made at
+    // run time for an infinite a or a zero or NaN b; a itself for an infinite b). The
+    // quotient's rounding is corrected by one step of b, so the result is exact while
+    // |a / b| < 2^24.
+    var nan_bits = 0x7fc00000u;
+    let b_bits = bitcast<u32>(b) & 0x7fffffffu;
+    if (sl_nonfinite(a) || b_bits == 0u || b_bits > 0x7f800000u) {
+        return bitcast<f32>(nan_bits);
+    }
+    if (b_bits == 0x7f800000u) {
+        return a;
+    }
+    let m = abs(b);
+    var r = fma(-trunc(a / b), b, a);
+    if (a >= 0.0) {
+        if (r < 0.0) {
+            r = r + m;
+        }
+        if (r >= m) {
+            r = r - m;
+        }
+    } else {
+        if (r > 0.0) {
+            r = r - m;
+        }
+        if (r <= -m) {
+            r = r + m;
+        }
+    }
+    return r;
+}
+
+fn sl_mod(a: f32, b: f32) -> f32 {
+    // numpy's mod: the remainder with b's sign.
+    let r = sl_fmod(a, b);
+    if (r != 0.0 && (r < 0.0) != (b < 0.0)) {
+        return r + b;
+    }
+    return r;
+}
+
+fn sl_idiv(a: i32, b: i32) -> i32 {
+    // Truncating division; a divisor of 0 gives 0 (and i32's minimum / -1 wraps, as WGSL
+    // defines).
+    if (b == 0) {
+        return 0;
+    }
+    return a / b;
+}
+
+fn sl_imod(a: i32, b: i32, fmod: bool) -> i32 {
+    // The remainder with a's sign (fmod) or b's; a divisor of 0 gives 0.
+    if (b == 0) {
+        return 0;
+    }
+    let r = a % b;
+    if (!fmod && r != 0 && (r < 0) != (b < 0)) {
+        return r + b;
+    }
+    return r;
+}
+
 fn sl_offset(i: u32, operand: u32) -> u32 {
     let rank = info[1];
     var rem = i;
@@ -62,4 +163,21 @@ fn value(i: u32) -> f32 {
 {{LOADS}}
 {{BODY}}
     return {{EXPR}};
+}
+
+//! variant words
+// An i32 or bool output (i32 arithmetic, `where` over i32 or bool values): inputs read
+// from their i32 or u32 arrays as they are, never through f32. info as above.
+fn word(i: u32) -> {{TYPE}} {
+{{LOADS}}
+    return {{EXPR}};
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * {{WG}}u;
+    if (i >= info[0]) {
+        return;
+    }
+    dst[i] = word(i);
 }

@@ -123,6 +123,48 @@ fn cases() -> Vec<Case> {
     ] {
         v.push(case("clip", attrs, &[x(&[3, 7], Grid(0.25))]));
     }
+    // Activations away from their kinks; the step functions' gradient is zero.
+    for (op, attrs, vals) in [
+        ("leaky_relu", json!({ "alpha": 0.2 }), Grid(0.25)),
+        ("elu", json!({ "alpha": 1.5 }), Grid(0.25)),
+        ("selu", json!({}), Grid(0.25)),
+        ("softplus", json!({}), Any),
+        ("softsign", json!({}), Grid(0.25)),
+        (
+            "hard_sigmoid",
+            json!({ "alpha": 0.5, "beta": 0.6 }),
+            Grid(0.25),
+        ),
+        ("hard_swish", json!({}), Any),
+        ("silu", json!({}), Any),
+        ("swish", json!({ "alpha": 1.5 }), Any),
+        ("mish", json!({}), Any),
+        ("abs", json!({}), Grid(0.25)),
+        ("neg", json!({}), Any),
+        ("reciprocal", json!({}), Positive),
+        ("sin", json!({}), Any),
+        ("cos", json!({}), Any),
+        ("floor", json!({}), Grid(0.25)),
+        ("ceil", json!({}), Grid(0.25)),
+        ("round", json!({}), Grid(0.25)),
+        ("sign", json!({}), Grid(0.25)),
+    ] {
+        v.push(case(op, attrs, &[x(&[3, 5], vals)]));
+    }
+    for slope in [&[5][..], &[3, 5], &[]] {
+        v.push(case(
+            "prelu",
+            json!({}),
+            &[("x", &[3, 5], Grid(0.25)), ("slope", slope, Any)],
+        ));
+    }
+    for fmod in [0, 1] {
+        v.push(case(
+            "mod",
+            json!({ "fmod": fmod }),
+            &[("a", &[3, 5], Any), ("b", &[5], Positive)],
+        ));
+    }
     let pairs: [(&[usize], &[usize]); 4] = [
         (&[3, 5], &[3, 5]),
         (&[3, 5], &[5]),

@@ -49,6 +49,12 @@ fn every_generated_kernel_validates_with_naga() {
                 "equal",
                 "less",
                 "greater",
+                "less_or_equal",
+                "greater_or_equal",
+                "not",
+                "and",
+                "or",
+                "xor",
                 "cast",
                 "one_hot",
                 "dropout_train",
@@ -67,7 +73,10 @@ fn every_generated_kernel_validates_with_naga() {
         ("movement", &["transpose", "gather"][..]),
         ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
         ("norm", &["softmax", "layer_norm", "batch_norm"][..]),
-        ("elementwise", &["relu", "where", "fused"][..]),
+        (
+            "elementwise",
+            &["relu", "where", "fused", "add i32", "where u32"][..],
+        ),
         (
             "16-bit paths",
             &[

@@ -124,6 +124,134 @@ pub fn op_cases() -> Vec<OpCase> {
             single_op("clip", attrs, &[x(&[7, 11])], 1),
         ));
     }
+    // Activations and the other unary operators, over [-6, 6] (every kink inside, 0 not).
+    let spread: Vec<f32> = (0..1001)
+        .map(|i| (i as f32 - 500.0) * 0.012 + 0.005)
+        .collect();
+    for (op, attrs) in [
+        ("leaky_relu", json!({})),
+        ("leaky_relu", json!({ "alpha": 0.2 })),
+        ("elu", json!({})),
+        ("elu", json!({ "alpha": 2.0 })),
+        ("selu", json!({})),
+        ("selu", json!({ "alpha": 2.0, "gamma": 3.0 })),
+        ("softplus", json!({})),
+        ("softsign", json!({})),
+        ("hard_sigmoid", json!({})),
+        ("hard_sigmoid", json!({ "alpha": 0.5, "beta": 0.6 })),
+        ("hard_swish", json!({})),
+        ("silu", json!({})),
+        ("swish", json!({ "alpha": 1.5 })),
+        ("mish", json!({})),
+        ("abs", json!({})),
+        ("neg", json!({})),
+        ("reciprocal", json!({})),
+        ("sin", json!({})),
+        ("cos", json!({})),
+    ] {
+        let mut c = case(
+            format!("{op} {attrs} [7,143]"),
+            single_op(op, attrs, &[x(&[7, 143])], 1),
+        );
+        c.floats = vec![("x", spread.clone())];
+        v.push(c);
+    }
+    // Step functions on quarters (halves included: round takes them to even).
+    let quarters: Vec<f32> = (0..1001)
+        .map(|i| ((i % 101) as f32 - 50.0) * 0.25)
+        .collect();
+    for op in ["floor", "ceil", "round", "sign"] {
+        let mut c = case(
+            format!("{op} [7,143]"),
+            single_op(op, json!({}), &[x(&[7, 143])], 1),
+        );
+        c.floats = vec![("x", quarters.clone())];
+        v.push(c);
+    }
+    for slope in [vec![5], vec![4, 1], vec![], vec![3, 4, 5]] {
+        v.push(case(
+            format!("prelu slope {slope:?}"),
+            single_op(
+                "prelu",
+                json!({}),
+                &[f32_in("x", &[3, 4, 5]), f32_in("slope", &slope)],
+                1,
+            ),
+        ));
+    }
+    for fmod in [0, 1] {
+        let mut c = case(
+            format!("mod f32 fmod {fmod}"),
+            single_op(
+                "mod",
+                json!({ "fmod": fmod }),
+                &[f32_in("a", &[3, 67]), f32_in("b", &[67])],
+                1,
+            ),
+        );
+        c.floats = vec![
+            ("a", (0..201).map(|i| (i as f32 - 100.0) * 0.37).collect()),
+            (
+                "b",
+                (0..67)
+                    .map(|i| [2.5, -2.5, 0.75, -1.25, 4.0][i % 5])
+                    .collect(),
+            ),
+        ];
+        c.half = false;
+        v.push(c);
+    }
+    // i32 arithmetic: wrapping, truncating division, 0 for a zero divisor.
+    let (lo, hi) = (i32::MIN, i32::MAX);
+    let int_a: Vec<i32> = (0..201)
+        .map(|i| [lo, hi, -7, 7, 0, -1, 13, -100_000][i % 8])
+        .collect();
+    let int_b: Vec<i32> = (0..67).map(|i| [3, -3, 0, -1, 1, 7, -2][i % 7]).collect();
+    for (op, attrs) in [
+        ("add", json!({})),
+        ("sub", json!({})),
+        ("mul", json!({})),
+        ("div", json!({})),
+        ("max", json!({})),
+        ("min", json!({})),
+        ("mod", json!({})),
+        ("mod", json!({ "fmod": 1 })),
+    ] {
+        let mut c = case(
+            format!("{op} {attrs} i32 broadcast"),
+            single_op(
+                op,
+                attrs,
+                &[typed("a", &[3, 67], "i32"), typed("b", &[67], "i32")],
+                1,
+            ),
+        );
+        c.ints = vec![("a", int_a.clone()), ("b", int_b.clone())];
+        v.push(c);
+    }
+    for op in ["abs", "neg", "sign"] {
+        let mut c = case(
+            format!("{op} i32"),
+            single_op(op, json!({}), &[typed("x", &[201], "i32")], 1),
+        );
+        c.ints = vec![("x", int_a.clone())];
+        v.push(c);
+    }
+    for dtype in ["i32", "bool"] {
+        v.push(case(
+            format!("where {dtype} values"),
+            single_op(
+                "where",
+                json!({}),
+                &[
+                    typed("c", &[4, 1], "bool"),
+                    typed("a", &[3, 4, 5], dtype),
+                    typed("b", &[5], dtype),
+                ],
+                1,
+            ),
+        ));
+    }
     v.push(case(
         "where broadcast",
         single_op(
@@ -328,7 +456,13 @@ pub fn op_cases() -> Vec<OpCase> {
         v.push(c);
     }
     // Convert family.
-    for op in ["equal", "less", "greater"] {
+    for op in [
+        "equal",
+        "less",
+        "greater",
+        "less_or_equal",
+        "greater_or_equal",
+    ] {
         let mut c = case(
             format!("{op} f32 [3,1,5],[4,1]"),
             single_op(
@@ -370,6 +504,21 @@ pub fn op_cases() -> Vec<OpCase> {
                 op,
                 json!({}),
                 &[typed("a", &[], "i32"), typed("b", &[257], "i32")],
+                1,
+            ),
+        ));
+    }
+    v.push(case(
+        "not [3,67]",
+        single_op("not", json!({}), &[typed("x", &[3, 67], "bool")], 1),
+    ));
+    for op in ["and", "or", "xor"] {
+        v.push(case(
+            format!("{op} broadcast"),
+            single_op(
+                op,
+                json!({}),
+                &[typed("a", &[3, 1, 5], "bool"), typed("b", &[4, 1], "bool")],
                 1,
             ),
         ));

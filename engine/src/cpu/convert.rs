@@ -1,8 +1,11 @@
-//! CPU reference of the convert family (comparisons, `cast`, `one_hot`, `dropout_train`).
+//! CPU reference of the convert family (comparisons, logic, `cast`, `one_hot`,
+//! `dropout_train`).
 
 use super::{unravel, Float, Host};
 use crate::dtype::DType;
-use crate::ops::convert::{dropout_keeps, dropout_scale, dropout_threshold, Comparison, ConvertOp};
+use crate::ops::convert::{
+    dropout_keeps, dropout_scale, dropout_threshold, Comparison, ConvertOp, Logic,
+};
 use crate::shape::{broadcast_strides, numel};
 
 /// Evaluates a convert-family operator into an output of shape `out`.
@@ -13,6 +16,7 @@ pub fn eval<T: Host>(op: &ConvertOp, inputs: &[&T], out: &[usize]) -> Result<T, 
             let b = inputs.get(1).ok_or("an operand is missing")?;
             T::from_bools(out.to_vec(), compare(*c, *x, *b, out)?)
         }
+        ConvertOp::Logic(l) => T::from_bools(out.to_vec(), logic(*l, inputs, out)?),
         ConvertOp::Cast { to } => cast(*x, *to, out.to_vec()),
         ConvertOp::OneHot { depth } => {
             let Some(idx) = x.ints() else {
@@ -45,6 +49,8 @@ fn compare<T: Host>(c: Comparison, a: &T, b: &T, out: &[usize]) -> Result<Vec<bo
             Comparison::Equal => x == y,
             Comparison::Less => x < y,
             Comparison::Greater => x > y,
+            Comparison::LessOrEqual => x <= y,
+            Comparison::GreaterOrEqual => x >= y,
         }
     }
     let n = numel(out)?;
@@ -70,6 +76,36 @@ fn compare<T: Host>(c: Comparison, a: &T, b: &T, out: &[usize]) -> Result<Vec<bo
             }
         };
         v.push(r.ok_or_else(|| format!("operands do not broadcast to {out:?}"))?);
+    }
+    Ok(v)
+}
+
+/// A logical operator over bool operands broadcast to `out`.
+fn logic<T: Host>(l: Logic, inputs: &[&T], out: &[usize]) -> Result<Vec<bool>, String> {
+    let vals: Vec<&[bool]> = inputs
+        .iter()
+        .map(|t| {
+            t.bools()
+                .ok_or_else(|| format!("'{}' needs bool operands", l.name()))
+        })
+        .collect::<Result<_, _>>()?;
+    let strides: Vec<Vec<usize>> = inputs
+        .iter()
+        .map(|t| broadcast_strides(t.shape(), out))
+        .collect::<Result<_, _>>()?;
+    let n = numel(out)?;
+    let mut idx = vec![0; out.len()];
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        unravel(i, out, &mut idx);
+        let mut args = [false; 2];
+        for (k, (vals, s)) in vals.iter().zip(&strides).enumerate().take(2) {
+            let off: usize = idx.iter().zip(s).map(|(i, s)| i * s).sum();
+            args[k] = *vals
+                .get(off)
+                .ok_or_else(|| format!("operands do not broadcast to {out:?}"))?;
+        }
+        v.push(l.apply(args[0], args[1]));
     }
     Ok(v)
 }
@@ -196,6 +232,35 @@ mod tests {
             ("equal", [true, false, false]),
             ("less", [false, false, true]),
             ("greater", [false, false, false]),
+        ] {
+            let r = run(op, json!({}), &[&x, &y], &[3]);
+            assert_eq!(r.data, TensorData::Bool(want.to_vec()), "{op}");
+        }
+    }
+
+    #[test]
+    fn logic_and_the_new_comparisons_by_hand() {
+        let bools = |shape: Vec<usize>, v: &[bool]| Tensor {
+            shape,
+            data: TensorData::Bool(v.to_vec()),
+        };
+        let a = bools(vec![2, 1], &[true, false]);
+        let b = bools(vec![2], &[true, false]);
+        for (op, want) in [
+            ("and", [true, false, false, false]),
+            ("or", [true, true, true, false]),
+            ("xor", [false, true, true, false]),
+        ] {
+            let r = run(op, json!({}), &[&a, &b], &[2, 2]);
+            assert_eq!(r.data, TensorData::Bool(want.to_vec()), "{op}");
+        }
+        let r = run("not", json!({}), &[&b], &[2]);
+        assert_eq!(r.data, TensorData::Bool(vec![false, true]));
+        let x = Tensor::f32(vec![3], vec![1.0, f32::NAN, -2.0]);
+        let y = Tensor::f32(vec![], vec![1.0]);
+        for (op, want) in [
+            ("less_or_equal", [true, false, true]),
+            ("greater_or_equal", [true, false, false]),
         ] {
             let r = run(op, json!({}), &[&x, &y], &[3]);
             assert_eq!(r.data, TensorData::Bool(want.to_vec()), "{op}");

@@ -1,8 +1,8 @@
 //! CPU reference of the gradient family.
 
-use super::elementwise::erf;
+use super::elementwise::{erf, sigmoid, softplus};
 use super::{floats, unravel, Float, Host};
-use crate::ops::elementwise::Unary;
+use crate::ops::elementwise::{Unary, HARD_SWISH_ALPHA};
 use crate::ops::grad::GradOp;
 use crate::shape;
 use crate::shape::{broadcast_strides, numel};
@@ -52,7 +52,80 @@ pub fn derivative<F: Float>(u: Unary, x: F) -> F {
                 zero
             }
         }
+        Unary::LeakyRelu { alpha } => {
+            if x < zero {
+                F::from_f32(alpha)
+            } else {
+                one
+            }
+        }
+        Unary::Elu { alpha } => {
+            if x < zero {
+                F::from_f32(alpha) * x.exp()
+            } else {
+                one
+            }
+        }
+        Unary::Selu { alpha, gamma } => {
+            let g = F::from_f32(gamma);
+            if x > zero {
+                g
+            } else {
+                g * F::from_f32(alpha) * x.exp()
+            }
+        }
+        Unary::Softplus => sigmoid(x),
+        Unary::Softsign => {
+            let d = one + x.abs();
+            one / (d * d)
+        }
+        Unary::HardSigmoid { alpha, beta } => {
+            let v = F::from_f32(alpha) * x + F::from_f32(beta);
+            if v > zero && v < one {
+                F::from_f32(alpha)
+            } else {
+                zero
+            }
+        }
+        Unary::HardSwish => {
+            let a = F::from_f32(HARD_SWISH_ALPHA);
+            let v = a * x + half;
+            if v < zero {
+                zero
+            } else if v > one {
+                one
+            } else {
+                (a + a) * x + half
+            }
+        }
+        Unary::Silu => swish_derivative(x, one),
+        Unary::Swish { alpha } => swish_derivative(x, F::from_f32(alpha)),
+        Unary::Mish => {
+            let t = softplus(x).tanh();
+            t + x * sigmoid(x) * (one - t * t)
+        }
+        Unary::Abs => {
+            if x > zero {
+                one
+            } else if x < zero {
+                -one
+            } else {
+                zero
+            }
+        }
+        Unary::Neg => -one,
+        Unary::Reciprocal => -one / (x * x),
+        Unary::Sin => x.cos(),
+        Unary::Cos => -x.sin(),
+        // Step functions (their rules emit zeros without unary_grad).
+        Unary::Sign | Unary::Floor | Unary::Ceil | Unary::Round => zero,
     }
+}
+
+/// d/dx of x·sigmoid(αx): s + αx·s(1 − s) with s = sigmoid(αx).
+fn swish_derivative<F: Float>(x: F, alpha: F) -> F {
+    let s = sigmoid(alpha * x);
+    s + alpha * x * s * (F::ONE - s)
 }
 
 /// Evaluates a gradient-family operator into an output of shape `out`.

@@ -49,6 +49,8 @@ pub trait Float:
     fn exp(self) -> Self;
     /// Natural logarithm.
     fn ln(self) -> Self;
+    /// ln(1 + x), accurate near 0.
+    fn ln_1p(self) -> Self;
     /// Hyperbolic tangent.
     fn tanh(self) -> Self;
     /// Square root.
@@ -61,6 +63,20 @@ pub trait Float:
     fn min(self, y: Self) -> Self;
     /// Whether this is NaN.
     fn is_nan(self) -> bool;
+    /// |x|.
+    fn abs(self) -> Self;
+    /// Largest integer not above x.
+    fn floor(self) -> Self;
+    /// Smallest integer not below x.
+    fn ceil(self) -> Self;
+    /// Nearest integer, halves to even.
+    fn round_even(self) -> Self;
+    /// Sine.
+    fn sin(self) -> Self;
+    /// Cosine.
+    fn cos(self) -> Self;
+    /// The remainder of truncated division (C's fmod: the sign of `self`).
+    fn fmod(self, y: Self) -> Self;
 }
 
 macro_rules! float {
@@ -93,6 +109,9 @@ macro_rules! float {
             fn ln(self) -> $t {
                 $t::ln(self)
             }
+            fn ln_1p(self) -> $t {
+                $t::ln_1p(self)
+            }
             fn tanh(self) -> $t {
                 $t::tanh(self)
             }
@@ -110,6 +129,27 @@ macro_rules! float {
             }
             fn is_nan(self) -> bool {
                 $t::is_nan(self)
+            }
+            fn abs(self) -> $t {
+                $t::abs(self)
+            }
+            fn floor(self) -> $t {
+                $t::floor(self)
+            }
+            fn ceil(self) -> $t {
+                $t::ceil(self)
+            }
+            fn round_even(self) -> $t {
+                $t::round_ties_even(self)
+            }
+            fn sin(self) -> $t {
+                $t::sin(self)
+            }
+            fn cos(self) -> $t {
+                $t::cos(self)
+            }
+            fn fmod(self, y: $t) -> $t {
+                self % y
             }
         }
     };

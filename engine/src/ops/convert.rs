@@ -1,6 +1,8 @@
-//! Convert family: operators whose output dtype differs from their inputs'. Comparisons
-//! (`equal`, `less`, `greater`: f32 or i32 operands of one dtype, numpy broadcasting, bool
-//! output), `cast` between f32, i32 and bool, and `one_hot` (i32 indices → f32 rows).
+//! Convert family: operators whose output dtype differs from their inputs' or is bool.
+//! Comparisons (`equal`, `less`, `greater`, `less_or_equal`, `greater_or_equal`: f32 or
+//! i32 operands of one dtype, numpy broadcasting, bool output), logic on bools (`not`, and
+//! `and`, `or`, `xor` with numpy broadcasting), `cast` between f32, i32 and bool, and
+//! `one_hot` (i32 indices → f32 rows).
 //! Kernels: `shaders/convert.wgsl`.
 //!
 //! They are not fused with pointwise neighbours: fused units compose f32 expressions, and
@@ -75,6 +77,21 @@ pub const SCHEMAS: &[OpSchema] = &[
         "greater",
         "a > b as bool, broadcasting; a and b both f32 or both i32.",
     ),
+    comparison(
+        "less_or_equal",
+        "a <= b as bool, broadcasting; a and b both f32 or both i32.",
+    ),
+    comparison(
+        "greater_or_equal",
+        "a >= b as bool, broadcasting; a and b both f32 or both i32.",
+    ),
+    OpSchema {
+        inputs: Arity::Fixed(&["x"]),
+        ..comparison("not", "Logical not of a bool tensor.")
+    },
+    comparison("and", "Logical and of two bool tensors, broadcasting."),
+    comparison("or", "Logical or of two bool tensors, broadcasting."),
+    comparison("xor", "Logical exclusive or of two bool tensors, broadcasting."),
     OpSchema {
         name: "cast",
         family: FAMILY,
@@ -139,14 +156,56 @@ pub enum Comparison {
     Less,
     /// a > b
     Greater,
+    /// a <= b
+    LessOrEqual,
+    /// a >= b
+    GreaterOrEqual,
+}
+
+/// A logical operator on bools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Logic {
+    /// ¬x
+    Not,
+    /// a ∧ b
+    And,
+    /// a ∨ b
+    Or,
+    /// a ⊕ b
+    Xor,
+}
+
+impl Logic {
+    /// The operator's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Logic::Not => "not",
+            Logic::And => "and",
+            Logic::Or => "or",
+            Logic::Xor => "xor",
+        }
+    }
+
+    /// The operator on one element (`b` is ignored by `not`).
+    pub fn apply(self, a: bool, b: bool) -> bool {
+        match self {
+            Logic::Not => !a,
+            Logic::And => a && b,
+            Logic::Or => a || b,
+            Logic::Xor => a != b,
+        }
+    }
 }
 
 /// A parsed convert-family operator.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConvertOp {
-    /// `equal`, `less`, `greater`.
+    /// `equal`, `less`, `greater`, `less_or_equal`, `greater_or_equal`.
     Compare(Comparison),
+    /// `not`, `and`, `or`, `xor`.
+    Logic(Logic),
     /// `cast` to a dtype.
     Cast {
         /// Target dtype.
@@ -172,6 +231,12 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvertOp> {
         "equal" => ConvertOp::Compare(Comparison::Equal),
         "less" => ConvertOp::Compare(Comparison::Less),
         "greater" => ConvertOp::Compare(Comparison::Greater),
+        "less_or_equal" => ConvertOp::Compare(Comparison::LessOrEqual),
+        "greater_or_equal" => ConvertOp::Compare(Comparison::GreaterOrEqual),
+        "not" => ConvertOp::Logic(Logic::Not),
+        "and" => ConvertOp::Logic(Logic::And),
+        "or" => ConvertOp::Logic(Logic::Or),
+        "xor" => ConvertOp::Logic(Logic::Xor),
         "cast" => ConvertOp::Cast {
             to: DType::parse(&r.choice("to")).unwrap_or(DType::F32),
         },
@@ -201,6 +266,8 @@ impl Comparison {
             Comparison::Equal => "equal",
             Comparison::Less => "less",
             Comparison::Greater => "greater",
+            Comparison::LessOrEqual => "less_or_equal",
+            Comparison::GreaterOrEqual => "greater_or_equal",
         }
     }
 }
@@ -235,6 +302,7 @@ impl ConvertOp {
     pub fn name(&self) -> &'static str {
         match self {
             ConvertOp::Compare(c) => c.name(),
+            ConvertOp::Logic(l) => l.name(),
             ConvertOp::Cast { .. } => "cast",
             ConvertOp::OneHot { .. } => "one_hot",
             ConvertOp::DropoutTrain { .. } => "dropout_train",
@@ -286,6 +354,22 @@ impl ConvertOp {
                     dtype: DType::Bool,
                 }])
             }
+            ConvertOp::Logic(_) => {
+                if let Some(t) = inputs.iter().find(|t| t.dtype != DType::Bool) {
+                    return Err(format!("'{name}' needs bool operands, got {t}"));
+                }
+                let mut shape = inputs[0].shape.clone();
+                for t in &inputs[1..] {
+                    shape = broadcast(&shape, &t.shape).map_err(|_| {
+                        let shapes: Vec<String> = inputs.iter().map(|t| show(&t.shape)).collect();
+                        format!("input shapes {} do not broadcast", shapes.join(" and "))
+                    })?;
+                }
+                Ok(vec![TensorType {
+                    shape,
+                    dtype: DType::Bool,
+                }])
+            }
             ConvertOp::Cast { to } => Ok(vec![TensorType {
                 shape: inputs[0].shape.clone(),
                 dtype: *to,
@@ -314,8 +398,8 @@ impl ConvertOp {
         }
     }
 
-    /// Batch rule: comparisons broadcast like the elementwise operators; `cast` keeps the
-    /// axis, and so does `one_hot` (its new axis is last).
+    /// Batch rule: comparisons and logic broadcast like the elementwise operators; `cast`
+    /// keeps the axis, and so does `one_hot` (its new axis is last).
     pub fn batch(
         &self,
         inputs: &[TensorType],
@@ -323,7 +407,7 @@ impl ConvertOp {
         outputs: &[TensorType],
     ) -> Result<Vec<Option<usize>>, String> {
         match self {
-            ConvertOp::Compare(_) => {
+            ConvertOp::Compare(_) | ConvertOp::Logic(_) => {
                 let rank = outputs[0].shape.len();
                 Ok(vec![broadcast_batch(self.name(), inputs, batch, rank)?])
             }
@@ -358,6 +442,22 @@ mod tests {
         assert!(infer("equal", json!({}), &["bool:2", "bool:2"]).is_err());
         let e = infer("equal", json!({}), &["2,3", "4"]).unwrap_err();
         assert!(e.contains("[2, 3] and [4] do not broadcast"), "{e}");
+    }
+
+    #[test]
+    fn logic_broadcasts_bools_into_bool() {
+        let y = infer("and", json!({}), &["bool:N,1,3", "bool:4,1"]).unwrap();
+        assert_eq!(y[0], tensor("bool:N,4,3"));
+        let y = infer("not", json!({}), &["bool:N,2"]).unwrap();
+        assert_eq!(y[0], tensor("bool:N,2"));
+        let e = infer("xor", json!({}), &["bool:2", "i32:2"]).unwrap_err();
+        assert!(e.contains("'xor' needs bool operands, got i32 [2]"), "{e}");
+        let y = infer("less_or_equal", json!({}), &["i32:2", "i32:"]).unwrap();
+        assert_eq!(y[0], tensor("bool:2"));
+        assert_eq!(
+            rule("or", json!({}), &[("bool:N,4", Some(0)), ("bool:4", None)]),
+            Ok(vec![Some(0)])
+        );
     }
 
     #[test]

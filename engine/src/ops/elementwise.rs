@@ -1,6 +1,12 @@
 //! Elementwise family: unary operators, binary operators with numpy broadcasting, and
 //! `where`. One generated kernel per expression (`shaders/elementwise.wgsl`); the same
 //! expressions are what fusion composes.
+//!
+//! Arithmetic is f32, except that add, sub, mul, div, max, min, mod, abs, neg and sign
+//! also take i32 operands (both of one dtype) and give i32, computed as integers (wrapping
+//! on overflow; division truncates toward zero; a division or remainder by 0 gives 0, as
+//! ONNX leaves it undefined), and `where` picks between values of any one dtype. Fusion
+//! composes f32 expressions only, so integer and bool results run as kernels of their own.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
 use super::backward::GradContext;
@@ -33,6 +39,46 @@ const CLIP_ATTRS: &[AttrSpec] = &[
     ),
 ];
 
+const fn alpha(default: &'static str, doc: &'static str) -> AttrSpec {
+    optional("alpha", AttrKind::Float, default, doc)
+}
+
+const LEAKY_RELU_ATTRS: &[AttrSpec] = &[alpha("0.01", "Slope for x < 0.")];
+const ELU_ATTRS: &[AttrSpec] = &[alpha("1.0", "Scale of exp(x) − 1 for x < 0.")];
+const SELU_ATTRS: &[AttrSpec] = &[
+    alpha(
+        SELU_ALPHA_TEXT,
+        "Scale of exp(x) − 1 for x ≤ 0 (before gamma).",
+    ),
+    optional(
+        "gamma",
+        AttrKind::Float,
+        SELU_GAMMA_TEXT,
+        "Scale of the whole.",
+    ),
+];
+const HARD_SIGMOID_ATTRS: &[AttrSpec] = &[
+    alpha("0.2", "Slope."),
+    optional("beta", AttrKind::Float, "0.5", "Offset."),
+];
+const SWISH_ATTRS: &[AttrSpec] = &[alpha("1.0", "Scale of x inside the sigmoid.")];
+const MOD_ATTRS: &[AttrSpec] = &[optional(
+    "fmod",
+    AttrKind::Int,
+    "0",
+    "0: the remainder takes the divisor's sign (numpy's mod, Python's %); 1: the dividend's (C's fmod).",
+)];
+
+/// hard_swish's slope: 1/6 in f32 (ONNX's HardSwish is HardSigmoid with alpha 1/6, beta 1/2).
+pub const HARD_SWISH_ALPHA: f32 = 1.0 / 6.0;
+
+/// selu's default alpha (ONNX's).
+pub const SELU_ALPHA: f32 = 1.673_263_2;
+/// selu's default gamma (ONNX's).
+pub const SELU_GAMMA: f32 = 1.050_701;
+const SELU_ALPHA_TEXT: &str = "1.67326319217681884765625";
+const SELU_GAMMA_TEXT: &str = "1.05070102214813232421875";
+
 const fn unary(name: &'static str, doc: &'static str) -> OpSchema {
     OpSchema {
         name,
@@ -59,13 +105,30 @@ const fn binary(name: &'static str, doc: &'static str) -> OpSchema {
 
 /// Schemas of the family.
 pub const SCHEMAS: &[OpSchema] = &[
-    binary("add", "a + b, broadcasting."),
-    binary("sub", "a - b, broadcasting."),
-    binary("mul", "a × b, broadcasting."),
-    binary("div", "a / b, broadcasting."),
-    binary("pow", "a raised to b, broadcasting."),
-    binary("max", "Elementwise maximum, broadcasting."),
-    binary("min", "Elementwise minimum, broadcasting."),
+    binary("add", "a + b, broadcasting; f32 or i32 (wrapping)."),
+    binary("sub", "a - b, broadcasting; f32 or i32 (wrapping)."),
+    binary("mul", "a × b, broadcasting; f32 or i32 (wrapping)."),
+    binary(
+        "div",
+        "a / b, broadcasting; f32, or i32 truncating toward zero (a divisor of 0 gives 0).",
+    ),
+    binary("pow", "a raised to b, broadcasting (f32)."),
+    binary("max", "Elementwise maximum, broadcasting; f32 or i32."),
+    binary("min", "Elementwise minimum, broadcasting; f32 or i32."),
+    OpSchema {
+        attrs: MOD_ATTRS,
+        ..binary(
+            "mod",
+            "Remainder of a / b, broadcasting: f32 or i32 (an i32 divisor of 0 gives 0).",
+        )
+    },
+    OpSchema {
+        inputs: Arity::Fixed(&["x", "slope"]),
+        ..binary(
+            "prelu",
+            "x for x ≥ 0, slope × x below; slope broadcasts to x's shape (one way, as ONNX).",
+        )
+    },
     unary("relu", "max(x, 0)."),
     unary("sigmoid", "1 / (1 + exp(-x))."),
     unary("tanh", "Hyperbolic tangent."),
@@ -82,9 +145,46 @@ pub const SCHEMAS: &[OpSchema] = &[
         ..unary("clip", "Clamps x to [min, max].")
     },
     OpSchema {
+        attrs: LEAKY_RELU_ATTRS,
+        ..unary("leaky_relu", "x for x ≥ 0, alpha × x below.")
+    },
+    OpSchema {
+        attrs: ELU_ATTRS,
+        ..unary("elu", "x for x ≥ 0, alpha × (exp(x) − 1) below.")
+    },
+    OpSchema {
+        attrs: SELU_ATTRS,
+        ..unary(
+            "selu",
+            "gamma × x for x > 0, gamma × alpha × (exp(x) − 1) otherwise.",
+        )
+    },
+    unary("softplus", "ln(1 + exp(x)), computed as max(x, 0) + ln(1 + exp(−|x|))."),
+    unary("softsign", "x / (1 + |x|)."),
+    OpSchema {
+        attrs: HARD_SIGMOID_ATTRS,
+        ..unary("hard_sigmoid", "max(0, min(1, alpha × x + beta)).")
+    },
+    unary("hard_swish", "x × max(0, min(1, x / 6 + 1/2))."),
+    unary("silu", "x × sigmoid(x) (swish with alpha 1)."),
+    OpSchema {
+        attrs: SWISH_ATTRS,
+        ..unary("swish", "x × sigmoid(alpha × x).")
+    },
+    unary("mish", "x × tanh(softplus(x))."),
+    unary("abs", "|x| (f32 or i32; i32's minimum stays itself)."),
+    unary("neg", "−x (f32 or i32; i32's minimum stays itself)."),
+    unary("reciprocal", "1 / x."),
+    unary("sign", "−1, 0 or 1 by the sign of x (f32 or i32)."),
+    unary("sin", "Sine."),
+    unary("cos", "Cosine."),
+    unary("floor", "Largest integer not above x."),
+    unary("ceil", "Smallest integer not below x."),
+    unary("round", "Nearest integer, halves to even (as ONNX)."),
+    OpSchema {
         name: "where",
         family: FAMILY,
-        doc: "Picks a where cond is true, else b; broadcasting all three.",
+        doc: "Picks a where cond is true, else b; broadcasting all three; a and b of one dtype (f32, i32 or bool).",
         inputs: Arity::Fixed(&["cond", "a", "b"]),
         outputs: &["y"],
         attrs: &[],
@@ -133,6 +233,63 @@ pub enum Unary {
         /// Upper bound.
         max: Option<f32>,
     },
+    /// x for x ≥ 0, alpha·x below.
+    LeakyRelu {
+        /// Slope below 0.
+        alpha: f32,
+    },
+    /// x for x ≥ 0, alpha·(eˣ − 1) below.
+    Elu {
+        /// Scale below 0.
+        alpha: f32,
+    },
+    /// gamma·x for x > 0, gamma·alpha·(eˣ − 1) otherwise.
+    Selu {
+        /// Scale at or below 0.
+        alpha: f32,
+        /// Scale of the whole.
+        gamma: f32,
+    },
+    /// ln(1 + eˣ)
+    Softplus,
+    /// x / (1 + |x|)
+    Softsign,
+    /// max(0, min(1, alpha·x + beta))
+    HardSigmoid {
+        /// Slope.
+        alpha: f32,
+        /// Offset.
+        beta: f32,
+    },
+    /// x · max(0, min(1, x/6 + 1/2))
+    HardSwish,
+    /// x · sigmoid(x)
+    Silu,
+    /// x · sigmoid(alpha·x)
+    Swish {
+        /// Scale inside the sigmoid.
+        alpha: f32,
+    },
+    /// x · tanh(softplus(x))
+    Mish,
+    /// |x|
+    Abs,
+    /// −x
+    Neg,
+    /// 1 / x
+    Reciprocal,
+    /// −1, 0 or 1
+    Sign,
+    /// sin x
+    Sin,
+    /// cos x
+    Cos,
+    /// ⌊x⌋
+    Floor,
+    /// ⌈x⌉
+    Ceil,
+    /// Nearest integer, halves to even.
+    Round,
 }
 
 /// Binary operators.
@@ -152,6 +309,13 @@ pub enum Binary {
     Max,
     /// min
     Min,
+    /// Remainder: with the divisor's sign, or (`fmod`) the dividend's.
+    Mod {
+        /// C's fmod (the dividend's sign) rather than numpy's mod.
+        fmod: bool,
+    },
+    /// x for x ≥ 0, slope·x below (the second operand broadcasts to the first).
+    Prelu,
 }
 
 /// Parses attributes; `None` for a name outside the family.
@@ -165,21 +329,72 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ElementwiseOp> {
         "pow" => B(Binary::Pow),
         "max" => B(Binary::Max),
         "min" => B(Binary::Min),
-        "relu" => U(Unary::Relu),
-        "sigmoid" => U(Unary::Sigmoid),
-        "tanh" => U(Unary::Tanh),
-        "gelu" => U(Unary::Gelu {
+        "mod" => {
+            let fmod = r.int("fmod");
+            if !matches!(fmod, 0 | 1) {
+                r.reject("fmod", format!("fmod must be 0 or 1, got {fmod}"));
+            }
+            B(Binary::Mod { fmod: fmod == 1 })
+        }
+        "prelu" => B(Binary::Prelu),
+        "where" => ElementwiseOp::Where,
+        _ => return read_unary(name, r).map(U),
+    })
+}
+
+/// A unary operator by name with its attributes (`approximate`, `min`, `max`, `alpha`,
+/// `beta`, `gamma`; an absent one takes the forward operator's default): shared by the
+/// forward operators and `unary_grad`. `None` for a name that is no unary operator.
+pub(crate) fn read_unary(name: &str, r: &mut AttrReader) -> Option<Unary> {
+    fn float(r: &mut AttrReader, attr: &str, default: f32) -> f32 {
+        r.opt_float(attr).unwrap_or(default)
+    }
+    Some(match name {
+        "relu" => Unary::Relu,
+        "sigmoid" => Unary::Sigmoid,
+        "tanh" => Unary::Tanh,
+        "gelu" => Unary::Gelu {
             tanh: r.choice("approximate") == "tanh",
-        }),
-        "exp" => U(Unary::Exp),
-        "log" => U(Unary::Log),
-        "sqrt" => U(Unary::Sqrt),
-        "erf" => U(Unary::Erf),
-        "clip" => U(Unary::Clip {
+        },
+        "exp" => Unary::Exp,
+        "log" => Unary::Log,
+        "sqrt" => Unary::Sqrt,
+        "erf" => Unary::Erf,
+        "clip" => Unary::Clip {
             min: r.opt_float("min"),
             max: r.opt_float("max"),
-        }),
-        "where" => ElementwiseOp::Where,
+        },
+        "leaky_relu" => Unary::LeakyRelu {
+            alpha: float(r, "alpha", 0.01),
+        },
+        "elu" => Unary::Elu {
+            alpha: float(r, "alpha", 1.0),
+        },
+        "selu" => Unary::Selu {
+            alpha: float(r, "alpha", SELU_ALPHA),
+            gamma: float(r, "gamma", SELU_GAMMA),
+        },
+        "softplus" => Unary::Softplus,
+        "softsign" => Unary::Softsign,
+        "hard_sigmoid" => Unary::HardSigmoid {
+            alpha: float(r, "alpha", 0.2),
+            beta: float(r, "beta", 0.5),
+        },
+        "hard_swish" => Unary::HardSwish,
+        "silu" => Unary::Silu,
+        "swish" => Unary::Swish {
+            alpha: float(r, "alpha", 1.0),
+        },
+        "mish" => Unary::Mish,
+        "abs" => Unary::Abs,
+        "neg" => Unary::Neg,
+        "reciprocal" => Unary::Reciprocal,
+        "sign" => Unary::Sign,
+        "sin" => Unary::Sin,
+        "cos" => Unary::Cos,
+        "floor" => Unary::Floor,
+        "ceil" => Unary::Ceil,
+        "round" => Unary::Round,
         _ => return None,
     })
 }
@@ -197,6 +412,25 @@ impl Unary {
             Unary::Sqrt => "sqrt",
             Unary::Erf => "erf",
             Unary::Clip { .. } => "clip",
+            Unary::LeakyRelu { .. } => "leaky_relu",
+            Unary::Elu { .. } => "elu",
+            Unary::Selu { .. } => "selu",
+            Unary::Softplus => "softplus",
+            Unary::Softsign => "softsign",
+            Unary::HardSigmoid { .. } => "hard_sigmoid",
+            Unary::HardSwish => "hard_swish",
+            Unary::Silu => "silu",
+            Unary::Swish { .. } => "swish",
+            Unary::Mish => "mish",
+            Unary::Abs => "abs",
+            Unary::Neg => "neg",
+            Unary::Reciprocal => "reciprocal",
+            Unary::Sign => "sign",
+            Unary::Sin => "sin",
+            Unary::Cos => "cos",
+            Unary::Floor => "floor",
+            Unary::Ceil => "ceil",
+            Unary::Round => "round",
         }
     }
 
@@ -207,7 +441,52 @@ impl Unary {
                 json!({ "op": "gelu", "approximate": if tanh { "tanh" } else { "none" } })
             }
             Unary::Clip { min, max } => json!({ "op": "clip", "min": min, "max": max }),
+            Unary::LeakyRelu { alpha } | Unary::Elu { alpha } | Unary::Swish { alpha } => {
+                json!({ "op": self.name(), "alpha": alpha })
+            }
+            Unary::Selu { alpha, gamma } => json!({ "op": "selu", "alpha": alpha, "gamma": gamma }),
+            Unary::HardSigmoid { alpha, beta } => {
+                json!({ "op": "hard_sigmoid", "alpha": alpha, "beta": beta })
+            }
             other => json!({ "op": other.name() }),
+        }
+    }
+
+    /// Piecewise constant (floor, ceil, round, sign): the gradient is zero.
+    pub fn is_step(self) -> bool {
+        matches!(
+            self,
+            Unary::Floor | Unary::Ceil | Unary::Round | Unary::Sign
+        )
+    }
+
+    /// Also defined on i32 (abs, neg, sign: the result stays i32).
+    pub fn takes_i32(self) -> bool {
+        matches!(self, Unary::Abs | Unary::Neg | Unary::Sign)
+    }
+
+    /// Checks what parsing guarantees, for operators that arrive already parsed: clip's
+    /// bounds are numbers and every other attribute is finite.
+    pub fn validate(self) -> Result<(), String> {
+        let finite: &[(&str, f32)] = match &self {
+            Unary::Clip { min, max } => {
+                if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) {
+                    return Err(format!(
+                        "clip: bounds must be numbers, got min {min:?}, max {max:?}"
+                    ));
+                }
+                &[]
+            }
+            Unary::LeakyRelu { alpha } | Unary::Elu { alpha } | Unary::Swish { alpha } => {
+                &[("alpha", *alpha)]
+            }
+            Unary::Selu { alpha, gamma } => &[("alpha", *alpha), ("gamma", *gamma)],
+            Unary::HardSigmoid { alpha, beta } => &[("alpha", *alpha), ("beta", *beta)],
+            _ => &[],
+        };
+        match finite.iter().find(|(_, v)| !v.is_finite()) {
+            Some((attr, v)) => Err(format!("{}: {attr} must be finite, got {v}", self.name())),
+            None => Ok(()),
         }
     }
 }
@@ -223,13 +502,21 @@ impl Binary {
             Binary::Pow => "pow",
             Binary::Max => "max",
             Binary::Min => "min",
+            Binary::Mod { .. } => "mod",
+            Binary::Prelu => "prelu",
         }
+    }
+
+    /// Also defined on two i32 operands (the result is i32).
+    pub fn takes_i32(self) -> bool {
+        !matches!(self, Binary::Pow | Binary::Prelu)
     }
 }
 
 impl ElementwiseOp {
     /// Every elementwise operator is pointwise; unary and binary ones can also run in a
-    /// matmul or convolution epilogue.
+    /// matmul or convolution epilogue. (Fusion composes f32 expressions: it also asks
+    /// that the output be f32, so integer and bool work stays a kernel of its own.)
     pub fn capabilities(&self) -> Capabilities {
         Capabilities {
             pointwise: true,
@@ -247,21 +534,54 @@ impl ElementwiseOp {
         }
     }
 
-    /// Output types: the broadcast of the inputs.
+    /// Checks what parsing guarantees (see [`Unary::validate`]).
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            ElementwiseOp::Unary(u) => u.validate(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Output types: the broadcast of the inputs, of their dtype. f32 throughout, except:
+    /// abs, neg, sign and the binary operators but pow and prelu also take i32 (both
+    /// operands of one dtype), and `where` picks between values of any one dtype; prelu's
+    /// slope must broadcast to x's shape.
     pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         let name = self.name();
-        let values = match self {
+        let dtype = match self {
             ElementwiseOp::Where => {
                 if inputs[0].dtype != DType::Bool {
                     return Err(format!("'where' needs a bool cond, got {}", inputs[0]));
                 }
-                &inputs[1..]
+                let (a, b) = (&inputs[1], &inputs[2]);
+                if a.dtype != b.dtype {
+                    return Err(format!(
+                        "'where' picks between values of one dtype, got {a} and {b}"
+                    ));
+                }
+                a.dtype
             }
-            _ => inputs,
+            ElementwiseOp::Unary(u) => {
+                let x = &inputs[0];
+                if !(x.dtype == DType::F32 || u.takes_i32() && x.dtype == DType::I32) {
+                    let want = if u.takes_i32() { "f32 or i32" } else { "f32" };
+                    return Err(format!("'{name}' needs an {want} input, got {x}"));
+                }
+                x.dtype
+            }
+            ElementwiseOp::Binary(op) => {
+                let (a, b) = (&inputs[0], &inputs[1]);
+                if !op.takes_i32() {
+                    need_f32(name, "input 0", a)?;
+                    need_f32(name, "input 1", b)?;
+                } else if a.dtype != b.dtype || a.dtype == DType::Bool {
+                    return Err(format!(
+                        "'{name}' needs two f32 or two i32 operands, got {a} and {b}"
+                    ));
+                }
+                a.dtype
+            }
         };
-        for (i, t) in values.iter().enumerate() {
-            need_f32(name, &format!("input {i}"), t)?;
-        }
         let mut shape = inputs[0].shape.clone();
         for t in &inputs[1..] {
             shape = broadcast(&shape, &t.shape).map_err(|_| {
@@ -269,7 +589,14 @@ impl ElementwiseOp {
                 format!("input shapes {} do not broadcast", shapes.join(" and "))
             })?;
         }
-        Ok(vec![TensorType::f32(shape)])
+        if matches!(self, ElementwiseOp::Binary(Binary::Prelu)) && shape != inputs[0].shape {
+            return Err(format!(
+                "'prelu': slope {} does not broadcast to x's shape {}",
+                show(&inputs[1].shape),
+                show(&inputs[0].shape)
+            ));
+        }
+        Ok(vec![TensorType { shape, dtype }])
     }
 
     /// Batch rule: every batched input's axis lands on one output axis under numpy
@@ -285,12 +612,40 @@ impl ElementwiseOp {
         Ok(vec![broadcast_batch(self.name(), inputs, batch, rank)?])
     }
 
-    /// Gradient rule. Unary: `unary_grad`. add/sub/mul/div/pow by their partial
-    /// derivatives; max/min pass dy to the larger (smaller) operand, to b on ties; where
-    /// passes dy to the picked side. Broadcasting is undone (summed) per input.
+    /// Gradient rule. Unary: `unary_grad`, or zeros for the step functions (floor, ceil,
+    /// round, sign). add/sub/mul/div/pow/mod by their partial derivatives (mod's is 1 for
+    /// a and −k for b, where y = a − k·b, k = (a − y)/b); prelu passes dy where x ≥ 0 and
+    /// slope·dy below, and gives the slope Σ dy·min(x, 0); max/min pass dy to the larger
+    /// (smaller) operand, to b on ties; where passes dy to the picked side. Broadcasting
+    /// is undone (summed) per input.
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
         let dy = g.dy()?;
         match self {
+            ElementwiseOp::Unary(u) if u.is_step() => {
+                if g.needs(0) {
+                    let x = g.input(0)?;
+                    let xs = g.shape(&x)?;
+                    let dx = g.zeros(&xs)?;
+                    g.input_grad(0, dx)?;
+                }
+                Ok(())
+            }
+            ElementwiseOp::Binary(Binary::Prelu) => {
+                let (x, slope) = (g.input(0)?, g.input(1)?);
+                let zero = g.scalar(0.0)?;
+                if g.needs(0) {
+                    let below = g.emit("less", json!({}), &[&x, &zero])?;
+                    let scaled = g.binary("mul", &dy, &slope)?;
+                    let dx = g.emit("where", json!({}), &[&below, &scaled, &dy])?;
+                    g.input_grad_unbroadcast(0, &dx)?;
+                }
+                if g.needs(1) {
+                    let neg = g.binary("min", &x, &zero)?;
+                    let ds = g.binary("mul", &dy, &neg)?;
+                    g.input_grad_unbroadcast(1, &ds)?;
+                }
+                Ok(())
+            }
             ElementwiseOp::Unary(u) => {
                 if g.needs(0) {
                     let x = g.input(0)?;
@@ -363,6 +718,18 @@ impl ElementwiseOp {
                         };
                         (da, db)
                     }
+                    Binary::Mod { .. } => {
+                        let db = if g.needs(1) {
+                            let y = g.output(0)?;
+                            let k = g.binary("sub", &y, &a)?;
+                            let k = g.binary("div", &k, &b)?;
+                            Some(g.binary("mul", &dy, &k)?)
+                        } else {
+                            None
+                        };
+                        (Some(dy.clone()), db)
+                    }
+                    Binary::Prelu => (None, None),
                     Binary::Max | Binary::Min => {
                         // dy where a wins (a - b > 0 for max, b - a > 0 for min), else 0.
                         let d = if *op == Binary::Max {
@@ -406,7 +773,7 @@ impl ElementwiseOp {
 
 #[cfg(test)]
 mod tests {
-    use crate::ops::testing::{couples, rule};
+    use crate::ops::testing::{couples, rule, tensor};
     use serde_json::json;
 
     #[test]
@@ -422,6 +789,80 @@ mod tests {
             max: Some(0.0),
         }));
         assert!(op.validate(16).is_err());
+    }
+
+    fn infer(op: &str, attrs: serde_json::Value, inputs: &[&str]) -> Result<String, String> {
+        let op = crate::ops::parse(op, attrs.as_object().unwrap()).map_err(|e| format!("{e:?}"))?;
+        let types: Vec<_> = inputs.iter().map(|t| tensor(t)).collect();
+        op.infer(&types).map(|t| t[0].to_string())
+    }
+
+    #[test]
+    fn integer_operands_keep_their_dtype_and_mixed_ones_are_refused() {
+        assert_eq!(
+            infer("add", json!({}), &["i32:N,3", "i32:3"]).unwrap(),
+            "i32 [N, 3]"
+        );
+        assert_eq!(
+            infer("mod", json!({}), &["i32:2", "i32:"]).unwrap(),
+            "i32 [2]"
+        );
+        assert_eq!(infer("abs", json!({}), &["i32:4"]).unwrap(), "i32 [4]");
+        let e = infer("div", json!({}), &["2", "i32:2"]).unwrap_err();
+        assert!(
+            e.contains("needs two f32 or two i32 operands, got f32 [2] and i32 [2]"),
+            "{e}"
+        );
+        assert!(infer("add", json!({}), &["bool:2", "bool:2"]).is_err());
+        let e = infer("pow", json!({}), &["i32:2", "i32:2"]).unwrap_err();
+        assert!(e.contains("'pow' needs an f32 input 0"), "{e}");
+        let e = infer("sin", json!({}), &["i32:2"]).unwrap_err();
+        assert!(e.contains("'sin' needs an f32 input, got i32 [2]"), "{e}");
+        let e = infer("abs", json!({}), &["bool:2"]).unwrap_err();
+        assert!(e.contains("f32 or i32"), "{e}");
+    }
+
+    #[test]
+    fn where_takes_values_of_one_dtype() {
+        let w = |a: &str, b: &str| infer("where", json!({}), &["bool:N,1", a, b]);
+        assert_eq!(w("i32:3", "i32:").unwrap(), "i32 [N, 3]");
+        assert_eq!(w("bool:3", "bool:3").unwrap(), "bool [N, 3]");
+        assert_eq!(w("3", "3").unwrap(), "f32 [N, 3]");
+        let e = w("i32:3", "3").unwrap_err();
+        assert!(e.contains("values of one dtype"), "{e}");
+    }
+
+    #[test]
+    fn prelu_slope_broadcasts_one_way_and_attributes_are_checked() {
+        assert_eq!(
+            infer("prelu", json!({}), &["N,4,5", "5"]).unwrap(),
+            "f32 [N, 4, 5]"
+        );
+        assert_eq!(
+            infer("prelu", json!({}), &["N,4,5", "4,1"]).unwrap(),
+            "f32 [N, 4, 5]"
+        );
+        let e = infer("prelu", json!({}), &["4,1", "4,5"]).unwrap_err();
+        assert!(
+            e.contains("slope [4, 5] does not broadcast to x's shape [4, 1]"),
+            "{e}"
+        );
+        for (op, attrs) in [
+            ("mod", json!({ "fmod": 2 })),
+            ("leaky_relu", json!({ "alpha": "x" })),
+            ("selu", json!({ "gamma": 1e39 })),
+            ("hard_sigmoid", json!({ "beta": [1] })),
+        ] {
+            let e = crate::ops::parse(op, attrs.as_object().unwrap()).unwrap_err();
+            let attr = attrs.as_object().unwrap().keys().next().unwrap().clone();
+            assert!(format!("{e:?}").contains(&attr), "{op}: {e:?}");
+        }
+        // Parsed elsewhere (a plan): non-finite attributes are refused by name.
+        let op = crate::ops::Op::Elementwise(super::ElementwiseOp::Unary(super::Unary::Elu {
+            alpha: f32::INFINITY,
+        }));
+        let e = op.validate(16).unwrap_err();
+        assert!(e.contains("elu: alpha must be finite"), "{e}");
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
 use super::backward::GradContext;
 use super::conv::{window, ConvOp, Window, AVG_POOL_ATTRS, MAX_POOL_ATTRS};
-use super::elementwise::Unary;
+use super::elementwise::{read_unary, Unary};
 use super::{
     broadcast_batch, need_f32, product, widen, Arity, Capabilities, IndexInput, OpSchema,
     TensorType,
@@ -24,7 +24,30 @@ pub const FAMILY: &str = "gradient";
 
 /// The unary operators `unary_grad` differentiates.
 pub const UNARIES: &[&str] = &[
-    "relu", "sigmoid", "tanh", "gelu", "exp", "log", "sqrt", "erf", "clip",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "gelu",
+    "exp",
+    "log",
+    "sqrt",
+    "erf",
+    "clip",
+    "leaky_relu",
+    "elu",
+    "selu",
+    "softplus",
+    "softsign",
+    "hard_sigmoid",
+    "hard_swish",
+    "silu",
+    "swish",
+    "mish",
+    "abs",
+    "neg",
+    "reciprocal",
+    "sin",
+    "cos",
 ];
 
 const UNARY_GRAD_ATTRS: &[AttrSpec] = &[
@@ -37,6 +60,14 @@ const UNARY_GRAD_ATTRS: &[AttrSpec] = &[
     ),
     optional("min", AttrKind::Float, "null", "clip's lower bound."),
     optional("max", AttrKind::Float, "null", "clip's upper bound."),
+    optional(
+        "alpha",
+        AttrKind::Float,
+        "null",
+        "leaky_relu's, elu's, selu's, hard_sigmoid's or swish's alpha (absent: the forward operator's default).",
+    ),
+    optional("beta", AttrKind::Float, "null", "hard_sigmoid's beta (absent: 0.5)."),
+    optional("gamma", AttrKind::Float, "null", "selu's gamma (absent: ONNX's default)."),
 ];
 
 const SOFTMAX_GRAD_ATTRS: &[AttrSpec] = &[optional(
@@ -210,23 +241,9 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<GradOp> {
         }
         _ => return None,
     }
-    let unary = match r.choice("op").as_str() {
-        "sigmoid" => Unary::Sigmoid,
-        "tanh" => Unary::Tanh,
-        "gelu" => Unary::Gelu {
-            tanh: r.choice("approximate") == "tanh",
-        },
-        "exp" => Unary::Exp,
-        "log" => Unary::Log,
-        "sqrt" => Unary::Sqrt,
-        "erf" => Unary::Erf,
-        "clip" => Unary::Clip {
-            min: r.opt_float("min"),
-            max: r.opt_float("max"),
-        },
-        // "relu", and the fallback after a problem was recorded.
-        _ => Unary::Relu,
-    };
+    let op = r.choice("op");
+    // "relu" is the fallback after a problem was recorded.
+    let unary = read_unary(&op, r).unwrap_or(Unary::Relu);
     Some(GradOp::UnaryGrad(unary))
 }
 
@@ -269,15 +286,11 @@ impl GradOp {
     }
 
     /// Checks what parsing guarantees, for operators that arrive already parsed: a
-    /// conv-family backward's window and groups as its forward operator's, and a clip's
-    /// bounds numbers.
+    /// conv-family backward's window and groups as its forward operator's, and a unary
+    /// operator's attributes valid.
     pub fn validate(&self) -> Result<(), String> {
-        if let GradOp::UnaryGrad(Unary::Clip { min, max }) = self {
-            if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) {
-                return Err(format!(
-                    "unary_grad: clip bounds must be numbers, got min {min:?}, max {max:?}"
-                ));
-            }
+        if let GradOp::UnaryGrad(u) = self {
+            u.validate().map_err(|e| format!("unary_grad: {e}"))?;
         }
         // Any multiple of the groups stands for the output channels here (groups of 0
         // are refused by the forward operator's check).

@@ -261,13 +261,7 @@ impl Op {
             Op::MatMul(matmul::MatMulOp::MatMul) | Op::Norm(_) => Ok(()),
             Op::Param(p) => list("shape", p.shape.len()),
             Op::Grad(g) => g.validate(),
-            Op::Elementwise(elementwise::ElementwiseOp::Unary(elementwise::Unary::Clip {
-                min,
-                max,
-            })) if min.is_some_and(f32::is_nan) || max.is_some_and(f32::is_nan) => Err(format!(
-                "clip: bounds must be numbers, got min {min:?}, max {max:?}"
-            )),
-            Op::Elementwise(_) => Ok(()),
+            Op::Elementwise(o) => o.validate(),
             Op::Reduce(r) => {
                 list("axes", r.axes.as_ref().map_or(0, Vec::len))?;
                 match (r.kind, r.axes.as_deref()) {

@@ -291,6 +291,12 @@ fn expr_type(
             .infer(&args)?
             .pop()
             .ok_or("a pointwise term produced nothing")?;
+        if t.dtype != DType::F32 {
+            return Err(format!(
+                "term '{}' gives {}: fused units compute f32",
+                term.node, t.dtype
+            ));
+        }
         if shape::broadcast(&t.shape, &out.shape).ok().as_ref() != Some(&out.shape) {
             return Err(format!(
                 "term '{}' does not broadcast to the output",

@@ -3,8 +3,11 @@
 //! `conv2d` declare themselves anchors) becomes that anchor's epilogue. Scalar constants
 //! are inlined. An intermediate value may be fused away only when its one consumer is in
 //! the same group and it is not a graph output. Fusion asks each operator what it can do
-//! ([`crate::ops::Capabilities`]); it never names operators.
+//! ([`crate::ops::Capabilities`]); it never names operators. Fused units compute f32
+//! expressions, so a node fuses only when its outputs are f32 (integer and bool work, such
+//! as i32 arithmetic or a `where` over i32 values, runs as a kernel of its own).
 
+use crate::dtype::DType;
 use crate::graph::{Graph, NodeKind};
 use crate::ops::{Capabilities, Op};
 use petgraph::stable_graph::NodeIndex;
@@ -65,8 +68,20 @@ fn op(graph: &Graph, n: NodeIndex) -> Option<&Op> {
     }
 }
 
+/// What a node can do in a fused unit: its operator's capabilities, none when an output
+/// is not f32 (fused units compute f32 expressions).
 fn capabilities(graph: &Graph, n: NodeIndex) -> Capabilities {
-    op(graph, n).map(Op::capabilities).unwrap_or_default()
+    let f32_out = graph.dag[n].outputs.iter().all(|t| t.dtype == DType::F32);
+    let caps = op(graph, n).map(Op::capabilities).unwrap_or_default();
+    if f32_out {
+        caps
+    } else {
+        Capabilities {
+            pointwise: false,
+            epilogue_member: false,
+            ..caps
+        }
+    }
 }
 
 fn pointwise(graph: &Graph, n: NodeIndex) -> bool {
@@ -232,4 +247,49 @@ pub fn units(graph: &Graph, fuse: bool) -> Vec<Unit> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{units, Unit};
+
+    #[test]
+    fn integer_and_bool_work_stays_out_of_fused_units() {
+        // a, b i32: add → abs → where over i32 values stay single kernels; the f32 chain
+        // leaky_relu → neg → mul fuses.
+        let g = crate::load_graph(
+            r#"{
+              "format": "sluice/graph@1",
+              "inputs": {
+                "a": { "shape": [3], "dtype": "i32" },
+                "b": { "shape": [3], "dtype": "i32" },
+                "c": { "shape": [3], "dtype": "bool" },
+                "x": { "shape": [3] }
+              },
+              "nodes": [
+                { "id": "s", "op": "add", "inputs": ["a", "b"] },
+                { "id": "t", "op": "abs", "inputs": ["s"] },
+                { "id": "w", "op": "where", "inputs": ["c", "t", "b"] },
+                { "id": "l", "op": "leaky_relu", "inputs": ["x"] },
+                { "id": "n", "op": "neg", "inputs": ["l"] },
+                { "id": "m", "op": "mul", "inputs": ["n", "x"] }
+              ],
+              "outputs": ["w", "m"]
+            }"#,
+        )
+        .unwrap();
+        let name = |n: petgraph::stable_graph::NodeIndex| g.dag[n].id.clone();
+        let mut singles = Vec::new();
+        let mut fused: Vec<Vec<String>> = Vec::new();
+        for u in units(&g, true) {
+            match u {
+                Unit::Single(n) => singles.push(name(n)),
+                Unit::Pointwise(nodes) => fused.push(nodes.into_iter().map(name).collect()),
+                Unit::Epilogue { .. } => panic!("no anchors here"),
+            }
+        }
+        singles.sort();
+        assert_eq!(singles, ["s", "t", "w"]);
+        assert_eq!(fused, vec![vec!["l", "n", "m"]]);
+    }
 }

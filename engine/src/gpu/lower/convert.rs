@@ -27,7 +27,7 @@ impl Lower for ConvertOp {
         let mut info = vec![word(n)?];
         let common = variant(SHADER, "common");
         let body = match self {
-            ConvertOp::Compare(c) => {
+            ConvertOp::Compare(_) | ConvertOp::Logic(_) => {
                 info.push(word(out.shape.len())?);
                 for &d in &out.shape {
                     info.push(word(d)?);
@@ -41,19 +41,42 @@ impl Lower for ConvertOp {
                     b.add(&name, Slot::Input(k), t.storage, false);
                     args.push(read(&name, t, &format!("sl_offset(i, {k}u)")));
                 }
-                let op = match c {
-                    Comparison::Equal => "==",
-                    Comparison::Less => "<",
-                    Comparison::Greater => ">",
+                let arg = |k: usize| -> Result<String, String> {
+                    args.get(k)
+                        .cloned()
+                        .ok_or_else(|| "internal: an operand is missing".to_string())
                 };
-                let word_fn = fill(
-                    variant(SHADER, "compare"),
-                    &[
-                        ("A", args[0].clone()),
-                        ("B", args[1].clone()),
-                        ("OP", op.into()),
-                    ],
-                );
+                let word_fn = match self {
+                    ConvertOp::Compare(c) => {
+                        let op = match c {
+                            Comparison::Equal => "==",
+                            Comparison::Less => "<",
+                            Comparison::Greater => ">",
+                            Comparison::LessOrEqual => "<=",
+                            Comparison::GreaterOrEqual => ">=",
+                        };
+                        fill(
+                            variant(SHADER, "compare"),
+                            &[("A", arg(0)?), ("B", arg(1)?), ("OP", op.into())],
+                        )
+                    }
+                    ConvertOp::Logic(l) => {
+                        if ctx.inputs.iter().any(|t| t.storage != Storage::Bool) {
+                            return Err(format!("internal: '{}' needs bool operands", l.name()));
+                        }
+                        let bit = |k: usize| -> Result<String, String> {
+                            Ok(format!("({} != 0u)", arg(k)?))
+                        };
+                        let expr = match l {
+                            Logic::Not => format!("!{}", bit(0)?),
+                            Logic::And => format!("{} && {}", bit(0)?, bit(1)?),
+                            Logic::Or => format!("{} || {}", bit(0)?, bit(1)?),
+                            Logic::Xor => format!("{} != {}", bit(0)?, bit(1)?),
+                        };
+                        fill(variant(SHADER, "logic"), &[("EXPR", expr)])
+                    }
+                    _ => return Err("internal: not a comparison".into()),
+                };
                 format!("{}\n{word_fn}\n{}", variant(SHADER, "offset"), words_main())
             }
             ConvertOp::Cast { to } => {

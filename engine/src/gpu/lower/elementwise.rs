@@ -33,6 +33,46 @@ pub fn unary_wgsl(u: Unary, x: &str) -> String {
             }
             e
         }
+        Unary::LeakyRelu { alpha } => {
+            format!("select({x}, {} * ({x}), ({x}) < 0.0)", f32_literal(alpha))
+        }
+        Unary::Elu { alpha } => format!(
+            "select({x}, {} * (exp({x}) - 1.0), ({x}) < 0.0)",
+            f32_literal(alpha)
+        ),
+        Unary::Selu { alpha, gamma } => {
+            let a = f32_literal(alpha);
+            format!(
+                "({} * select({a} * exp({x}) - {a}, {x}, ({x}) > 0.0))",
+                f32_literal(gamma)
+            )
+        }
+        Unary::Softplus => format!("sl_softplus({x})"),
+        Unary::Softsign => format!("(({x}) / (1.0 + abs({x})))"),
+        Unary::HardSigmoid { alpha, beta } => format!(
+            "sl_hard_sigmoid({x}, {}, {})",
+            f32_literal(alpha),
+            f32_literal(beta)
+        ),
+        Unary::HardSwish => format!(
+            "(({x}) * sl_hard_sigmoid({x}, {}, 0.5))",
+            f32_literal(HARD_SWISH_ALPHA)
+        ),
+        Unary::Silu => format!("(({x}) * sl_sigmoid({x}))"),
+        Unary::Swish { alpha } => {
+            format!("(({x}) * sl_sigmoid({} * ({x})))", f32_literal(alpha))
+        }
+        Unary::Mish => format!("(({x}) * sl_tanh(sl_softplus({x})))"),
+        Unary::Abs => format!("abs({x})"),
+        Unary::Neg => format!("(-({x}))"),
+        Unary::Reciprocal => format!("(1.0 / ({x}))"),
+        Unary::Sign => format!("sign({x})"),
+        Unary::Sin => format!("sin({x})"),
+        Unary::Cos => format!("cos({x})"),
+        Unary::Floor => format!("floor({x})"),
+        Unary::Ceil => format!("ceil({x})"),
+        // WGSL's round takes halves to even, as ONNX's Round.
+        Unary::Round => format!("round({x})"),
     }
 }
 
@@ -46,7 +86,36 @@ pub fn binary_wgsl(op: Binary, a: &str, b: &str) -> String {
         Binary::Pow => format!("sl_pow({a}, {b})"),
         Binary::Max => format!("max({a}, {b})"),
         Binary::Min => format!("min({a}, {b})"),
+        Binary::Mod { fmod: true } => format!("sl_fmod({a}, {b})"),
+        Binary::Mod { fmod: false } => format!("sl_mod({a}, {b})"),
+        Binary::Prelu => format!("select({a}, ({b}) * ({a}), ({a}) < 0.0)"),
     }
+}
+
+/// The WGSL expression of an operator on i32 or bool values (`args`: i32 expressions, or
+/// u32 0/1 for bool; `where`'s cond is always u32), or `None` for one defined on f32 only.
+fn integer_wgsl(op: &ElementwiseOp, args: &[String]) -> Option<String> {
+    let arg = |k: usize| args.get(k);
+    Some(match op {
+        ElementwiseOp::Unary(Unary::Abs) => format!("abs({})", arg(0)?),
+        ElementwiseOp::Unary(Unary::Neg) => format!("(-({}))", arg(0)?),
+        ElementwiseOp::Unary(Unary::Sign) => format!("sign({})", arg(0)?),
+        ElementwiseOp::Unary(_) => return None,
+        ElementwiseOp::Binary(b) => {
+            let (a, c) = (arg(0)?, arg(1)?);
+            match b {
+                Binary::Add => format!("({a} + {c})"),
+                Binary::Sub => format!("({a} - {c})"),
+                Binary::Mul => format!("({a} * {c})"),
+                Binary::Div => format!("sl_idiv({a}, {c})"),
+                Binary::Max => format!("max({a}, {c})"),
+                Binary::Min => format!("min({a}, {c})"),
+                Binary::Mod { fmod } => format!("sl_imod({a}, {c}, {fmod})"),
+                Binary::Pow | Binary::Prelu => return None,
+            }
+        }
+        ElementwiseOp::Where => format!("select({}, {}, {} != 0u)", arg(2)?, arg(1)?, arg(0)?),
+    })
 }
 
 /// The expression of an elementwise operator over inputs `args` (each an f32 expression;
@@ -60,10 +129,18 @@ pub fn wgsl(op: &ElementwiseOp, args: &[String]) -> String {
 }
 
 impl Lower for ElementwiseOp {
-    /// GPU kernel.
+    /// GPU kernel: the per-element f32 kernel, or for an i32 or bool output the integer
+    /// one.
     fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
         let (inputs, outputs) = (ctx.inputs, ctx.outputs);
         let args: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
+        let out = outputs.first().ok_or("internal: no output")?;
+        if out.dtype != DType::F32 {
+            let expr = integer_wgsl(self, &args)
+                .ok_or_else(|| format!("'{}' has no {} kernel", self.name(), out.dtype))?;
+            let kernel = integer_kernel(self.name(), &expr, inputs, &out.shape, out.storage)?;
+            return Ok(Lowering::Kernels(vec![kernel]));
+        }
         let kernel = elementwise_kernel(
             self.name(),
             "",
@@ -82,6 +159,78 @@ pub fn helpers() -> &'static str {
     variant(SHADER, "helpers")
 }
 
+/// The info words of a per-element kernel: `[n]` when every input has the output's shape,
+/// else `[n, rank, out shape, then each input's broadcast strides]` (read by `sl_offset`).
+fn element_info(inputs: &[Concrete], out: &[usize]) -> Result<(Vec<u32>, bool), String> {
+    let n: usize = out.iter().product();
+    let contiguous = inputs.iter().all(|t| t.shape == out);
+    let mut info = vec![word(n)?];
+    if !contiguous {
+        info.push(word(out.len())?);
+        for &d in out {
+            info.push(word(d)?);
+        }
+        for t in inputs {
+            for s in broadcast_strides(&t.shape, out)? {
+                info.push(word(s)?);
+            }
+        }
+    }
+    Ok((info, contiguous))
+}
+
+/// A kernel computing `expr` over inputs `x0..` read as they are stored (i32, or bool as
+/// u32 0/1), into an i32 or bool output: integers never pass through f32.
+fn integer_kernel(
+    label: &str,
+    expr: &str,
+    inputs: &[Concrete],
+    out: &[usize],
+    out_storage: Storage,
+) -> Result<Kernel, String> {
+    let ty = match out_storage {
+        Storage::I32 => "i32",
+        Storage::Bool => "u32",
+        other => return Err(format!("internal: an integer output stored as {other:?}")),
+    };
+    let (info, contiguous) = element_info(inputs, out)?;
+    let mut b = Bindings::new();
+    b.add("dst", Slot::Output(0), out_storage, true);
+    let mut loads = String::new();
+    for (i, t) in inputs.iter().enumerate() {
+        if !matches!(t.storage, Storage::I32 | Storage::Bool) {
+            return Err(format!(
+                "internal: integer kernel input {i} stored as {:?}",
+                t.storage
+            ));
+        }
+        let index = if contiguous {
+            "i".to_string()
+        } else {
+            format!("sl_offset(i, {i}u)")
+        };
+        b.add(&format!("src{i}"), Slot::Input(i), t.storage, false);
+        loads.push_str(&format!("    let x{i} = src{i}[{index}];\n"));
+    }
+    let n: usize = out.iter().product();
+    let body = fill(
+        variant(SHADER, "words"),
+        &[
+            ("TYPE", ty.to_string()),
+            ("LOADS", loads),
+            ("EXPR", expr.to_string()),
+            ("WG", WG.to_string()),
+        ],
+    );
+    Ok(Kernel {
+        label: format!("{label} {ty}"),
+        source: format!("{}\n{}\n{body}", b.wgsl(), helpers()),
+        slots: b.slots(),
+        info,
+        workgroups: dispatch_1d(n, WG)?,
+    })
+}
+
 /// One elementwise kernel: `stmts` then `expr` over inputs `x0..`, into an output of `out`
 /// shape stored as `out_storage`. Inputs of dtype bool are read as `x{i}: bool`. With
 /// `in_place = Some(k)`, input k (same shape and storage as the output) is read from the
@@ -96,7 +245,6 @@ pub fn elementwise_kernel(
     in_place: Option<usize>,
 ) -> Result<Kernel, String> {
     let n: usize = out.iter().product();
-    let contiguous = inputs.iter().all(|t| t.shape == out);
     if let Some(k) = in_place {
         if inputs
             .get(k)
@@ -107,18 +255,7 @@ pub fn elementwise_kernel(
             ));
         }
     }
-    let mut info = vec![word(n)?];
-    if !contiguous {
-        info.push(word(out.len())?);
-        for &d in out {
-            info.push(word(d)?);
-        }
-        for t in inputs {
-            for s in broadcast_strides(&t.shape, out)? {
-                info.push(word(s)?);
-            }
-        }
-    }
+    let (info, contiguous) = element_info(inputs, out)?;
     let mut b = Bindings::new();
     b.add("dst", Slot::Output(0), out_storage, true);
     let mut loads = String::new();

@@ -8,7 +8,7 @@
 use super::elementwise::elementwise_kernel;
 use super::Lower;
 use crate::gpu::kernel::*;
-use crate::ops::elementwise::Unary;
+use crate::ops::elementwise::{Unary, HARD_SWISH_ALPHA};
 use crate::ops::grad::GradOp;
 use crate::shape;
 
@@ -43,6 +43,39 @@ fn unary_grad_wgsl(u: Unary, x: &str, dy: &str) -> String {
             }
             format!("select(0.0, 1.0, {c})")
         }
+        Unary::LeakyRelu { alpha } => {
+            format!("select(1.0, {}, ({x}) < 0.0)", f32_literal(alpha))
+        }
+        Unary::Elu { alpha } => {
+            format!("select(1.0, {} * exp({x}), ({x}) < 0.0)", f32_literal(alpha))
+        }
+        Unary::Selu { alpha, gamma } => format!(
+            "({} * select({} * exp({x}), 1.0, ({x}) > 0.0))",
+            f32_literal(gamma),
+            f32_literal(alpha)
+        ),
+        Unary::Softplus => format!("sl_sigmoid({x})"),
+        Unary::Softsign => format!("(1.0 / ((1.0 + abs({x})) * (1.0 + abs({x}))))"),
+        Unary::HardSigmoid { alpha, beta } => {
+            let a = f32_literal(alpha);
+            let v = format!("({a} * ({x}) + {})", f32_literal(beta));
+            format!("select(0.0, {a}, {v} > 0.0 && {v} < 1.0)")
+        }
+        Unary::HardSwish => {
+            let a = f32_literal(HARD_SWISH_ALPHA);
+            let v = format!("({a} * ({x}) + 0.5)");
+            format!("select(select(2.0 * {a} * ({x}) + 0.5, 1.0, {v} > 1.0), 0.0, {v} < 0.0)")
+        }
+        Unary::Silu => format!("sl_swish_grad({x}, 1.0)"),
+        Unary::Swish { alpha } => format!("sl_swish_grad({x}, {})", f32_literal(alpha)),
+        Unary::Mish => format!("sl_mish_grad({x})"),
+        Unary::Abs => format!("sign({x})"),
+        Unary::Neg => "-1.0".to_string(),
+        Unary::Reciprocal => format!("(-1.0 / (({x}) * ({x})))"),
+        Unary::Sin => format!("cos({x})"),
+        Unary::Cos => format!("(-sin({x}))"),
+        // Step functions (their rules emit zeros without unary_grad).
+        Unary::Sign | Unary::Floor | Unary::Ceil | Unary::Round => "0.0".to_string(),
     };
     format!("({d} * ({dy}))")
 }
