@@ -358,6 +358,41 @@ fn cases() -> Vec<Case> {
             &[1, 3, 6, 5],
         ),
     ];
+    // Attention: 4-D and 3-D, grouped-query heads, causal, softcap, float and bool masks
+    // (a float mask of full key length gets a gradient too).
+    let attention: [(
+        Value,
+        [&'static [usize]; 3],
+        Option<(&'static [usize], Values)>,
+    ); 4] = [
+        (
+            json!({}),
+            [&[2, 2, 3, 4], &[2, 2, 5, 4], &[2, 2, 5, 3]],
+            None,
+        ),
+        (
+            json!({ "is_causal": 1, "softcap": 1.5 }),
+            [&[1, 4, 3, 2], &[1, 2, 4, 2], &[1, 2, 4, 3]],
+            Some((&[3, 4], Any)),
+        ),
+        (
+            json!({ "q_num_heads": 4, "kv_num_heads": 2, "scale": 0.7 }),
+            [&[2, 3, 8], &[2, 4, 4], &[2, 4, 6]],
+            Some((&[2, 1, 3, 4], Bool)),
+        ),
+        (
+            json!({ "q_num_heads": 2, "kv_num_heads": 1 }),
+            [&[1, 2, 6], &[1, 3, 3], &[1, 3, 2]],
+            Some((&[2], Any)),
+        ),
+    ];
+    for (attrs, [q, k, vv], mask) in attention {
+        let mut inputs = vec![("q", q, Any), ("k", k, Any), ("v", vv, Any)];
+        if let Some((m, how)) = mask {
+            inputs.push(("m", m, how));
+        }
+        v.push(case("attention", attrs, &inputs));
+    }
     for (attrs, shape) in convs {
         v.push(case("conv2d", attrs, &[x(shape, Any)]));
     }

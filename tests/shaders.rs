@@ -67,6 +67,10 @@ fn every_generated_kernel_validates_with_naga() {
         ("movement", &["transpose", "gather"][..]),
         ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
         ("norm", &["softmax", "layer_norm", "batch_norm"][..]),
+        (
+            "attention",
+            &["attention weights", "attention output", "attention_probs"][..],
+        ),
         ("elementwise", &["relu", "where", "fused"][..]),
         (
             "16-bit paths",

@@ -734,6 +734,65 @@ pub fn op_cases() -> Vec<OpCase> {
             ));
         }
     }
+    // Attention family: 4-D and 3-D layouts, grouped-query heads, causal, softcap, float
+    // (broadcast, shorter than the keys) and bool masks.
+    type AttentionCase = (
+        Value,
+        [&'static [usize]; 3],
+        Option<(&'static [usize], &'static str)>,
+    );
+    let attention: [AttentionCase; 6] = [
+        (
+            json!({}),
+            [&[2, 3, 5, 8], &[2, 3, 7, 8], &[2, 3, 7, 6]],
+            None,
+        ),
+        (
+            json!({ "is_causal": 1, "softcap": 2.0 }),
+            [&[2, 6, 5, 4], &[2, 2, 7, 4], &[2, 2, 7, 3]],
+            Some((&[2, 1, 5, 7], "f32")),
+        ),
+        (
+            json!({ "q_num_heads": 4, "kv_num_heads": 2, "scale": 0.3 }),
+            [&[3, 5, 12], &[3, 9, 6], &[3, 9, 10]],
+            Some((&[5, 9], "bool")),
+        ),
+        (
+            json!({ "q_num_heads": 3, "kv_num_heads": 3, "is_causal": 1 }),
+            [&[1, 70, 6], &[1, 70, 6], &[1, 70, 9]],
+            Some((&[3, 1, 40], "f32")),
+        ),
+        (
+            json!({}),
+            [&[2, 2, 3, 5], &[2, 2, 4, 5], &[2, 2, 4, 5]],
+            Some((&[2, 2, 3, 4], "bool")),
+        ),
+        (
+            json!({ "is_causal": 1 }),
+            [&[1, 1, 4, 3], &[1, 1, 2, 3], &[1, 1, 2, 3]],
+            None,
+        ),
+    ];
+    for (attrs, [q, k, vv], mask) in attention {
+        for probs in [false, true] {
+            let op = if probs {
+                "attention_probs"
+            } else {
+                "attention"
+            };
+            let mut inputs = vec![f32_in("q", q), f32_in("k", k)];
+            if !probs {
+                inputs.push(f32_in("v", vv));
+            }
+            if let Some((m, dtype)) = mask {
+                inputs.push(typed("m", m, dtype));
+            }
+            v.push(case(
+                format!("{op} {attrs} q {q:?} k {k:?} mask {mask:?}"),
+                single_op(op, attrs.clone(), &inputs, 1),
+            ));
+        }
+    }
     for op in ["softmax_grad", "log_softmax_grad"] {
         for (shape, axis) in [(vec![37, 29], -1), (vec![3, 33, 5], 1), (vec![4, 7], 0)] {
             v.push(case(

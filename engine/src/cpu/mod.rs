@@ -12,6 +12,7 @@
 //! shapes, the weights'). So inside the families, sizes and indices derived from the
 //! shapes fit the tensors they index.
 
+mod attention;
 mod conv;
 mod conv_grad;
 mod convert;
@@ -78,6 +79,7 @@ fn apply<T: Host>(
         Op::Loss(o) => Ok(vec![loss::eval(o, inputs, out)?]),
         Op::Param(_) => param_value(params),
         Op::Grad(o) => grad::eval(o, inputs, out).map(|t| vec![t]),
+        Op::Attention(o) => attention::eval(o, inputs, out).map(|t| vec![t]),
     }
 }
 

@@ -6,10 +6,11 @@
 //!
 //! Operators are grouped in families that share one kernel generator and one WGSL file in
 //! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant
-//! (and `param`), convert (comparisons, casts, one-hot), loss, gradient. Each family also
+//! (and `param`), convert (comparisons, casts, one-hot), loss, gradient, attention. Each family also
 //! declares its gradient rule (`fn grad`, over [`backward::GradContext`]), which
 //! `crate::autodiff` drives.
 
+pub mod attention;
 pub mod attrs;
 pub mod backward;
 pub mod constant;
@@ -143,11 +144,13 @@ pub enum Op {
     Param(constant::ParamOp),
     /// Backward operators.
     Grad(grad::GradOp),
+    /// `attention`, `attention_probs`.
+    Attention(attention::AttentionOp),
 }
 
 /// Every operator schema, grouped by family (the palette's data).
 pub fn schemas() -> Vec<&'static OpSchema> {
-    let families: [&'static [OpSchema]; 11] = [
+    let families: [&'static [OpSchema]; 12] = [
         matmul::SCHEMAS,
         elementwise::SCHEMAS,
         reduce::SCHEMAS,
@@ -159,6 +162,7 @@ pub fn schemas() -> Vec<&'static OpSchema> {
         loss::SCHEMAS,
         constant::PARAM_SCHEMAS,
         grad::SCHEMAS,
+        attention::SCHEMAS,
     ];
     families.iter().flat_map(|f| f.iter()).collect()
 }
@@ -190,6 +194,7 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
         convert::FAMILY => convert::parse(name, &mut r).map(Op::Convert),
         loss::FAMILY => loss::parse(name, &mut r).map(Op::Loss),
         grad::FAMILY => grad::parse(name, &mut r).map(Op::Grad),
+        attention::FAMILY => attention::parse(name, &mut r).map(Op::Attention),
         _ => None,
     };
     let Some(op) = op else {
@@ -220,6 +225,7 @@ impl Op {
             Op::Loss(o) => o.name(),
             Op::Param(_) => "param",
             Op::Grad(o) => o.name(),
+            Op::Attention(o) => o.name(),
         }
     }
 
@@ -285,6 +291,7 @@ impl Op {
                 m.validate()
             }
             Op::Conv(c) => c.validate(),
+            Op::Attention(a) => a.validate(),
             Op::Convert(c) => c.validate(),
             Op::Loss(l) => l.validate(),
             Op::Constant(c) => {
@@ -336,6 +343,7 @@ impl Op {
             Op::Loss(o) => o.infer(inputs),
             Op::Param(o) => o.infer(inputs),
             Op::Grad(o) => o.infer(inputs),
+            Op::Attention(o) => o.infer(inputs),
         }
     }
 
@@ -388,6 +396,7 @@ impl Op {
             // A param has no inputs: it never depends on the batch (returned above).
             Op::Param(_) => Ok(vec![None]),
             Op::Grad(o) => o.batch(inputs, batch, outputs),
+            Op::Attention(o) => o.batch(inputs, batch, outputs),
         }?;
         for (k, (t, b)) in outputs.iter().zip(&axes).enumerate() {
             if let Some(a) = *b {
@@ -435,6 +444,7 @@ impl Op {
             Op::Grad(o) => o
                 .flops(&shapes(inputs), &shapes(outputs))
                 .unwrap_or(read.max(written)),
+            Op::Attention(o) => o.flops(&shapes(inputs)),
             Op::Norm(_) | Op::Loss(_) => read.saturating_mul(8),
             Op::Movement(_) | Op::Constant(_) | Op::Param(_) => 0,
             _ => read.max(written),
@@ -458,9 +468,12 @@ impl Op {
             Op::Movement(o) => o.capabilities(),
             Op::Convert(o) => o.capabilities(),
             Op::Grad(o) => o.capabilities(),
-            Op::Reduce(_) | Op::Norm(_) | Op::Constant(_) | Op::Param(_) | Op::Loss(_) => {
-                Capabilities::default()
-            }
+            Op::Reduce(_)
+            | Op::Norm(_)
+            | Op::Constant(_)
+            | Op::Param(_)
+            | Op::Loss(_)
+            | Op::Attention(_) => Capabilities::default(),
         }
     }
 
@@ -503,6 +516,7 @@ impl Op {
             Op::Grad(o) => o.grad(g),
             Op::Convert(o) => o.grad(g),
             Op::Loss(o) => o.grad(g),
+            Op::Attention(o) => o.grad(g),
         }
     }
 

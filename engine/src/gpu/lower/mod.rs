@@ -7,6 +7,7 @@
 //! fit too; every size and stride reaches a kernel through `word`/`signed_word`, which
 //! refuse what does not fit 32 bits.
 
+mod attention;
 mod conv;
 mod convert;
 pub mod elementwise;
@@ -40,6 +41,7 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
         Op::Constant(_) => Err("internal: constants are uploaded, not lowered".into()),
         Op::Param(_) => Err("internal: a param is its weight's buffer, not lowered".into()),
         Op::Grad(o) => o.lower(ctx),
+        Op::Attention(o) => o.lower(ctx),
     }?;
     let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {
         ks.into_iter()
