@@ -360,11 +360,12 @@ fn cases() -> Vec<Case> {
     ];
     // Attention: 4-D and 3-D, grouped-query heads, causal, softcap, float and bool masks
     // (a float mask of full key length gets a gradient too).
-    let attention: [(
+    type AttentionCase = (
         Value,
         [&'static [usize]; 3],
         Option<(&'static [usize], Values)>,
-    ); 4] = [
+    );
+    let attention: [AttentionCase; 4] = [
         (
             json!({}),
             [&[2, 2, 3, 4], &[2, 2, 5, 4], &[2, 2, 5, 3]],

@@ -71,6 +71,17 @@ fn every_generated_kernel_validates_with_naga() {
             "attention",
             &["attention weights", "attention output", "attention_probs"][..],
         ),
+        (
+            "recurrent",
+            &[
+                "recurrent init",
+                "lstm step",
+                "gru gates",
+                "gru step",
+                "recurrent y",
+                "recurrent y_h",
+            ][..],
+        ),
         ("elementwise", &["relu", "where", "fused"][..]),
         (
             "16-bit paths",

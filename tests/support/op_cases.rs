@@ -793,6 +793,55 @@ pub fn op_cases() -> Vec<OpCase> {
             ));
         }
     }
+    // Recurrent family: every direction, both layouts, GRU's linear_before_reset, every
+    // optional input (absent ones before given ones as zero-element tensors), uneven
+    // sequence lengths.
+    for (op, gates, outputs) in [("lstm", 4, 3), ("gru", 3, 2)] {
+        let (seq, batch, input, h) = (5, 3, 4, 7);
+        for (k, direction) in ["forward", "reverse", "bidirectional"].iter().enumerate() {
+            let dirs = if k == 2 { 2 } else { 1 };
+            let batch_first = k == 1;
+            let mut attrs = json!({ "hidden_size": h, "direction": direction });
+            if batch_first {
+                attrs["layout"] = json!(1);
+            }
+            if op == "gru" && k != 1 {
+                attrs["linear_before_reset"] = json!(1);
+            }
+            let x_shape = if batch_first {
+                [batch, seq, input]
+            } else {
+                [seq, batch, input]
+            };
+            let state = if batch_first {
+                [batch, dirs, h]
+            } else {
+                [dirs, batch, h]
+            };
+            let mut inputs = vec![
+                f32_in("x", &x_shape),
+                f32_in("w", &[dirs, gates * h, input]),
+                f32_in("r", &[dirs, gates * h, h]),
+            ];
+            v.push(case(
+                format!("{op} {attrs} defaults"),
+                single_op(op, attrs.clone(), &inputs, outputs),
+            ));
+            inputs.push(f32_in("b", &[dirs, 2 * gates * h]));
+            inputs.push(typed("lens", &[batch], "i32"));
+            inputs.push(f32_in("h0", &state));
+            if op == "lstm" {
+                inputs.push(f32_in("c0", &state));
+                inputs.push(f32_in("p", &[dirs, 3 * h]));
+            }
+            let mut c = case(
+                format!("{op} {attrs} every input"),
+                single_op(op, attrs.clone(), &inputs, outputs),
+            );
+            c.ints = vec![("lens", vec![5, 2, 0])];
+            v.push(c);
+        }
+    }
     for op in ["softmax_grad", "log_softmax_grad"] {
         for (shape, axis) in [(vec![37, 29], -1), (vec![3, 33, 5], 1), (vec![4, 7], 0)] {
             v.push(case(

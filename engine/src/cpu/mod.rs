@@ -24,6 +24,7 @@ mod loss;
 mod matmul;
 mod movement;
 mod norm;
+mod recurrent;
 mod reduce;
 
 use crate::error::RunError;
@@ -80,6 +81,7 @@ fn apply<T: Host>(
         Op::Param(_) => param_value(params),
         Op::Grad(o) => grad::eval(o, inputs, out).map(|t| vec![t]),
         Op::Attention(o) => attention::eval(o, inputs, out).map(|t| vec![t]),
+        Op::Recurrent(o) => recurrent::eval(o, inputs, out_shapes),
     }
 }
 

@@ -6,7 +6,8 @@
 //!
 //! Operators are grouped in families that share one kernel generator and one WGSL file in
 //! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant
-//! (and `param`), convert (comparisons, casts, one-hot), loss, gradient, attention. Each family also
+//! (and `param`), convert (comparisons, casts, one-hot), loss, gradient, attention,
+//! recurrent (`lstm`, `gru`). Each family also
 //! declares its gradient rule (`fn grad`, over [`backward::GradContext`]), which
 //! `crate::autodiff` drives.
 
@@ -22,6 +23,7 @@ pub mod loss;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
+pub mod recurrent;
 pub mod reduce;
 
 use crate::dtype::DType;
@@ -146,11 +148,13 @@ pub enum Op {
     Grad(grad::GradOp),
     /// `attention`, `attention_probs`.
     Attention(attention::AttentionOp),
+    /// `lstm`, `gru`.
+    Recurrent(recurrent::RecurrentOp),
 }
 
 /// Every operator schema, grouped by family (the palette's data).
 pub fn schemas() -> Vec<&'static OpSchema> {
-    let families: [&'static [OpSchema]; 12] = [
+    let families: [&'static [OpSchema]; 13] = [
         matmul::SCHEMAS,
         elementwise::SCHEMAS,
         reduce::SCHEMAS,
@@ -163,6 +167,7 @@ pub fn schemas() -> Vec<&'static OpSchema> {
         constant::PARAM_SCHEMAS,
         grad::SCHEMAS,
         attention::SCHEMAS,
+        recurrent::SCHEMAS,
     ];
     families.iter().flat_map(|f| f.iter()).collect()
 }
@@ -195,6 +200,7 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
         loss::FAMILY => loss::parse(name, &mut r).map(Op::Loss),
         grad::FAMILY => grad::parse(name, &mut r).map(Op::Grad),
         attention::FAMILY => attention::parse(name, &mut r).map(Op::Attention),
+        recurrent::FAMILY => recurrent::parse(name, &mut r).map(Op::Recurrent),
         _ => None,
     };
     let Some(op) = op else {
@@ -226,6 +232,7 @@ impl Op {
             Op::Param(_) => "param",
             Op::Grad(o) => o.name(),
             Op::Attention(o) => o.name(),
+            Op::Recurrent(o) => o.name(),
         }
     }
 
@@ -238,6 +245,7 @@ impl Op {
     pub fn num_outputs(&self) -> usize {
         match self {
             Op::Movement(m) => m.num_outputs(),
+            Op::Recurrent(r) => r.num_outputs(),
             _ => 1,
         }
     }
@@ -292,6 +300,7 @@ impl Op {
             }
             Op::Conv(c) => c.validate(),
             Op::Attention(a) => a.validate(),
+            Op::Recurrent(r) => r.validate(),
             Op::Convert(c) => c.validate(),
             Op::Loss(l) => l.validate(),
             Op::Constant(c) => {
@@ -344,6 +353,7 @@ impl Op {
             Op::Param(o) => o.infer(inputs),
             Op::Grad(o) => o.infer(inputs),
             Op::Attention(o) => o.infer(inputs),
+            Op::Recurrent(o) => o.infer(inputs),
         }
     }
 
@@ -397,6 +407,7 @@ impl Op {
             Op::Param(_) => Ok(vec![None]),
             Op::Grad(o) => o.batch(inputs, batch, outputs),
             Op::Attention(o) => o.batch(inputs, batch, outputs),
+            Op::Recurrent(o) => o.batch(inputs, batch, outputs),
         }?;
         for (k, (t, b)) in outputs.iter().zip(&axes).enumerate() {
             if let Some(a) = *b {
@@ -445,6 +456,7 @@ impl Op {
                 .flops(&shapes(inputs), &shapes(outputs))
                 .unwrap_or(read.max(written)),
             Op::Attention(o) => o.flops(&shapes(inputs)),
+            Op::Recurrent(o) => o.flops(&shapes(inputs)),
             Op::Norm(_) | Op::Loss(_) => read.saturating_mul(8),
             Op::Movement(_) | Op::Constant(_) | Op::Param(_) => 0,
             _ => read.max(written),
@@ -473,7 +485,8 @@ impl Op {
             | Op::Constant(_)
             | Op::Param(_)
             | Op::Loss(_)
-            | Op::Attention(_) => Capabilities::default(),
+            | Op::Attention(_)
+            | Op::Recurrent(_) => Capabilities::default(),
         }
     }
 
@@ -517,6 +530,10 @@ impl Op {
             Op::Convert(o) => o.grad(g),
             Op::Loss(o) => o.grad(g),
             Op::Attention(o) => o.grad(g),
+            Op::Recurrent(o) => Err(format!(
+                "{} has no gradient rule yet (backpropagation through time is not implemented)",
+                o.name()
+            )),
         }
     }
 

@@ -16,6 +16,7 @@ mod loss;
 pub mod matmul;
 mod movement;
 mod norm;
+mod recurrent;
 pub mod reduce;
 
 use super::kernel::{with_f16_enable, Kernel, LowerCtx, Lowering};
@@ -42,6 +43,7 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
         Op::Param(_) => Err("internal: a param is its weight's buffer, not lowered".into()),
         Op::Grad(o) => o.lower(ctx),
         Op::Attention(o) => o.lower(ctx),
+        Op::Recurrent(o) => o.lower(ctx),
     }?;
     let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {
         ks.into_iter()
