@@ -394,6 +394,23 @@ fn cases() -> Vec<Case> {
         }
         v.push(case("attention", attrs, &inputs));
     }
+    // Einsum: contractions, transposes, an index only one operand has (summed inside
+    // it), ellipsis broadcasting from size 1.
+    let einsums: [(&str, &[&'static [usize]]); 5] = [
+        ("bij,bjk->bik", &[&[2, 3, 4], &[2, 4, 5]]),
+        ("ij->ji", &[&[3, 4]]),
+        ("ij,jk->k", &[&[3, 4], &[4, 2]]),
+        ("...ij,...jk->...ik", &[&[2, 1, 3, 4], &[3, 4, 2]]),
+        ("bi,bi->b", &[&[4, 5], &[4, 5]]),
+    ];
+    for (equation, shapes) in einsums {
+        let inputs: Vec<_> = shapes
+            .iter()
+            .zip(["a", "b"])
+            .map(|(s, n)| (n, *s, Any))
+            .collect();
+        v.push(case("einsum", json!({ "equation": equation }), &inputs));
+    }
     for (attrs, shape) in convs {
         v.push(case("conv2d", attrs, &[x(shape, Any)]));
     }

@@ -71,6 +71,7 @@ fn every_generated_kernel_validates_with_naga() {
             "attention",
             &["attention weights", "attention output", "attention_probs"][..],
         ),
+        ("einsum", &["einsum"][..]),
         (
             "recurrent",
             &[

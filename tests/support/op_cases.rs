@@ -842,6 +842,30 @@ pub fn op_cases() -> Vec<OpCase> {
             v.push(c);
         }
     }
+    // Einsum: batched contractions, transposes, sums, dot products, outer products,
+    // ellipsis broadcasting, implicit output.
+    let einsums: [(&str, &[&[usize]]); 9] = [
+        ("bij,bjk->bik", &[&[3, 5, 7], &[3, 7, 4]]),
+        ("bhid,bhjd->bhij", &[&[2, 3, 5, 4], &[2, 3, 6, 4]]),
+        ("ij->ji", &[&[37, 29]]),
+        ("i,i->", &[&[33], &[33]]),
+        ("bi,bi->b", &[&[5, 9], &[5, 9]]),
+        ("ij->", &[&[7, 9]]),
+        ("i,j->ij", &[&[5], &[7]]),
+        ("...ij,...jk->...ik", &[&[2, 1, 3, 4], &[5, 4, 6]]),
+        ("ikj,kl", &[&[3, 4, 5], &[4, 2]]),
+    ];
+    for (equation, shapes) in einsums {
+        let inputs: Vec<_> = shapes
+            .iter()
+            .zip(["a", "b"])
+            .map(|(s, n)| f32_in(n, s))
+            .collect();
+        v.push(case(
+            format!("einsum {equation} {shapes:?}"),
+            single_op("einsum", json!({ "equation": equation }), &inputs, 1),
+        ));
+    }
     for op in ["softmax_grad", "log_softmax_grad"] {
         for (shape, axis) in [(vec![37, 29], -1), (vec![3, 33, 5], 1), (vec![4, 7], 0)] {
             v.push(case(

@@ -17,6 +17,7 @@ mod conv;
 mod conv_grad;
 mod convert;
 mod device;
+mod einsum;
 mod elementwise;
 mod grad;
 mod host;
@@ -82,6 +83,7 @@ fn apply<T: Host>(
         Op::Grad(o) => grad::eval(o, inputs, out).map(|t| vec![t]),
         Op::Attention(o) => attention::eval(o, inputs, out).map(|t| vec![t]),
         Op::Recurrent(o) => recurrent::eval(o, inputs, out_shapes),
+        Op::Einsum(o) => einsum::eval(o, inputs, out).map(|t| vec![t]),
     }
 }
 

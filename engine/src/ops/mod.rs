@@ -7,7 +7,7 @@
 //! Operators are grouped in families that share one kernel generator and one WGSL file in
 //! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant
 //! (and `param`), convert (comparisons, casts, one-hot), loss, gradient, attention,
-//! recurrent (`lstm`, `gru`). Each family also
+//! recurrent (`lstm`, `gru`), einsum. Each family also
 //! declares its gradient rule (`fn grad`, over [`backward::GradContext`]), which
 //! `crate::autodiff` drives.
 
@@ -17,6 +17,7 @@ pub mod backward;
 pub mod constant;
 pub mod conv;
 pub mod convert;
+pub mod einsum;
 pub mod elementwise;
 pub mod grad;
 pub mod loss;
@@ -150,11 +151,13 @@ pub enum Op {
     Attention(attention::AttentionOp),
     /// `lstm`, `gru`.
     Recurrent(recurrent::RecurrentOp),
+    /// `einsum`.
+    Einsum(einsum::EinsumOp),
 }
 
 /// Every operator schema, grouped by family (the palette's data).
 pub fn schemas() -> Vec<&'static OpSchema> {
-    let families: [&'static [OpSchema]; 13] = [
+    let families: [&'static [OpSchema]; 14] = [
         matmul::SCHEMAS,
         elementwise::SCHEMAS,
         reduce::SCHEMAS,
@@ -168,6 +171,7 @@ pub fn schemas() -> Vec<&'static OpSchema> {
         grad::SCHEMAS,
         attention::SCHEMAS,
         recurrent::SCHEMAS,
+        einsum::SCHEMAS,
     ];
     families.iter().flat_map(|f| f.iter()).collect()
 }
@@ -201,6 +205,7 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
         grad::FAMILY => grad::parse(name, &mut r).map(Op::Grad),
         attention::FAMILY => attention::parse(name, &mut r).map(Op::Attention),
         recurrent::FAMILY => recurrent::parse(name, &mut r).map(Op::Recurrent),
+        einsum::FAMILY => einsum::parse(name, &mut r).map(Op::Einsum),
         _ => None,
     };
     let Some(op) = op else {
@@ -233,6 +238,7 @@ impl Op {
             Op::Grad(o) => o.name(),
             Op::Attention(o) => o.name(),
             Op::Recurrent(o) => o.name(),
+            Op::Einsum(o) => o.name(),
         }
     }
 
@@ -301,6 +307,7 @@ impl Op {
             Op::Conv(c) => c.validate(),
             Op::Attention(a) => a.validate(),
             Op::Recurrent(r) => r.validate(),
+            Op::Einsum(e) => e.validate(),
             Op::Convert(c) => c.validate(),
             Op::Loss(l) => l.validate(),
             Op::Constant(c) => {
@@ -354,6 +361,7 @@ impl Op {
             Op::Grad(o) => o.infer(inputs),
             Op::Attention(o) => o.infer(inputs),
             Op::Recurrent(o) => o.infer(inputs),
+            Op::Einsum(o) => o.infer(inputs),
         }
     }
 
@@ -408,6 +416,7 @@ impl Op {
             Op::Grad(o) => o.batch(inputs, batch, outputs),
             Op::Attention(o) => o.batch(inputs, batch, outputs),
             Op::Recurrent(o) => o.batch(inputs, batch, outputs),
+            Op::Einsum(o) => o.batch(inputs, batch, outputs),
         }?;
         for (k, (t, b)) in outputs.iter().zip(&axes).enumerate() {
             if let Some(a) = *b {
@@ -457,6 +466,7 @@ impl Op {
                 .unwrap_or(read.max(written)),
             Op::Attention(o) => o.flops(&shapes(inputs)),
             Op::Recurrent(o) => o.flops(&shapes(inputs)),
+            Op::Einsum(o) => o.flops(&shapes(inputs)),
             Op::Norm(_) | Op::Loss(_) => read.saturating_mul(8),
             Op::Movement(_) | Op::Constant(_) | Op::Param(_) => 0,
             _ => read.max(written),
@@ -486,7 +496,8 @@ impl Op {
             | Op::Param(_)
             | Op::Loss(_)
             | Op::Attention(_)
-            | Op::Recurrent(_) => Capabilities::default(),
+            | Op::Recurrent(_)
+            | Op::Einsum(_) => Capabilities::default(),
         }
     }
 
@@ -530,6 +541,7 @@ impl Op {
             Op::Convert(o) => o.grad(g),
             Op::Loss(o) => o.grad(g),
             Op::Attention(o) => o.grad(g),
+            Op::Einsum(o) => o.grad(g),
             Op::Recurrent(o) => Err(format!(
                 "{} has no gradient rule yet (backpropagation through time is not implemented)",
                 o.name()

@@ -10,6 +10,7 @@
 mod attention;
 mod conv;
 mod convert;
+mod einsum;
 pub mod elementwise;
 mod grad;
 mod loss;
@@ -44,6 +45,7 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
         Op::Grad(o) => o.lower(ctx),
         Op::Attention(o) => o.lower(ctx),
         Op::Recurrent(o) => o.lower(ctx),
+        Op::Einsum(o) => o.lower(ctx),
     }?;
     let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {
         ks.into_iter()
