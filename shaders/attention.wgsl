@@ -7,13 +7,17 @@
 //! variant attention_common
 // info = [rows, S_q, S_kv, head size, q heads, group, scale bits, softcap bits, causal,
 // mask length, q strides (b, h, s), k strides (b, h, s), mask strides (b, h, i, j),
-// v strides (b, h, s), V head size, 3-D]. The score of query row `row` against key j and
+// v strides (b, h, s), V head size, 3-D, left window, right window (0xffffffff:
+// unbounded)]. The score of query row `row` against key j and
 // whether the key is kept (y = 1) or masked out (y = 0).
 fn attn_score(row: u32, j: u32) -> vec2<f32> {
     let i = row % info[1];
     let h = (row / info[1]) % info[4];
     let b = row / (info[1] * info[4]);
-    if ((info[8] != 0u && j > i) || j >= info[9]) {
+    let left = info[25];
+    let right = info[26];
+    if ((info[8] != 0u && j > i) || j >= info[9] || (left != 0xffffffffu && j + left < i)
+        || (right != 0xffffffffu && j > i + right)) {
         return vec2<f32>(0.0, 0.0);
     }
     let hk = h / info[5];

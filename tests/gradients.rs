@@ -365,7 +365,7 @@ fn cases() -> Vec<Case> {
         [&'static [usize]; 3],
         Option<(&'static [usize], Values)>,
     );
-    let attention: [AttentionCase; 4] = [
+    let attention: [AttentionCase; 5] = [
         (
             json!({}),
             [&[2, 2, 3, 4], &[2, 2, 5, 4], &[2, 2, 5, 3]],
@@ -380,6 +380,11 @@ fn cases() -> Vec<Case> {
             json!({ "q_num_heads": 4, "kv_num_heads": 2, "scale": 0.7 }),
             [&[2, 3, 8], &[2, 4, 4], &[2, 4, 6]],
             Some((&[2, 1, 3, 4], Bool)),
+        ),
+        (
+            json!({ "is_causal": 1, "left_window_size": 1 }),
+            [&[1, 2, 4, 3], &[1, 2, 4, 3], &[1, 2, 4, 2]],
+            None,
         ),
         (
             json!({ "q_num_heads": 2, "kv_num_heads": 1 }),

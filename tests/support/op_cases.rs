@@ -741,7 +741,7 @@ pub fn op_cases() -> Vec<OpCase> {
         [&'static [usize]; 3],
         Option<(&'static [usize], &'static str)>,
     );
-    let attention: [AttentionCase; 6] = [
+    let attention: [AttentionCase; 7] = [
         (
             json!({}),
             [&[2, 3, 5, 8], &[2, 3, 7, 8], &[2, 3, 7, 6]],
@@ -771,6 +771,11 @@ pub fn op_cases() -> Vec<OpCase> {
             json!({ "is_causal": 1 }),
             [&[1, 1, 4, 3], &[1, 1, 2, 3], &[1, 1, 2, 3]],
             None,
+        ),
+        (
+            json!({ "left_window_size": 2, "right_window_size": 1 }),
+            [&[2, 2, 6, 4], &[2, 1, 7, 4], &[2, 1, 7, 5]],
+            Some((&[6, 7], "f32")),
         ),
     ];
     for (attrs, [q, k, vv], mask) in attention {

@@ -76,7 +76,7 @@ fn weights<F: Float>(
                 let qo = b * qs[0] + h * qs[1] + i * qs[2];
                 for (j, s) in scores.iter_mut().enumerate() {
                     *s = None;
-                    if op.is_causal && j > i || j >= mask_len {
+                    if !op.allowed(i, j) || j >= mask_len {
                         continue;
                     }
                     let ko = b * ks[0] + hk * ks[1] + j * ks[2];

@@ -6,7 +6,8 @@
 //! Semantics follow ONNX's reference: scores `S = scale·Q·Kᵀ` per head, then
 //! `softcap·tanh(S/softcap)` when softcap > 0, then the mask (added when float, where it is
 //! false masked out when bool; a mask shorter than the keys masks the keys past its end;
-//! `is_causal` masks keys after the query, top-left aligned), then a softmax over the keys
+//! `is_causal` masks keys after the query, top-left aligned, and the opset-25 windows
+//! `left_window_size`/`right_window_size` keys farther before or after it), then a softmax over the keys
 //! and `Y = P·V`. A key masked out (bool false, causal, past the mask, or an additive −∞)
 //! gets weight 0; a query whose every key is masked out gets weights 0 and output 0.
 //! KV-cache inputs and outputs (`past_key`, `past_value`, `present_*`), `nonpad_kv_seqlen`
@@ -60,6 +61,18 @@ const ATTRS: &[AttrSpec] = &[
         "When > 0, scores become softcap·tanh(score/softcap) before the mask.",
     ),
     optional(
+        "left_window_size",
+        AttrKind::Int,
+        "-1",
+        "≥ 0: query i attends only keys j ≥ i − left_window_size (opset 25); -1: unbounded.",
+    ),
+    optional(
+        "right_window_size",
+        AttrKind::Int,
+        "-1",
+        "≥ 0: query i attends only keys j ≤ i + right_window_size (opset 25); -1: unbounded.",
+    ),
+    optional(
         "softmax_precision",
         AttrKind::Int,
         "null",
@@ -104,6 +117,19 @@ pub struct AttentionOp {
     pub scale: Option<f32>,
     /// Softcap (0: none).
     pub softcap: f32,
+    /// Keys before the query farther than this are masked out (opset 25).
+    pub left_window: Option<usize>,
+    /// Keys after the query farther than this are masked out (opset 25).
+    pub right_window: Option<usize>,
+}
+
+impl AttentionOp {
+    /// Whether query i may attend key j: causal order and the local windows.
+    pub fn allowed(&self, i: usize, j: usize) -> bool {
+        !(self.is_causal && j > i
+            || self.left_window.is_some_and(|l| j + l < i)
+            || self.right_window.is_some_and(|r| j > i.saturating_add(r)))
+    }
 }
 
 /// Parses attributes; `None` for a name outside the family.
@@ -159,7 +185,22 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<AttentionOp> {
             );
         }
     }
+    let window = |r: &mut AttrReader, name: &str| match r.int(name) {
+        -1 => None,
+        v if (0..=MAX_SIZE).contains(&v) => usize::try_from(v).ok(),
+        v => {
+            r.reject(
+                name,
+                format!("{name} must be -1 (unbounded) or in 0..={MAX_SIZE}, got {v}"),
+            );
+            None
+        }
+    };
+    let left_window = window(r, "left_window_size");
+    let right_window = window(r, "right_window_size");
     Some(AttentionOp {
+        left_window,
+        right_window,
         probs,
         is_causal,
         q_num_heads,
@@ -610,6 +651,14 @@ impl AttentionOp {
             a.insert("scale".into(), json!(s));
         }
         a.insert("softcap".into(), json!(self.softcap));
+        for (name, w) in [
+            ("left_window_size", self.left_window),
+            ("right_window_size", self.right_window),
+        ] {
+            if let Some(w) = w {
+                a.insert(name.into(), json!(w));
+            }
+        }
         serde_json::Value::Object(a)
     }
 }
@@ -770,6 +819,23 @@ mod tests {
     }
 
     #[test]
+    fn windows_and_causal_order_bound_the_keys() {
+        let op = |attrs: serde_json::Value| match parse("attention", attrs.as_object().unwrap()) {
+            Ok(crate::ops::Op::Attention(a)) => a,
+            other => panic!("{other:?}"),
+        };
+        let allowed = |a: &super::AttentionOp, i: usize| -> Vec<usize> {
+            (0..6).filter(|&j| a.allowed(i, j)).collect()
+        };
+        let w = op(json!({ "left_window_size": 1, "right_window_size": 2 }));
+        assert_eq!(allowed(&w, 2), [1, 2, 3, 4]);
+        assert_eq!(allowed(&w, 0), [0, 1, 2]);
+        let c = op(json!({ "is_causal": 1, "left_window_size": 2 }));
+        assert_eq!(allowed(&c, 4), [2, 3, 4]);
+        assert_eq!(allowed(&op(json!({})), 3), [0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
     fn unsupported_attributes_are_refused_by_name() {
         for (attrs, word) in [
             (
@@ -780,6 +846,7 @@ mod tests {
             (json!({ "softcap": -1.0 }), "softcap"),
             (json!({ "q_num_heads": 0 }), "q_num_heads"),
             (json!({ "softmax_precision": 6 }), "softmax_precision"),
+            (json!({ "left_window_size": -2 }), "left_window_size"),
         ] {
             let e = parse("attention", attrs.as_object().unwrap()).unwrap_err();
             assert!(e.iter().any(|(a, _)| a == word), "{e:?}");

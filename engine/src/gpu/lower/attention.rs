@@ -48,6 +48,9 @@ impl Lower for AttentionOp {
         }
         info.push(word(g.dv)?);
         info.push(u32::from(g.three_d));
+        for w in [self.left_window, self.right_window] {
+            info.push(w.map_or(Ok(u32::MAX), word)?);
+        }
 
         let mut wb = Bindings::new();
         wb.add("q", Slot::Input(0), ctx.inputs[0].storage, false);
