@@ -10,14 +10,23 @@
 // v strides (b, h, s), V head size, 3-D, left window, right window (0xffffffff:
 // unbounded)]. The score of query row `row` against key j and
 // whether the key is kept (y = 1) or masked out (y = 0).
+// A sample's key length and the position of its first query (nonpad_kv_seqlen).
+fn attn_lens(b: u32) -> vec2<i32> {
+    {{LENS}}
+}
+
 fn attn_score(row: u32, j: u32) -> vec2<f32> {
     let i = row % info[1];
     let h = (row / info[1]) % info[4];
     let b = row / (info[1] * info[4]);
+    let lens = attn_lens(b);
+    let p = i32(i) + lens.y;
+    let k = i32(j);
     let left = info[25];
     let right = info[26];
-    if ((info[8] != 0u && j > i) || j >= info[9] || (left != 0xffffffffu && j + left < i)
-        || (right != 0xffffffffu && j > i + right)) {
+    if ((info[8] != 0u && k > p) || j >= info[9] || k >= lens.x
+        || (left != 0xffffffffu && k + i32(left) < p)
+        || (right != 0xffffffffu && k > p + i32(right))) {
         return vec2<f32>(0.0, 0.0);
     }
     let hk = h / info[5];

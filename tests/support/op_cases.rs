@@ -778,6 +778,24 @@ pub fn op_cases() -> Vec<OpCase> {
             Some((&[6, 7], "f32")),
         ),
     ];
+    // attention_probs takes nonpad_kv_seqlen right after the mask: uneven lengths, a
+    // query block placed at each sample's end (causal), an empty sample.
+    let mut c = case(
+        "attention_probs nonpad_kv_seqlen",
+        single_op(
+            "attention_probs",
+            json!({ "is_causal": 1, "left_window_size": 3 }),
+            &[
+                f32_in("q", &[3, 2, 4, 5]),
+                f32_in("k", &[3, 2, 9, 5]),
+                f32_in("m", &[4, 9]),
+                typed("lens", &[3], "i32"),
+            ],
+            1,
+        ),
+    );
+    c.ints = vec![("lens", vec![9, 6, 0])];
+    v.push(c);
     for (attrs, [q, k, vv], mask) in attention {
         for probs in [false, true] {
             let op = if probs {

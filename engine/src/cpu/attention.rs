@@ -12,12 +12,16 @@ enum Mask<'a, F> {
 
 /// Evaluates `attention` (Y) or `attention_probs` (P).
 pub fn eval<T: Host>(op: &AttentionOp, inputs: &[&T], out: &[usize]) -> Result<T, String> {
-    let req = if op.probs { 2 } else { 3 };
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let g = op.geometry(&shapes)?;
     let q = floats(inputs[0])?;
     let k = floats(inputs[1])?;
-    let (mask, layout) = match inputs.get(req) {
+    let (given_mask, given_lens) = op.mask_and_lengths(inputs, |t| t.shape());
+    let lens: Option<&[i32]> = match given_lens {
+        Some(t) => Some(t.ints().ok_or("nonpad_kv_seqlen must be i32")?),
+        None => None,
+    };
+    let (mask, layout) = match given_mask {
         None => (Mask::None, ([0; 4], g.skv)),
         Some(m) => {
             let layout = mask_layout(m.shape(), &g)?;
@@ -28,7 +32,7 @@ pub fn eval<T: Host>(op: &AttentionOp, inputs: &[&T], out: &[usize]) -> Result<T
             }
         }
     };
-    let probs = weights(op, &g, q, k, &mask, layout);
+    let probs = weights(op, &g, q, k, &mask, layout, lens);
     if op.probs {
         return Ok(T::from_floats(out.to_vec(), probs));
     }
@@ -55,6 +59,7 @@ pub fn eval<T: Host>(op: &AttentionOp, inputs: &[&T], out: &[usize]) -> Result<T
 }
 
 /// The weights [B, q heads, S_q, S_kv]: masked keys 0, a row with every key masked all 0.
+#[allow(clippy::too_many_arguments)]
 fn weights<F: Float>(
     op: &AttentionOp,
     g: &Geometry,
@@ -62,6 +67,7 @@ fn weights<F: Float>(
     k: &[F],
     mask: &Mask<F>,
     (ms, mask_len): ([usize; 4], usize),
+    lens: Option<&[i32]>,
 ) -> Vec<F> {
     let qs = g.strides(g.q_heads, g.sq, g.d);
     let ks = g.strides(g.kv_heads, g.skv, g.d);
@@ -69,14 +75,24 @@ fn weights<F: Float>(
     let cap = F::from_f32(op.softcap);
     let mut p = vec![F::ZERO; g.batch * g.q_heads * g.sq * g.skv];
     let mut scores: Vec<Option<F>> = vec![None; g.skv];
+    let wide = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     for b in 0..g.batch {
+        // Keys from the sample's length on are padding; its queries end at its length.
+        let (kv_len, offset) = match lens {
+            Some(l) => {
+                let n = i64::from(l[b]);
+                (n.clamp(0, wide(g.skv)), n - wide(g.sq))
+            }
+            None => (wide(g.skv), 0),
+        };
         for h in 0..g.q_heads {
             let hk = h / g.group();
             for i in 0..g.sq {
                 let qo = b * qs[0] + h * qs[1] + i * qs[2];
+                let pos = wide(i) + offset;
                 for (j, s) in scores.iter_mut().enumerate() {
                     *s = None;
-                    if !op.allowed(i, j) || j >= mask_len {
+                    if !op.allowed(pos, j) || j >= mask_len || wide(j) >= kv_len {
                         continue;
                     }
                     let ko = b * ks[0] + hk * ks[1] + j * ks[2];
@@ -166,6 +182,41 @@ mod tests {
         let short = Tensor::f32(vec![1], vec![0.0]);
         let y = attention(json!({}), &[&q, &k, &v, &short], vec![1, 1, 1, 1]);
         assert_eq!(y, vec![10.0]);
+    }
+
+    #[test]
+    fn nonpad_lengths_mask_padding_and_place_the_queries_at_the_end() {
+        // Keys [1], [2], [3] (scale 1, q = 0: equal scores), V = the key. Sample length 2:
+        // key 2 is padding; causal with one query at position 2 − 1 = 1 sees keys 0, 1.
+        let q = Tensor::f32(vec![1, 1, 1, 1], vec![0.0]);
+        let k = Tensor::f32(vec![1, 1, 3, 1], vec![1.0, 2.0, 3.0]);
+        let absent = Tensor::f32(vec![0], vec![]);
+        let lens = |n: i32| Tensor {
+            shape: vec![1],
+            data: TensorData::I32(vec![n]),
+        };
+        let inputs = |l: &Tensor| -> Vec<Tensor> {
+            vec![
+                q.clone(),
+                k.clone(),
+                k.clone(),
+                absent.clone(),
+                absent.clone(),
+                absent.clone(),
+                l.clone(),
+            ]
+        };
+        let run = |attrs: serde_json::Value, l: &Tensor| {
+            let t = inputs(l);
+            let refs: Vec<&Tensor> = t.iter().collect();
+            attention(attrs, &refs, vec![1, 1, 1, 1])
+        };
+        assert_eq!(run(json!({}), &lens(2)), [1.5]);
+        assert_eq!(run(json!({ "is_causal": 1 }), &lens(2)), [1.5]);
+        // Length 1: the query sits at position 0 and sees key 0 only.
+        assert_eq!(run(json!({ "is_causal": 1 }), &lens(1)), [1.0]);
+        // Length 0: nothing to attend.
+        assert_eq!(run(json!({ "is_causal": 1 }), &lens(0)), [0.0]);
     }
 
     #[test]

@@ -10,8 +10,11 @@
 //! `left_window_size`/`right_window_size` keys farther before or after it), then a softmax over the keys
 //! and `Y = P·V`. A key masked out (bool false, causal, past the mask, or an additive −∞)
 //! gets weight 0; a query whose every key is masked out gets weights 0 and output 0.
-//! KV-cache inputs and outputs (`past_key`, `past_value`, `present_*`), `nonpad_kv_seqlen`
-//! and the `qk_matmul_output` output are not supported.
+//! `nonpad_kv_seqlen` (i32 [B], opset 24) masks each sample's keys from its length on and
+//! places its queries at the end of its keys (query i at position i + length − S_q) for
+//! causal order and windows. Optional inputs left out before a given one are
+//! zero-element tensors (shape [0]). KV-cache inputs and outputs (`past_key`,
+//! `past_value`, `present_*`) and the `qk_matmul_output` output are not supported.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec, MAX_SIZE};
 use super::backward::{GradContext, Ref};
@@ -85,7 +88,7 @@ pub const SCHEMAS: &[OpSchema] = &[
     OpSchema {
         name: "attention",
         family: FAMILY,
-        doc: "Multi-head scaled dot-product attention (ONNX Attention): softmax(scale·QKᵀ + mask)·V, 4-D [B, heads, S, head_size] or 3-D [B, S, hidden] inputs, optional attn_mask.",
+        doc: "Multi-head scaled dot-product attention (ONNX Attention): softmax(scale·QKᵀ + mask)·V, 4-D [B, heads, S, head_size] or 3-D [B, S, hidden] inputs, optional attn_mask and nonpad_kv_seqlen (past_key, past_value left out).",
         inputs: Arity::Variadic(3),
         outputs: &["y"],
         attrs: ATTRS,
@@ -94,7 +97,7 @@ pub const SCHEMAS: &[OpSchema] = &[
     OpSchema {
         name: "attention_probs",
         family: FAMILY,
-        doc: "The attention weights of `attention` for Q, K and the optional attn_mask: [B, q_num_heads, S_q, S_kv].",
+        doc: "The attention weights of `attention` for Q, K and the optional attn_mask and nonpad_kv_seqlen: [B, q_num_heads, S_q, S_kv].",
         inputs: Arity::Variadic(2),
         outputs: &["probs"],
         attrs: ATTRS,
@@ -124,12 +127,42 @@ pub struct AttentionOp {
 }
 
 impl AttentionOp {
-    /// Whether query i may attend key j: causal order and the local windows.
-    pub fn allowed(&self, i: usize, j: usize) -> bool {
-        !(self.is_causal && j > i
-            || self.left_window.is_some_and(|l| j + l < i)
-            || self.right_window.is_some_and(|r| j > i.saturating_add(r)))
+    /// Whether the query at position `p` (its row, plus the sample's offset when
+    /// `nonpad_kv_seqlen` is given) may attend key j: causal order and the local windows.
+    pub fn allowed(&self, p: i64, j: usize) -> bool {
+        let j = i64::try_from(j).unwrap_or(i64::MAX);
+        let window = |w: Option<usize>| w.map(|w| i64::try_from(w).unwrap_or(i64::MAX));
+        !(self.is_causal && j > p
+            || window(self.left_window).is_some_and(|l| j.saturating_add(l) < p)
+            || window(self.right_window).is_some_and(|r| j > p.saturating_add(r)))
     }
+
+    /// The positions of the optional inputs: (attn_mask, nonpad_kv_seqlen), and for
+    /// `attention` the KV-cache inputs between them.
+    pub fn optional_inputs(&self) -> (usize, usize) {
+        if self.probs {
+            (2, 3)
+        } else {
+            (3, 6)
+        }
+    }
+
+    /// The attn_mask and nonpad_kv_seqlen among the inputs, when given (a zero-element
+    /// tensor stands for an input left out).
+    pub fn mask_and_lengths<'a, T>(
+        &self,
+        inputs: &'a [T],
+        shape: impl Fn(&T) -> &[usize],
+    ) -> (Option<&'a T>, Option<&'a T>) {
+        let (m, n) = self.optional_inputs();
+        let given = |k: usize| inputs.get(k).filter(|t| shape(t) != [0]);
+        (given(m), given(n))
+    }
+}
+
+/// Whether an input is one left out (a zero-element 1-D tensor stands for it).
+fn absent(t: &TensorType) -> bool {
+    t.shape == [Dim::Known(0)]
 }
 
 /// Parses attributes; `None` for a name outside the family.
@@ -316,11 +349,20 @@ impl AttentionOp {
     pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         let name = self.name();
         let req = self.required_inputs();
-        if inputs.len() > req + 1 {
+        let (mask_at, lens_at) = self.optional_inputs();
+        if inputs.len() > lens_at + 1 {
             return Err(format!(
-                "'{name}' takes {req} inputs and an optional attn_mask, got {} inputs (past_key, past_value and nonpad_kv_seqlen are not supported)",
+                "'{name}' takes at most {} inputs, got {}",
+                lens_at + 1,
                 inputs.len()
             ));
+        }
+        for k in mask_at + 1..lens_at {
+            if inputs.get(k).is_some_and(|t| !absent(t)) {
+                return Err(format!(
+                    "'{name}': past_key and past_value (the KV cache) are not supported; leave them out (zero-element tensors)"
+                ));
+            }
         }
         for (t, which) in inputs.iter().zip(["q", "k", "v"]).take(req) {
             if t.dtype != DType::F32 {
@@ -409,8 +451,15 @@ impl AttentionOp {
             ));
         }
         let batch = q[0].clone();
-        if let Some(m) = inputs.get(req) {
+        if let Some(m) = inputs.get(mask_at).filter(|t| !absent(t)) {
             self.check_mask(m, [&batch, &q_heads, &sq, &skv])?;
+        }
+        if let Some(l) = inputs.get(lens_at).filter(|t| !absent(t)) {
+            if l.dtype != DType::I32 || l.shape != [batch.clone()] {
+                return Err(format!(
+                    "'{name}' needs nonpad_kv_seqlen i32 [{batch}], got {l}"
+                ));
+            }
         }
         let out: Shape = match dv {
             None => vec![batch, q_heads, sq, skv],
@@ -525,10 +574,16 @@ impl AttentionOp {
         let name = self.name();
         let names = ["q", "k", "v"];
         let req = self.required_inputs();
+        let (mask_at, lens_at) = self.optional_inputs();
         for (k, (t, b)) in inputs.iter().zip(batch).enumerate() {
             let Some(a) = *b else { continue };
-            let which = if k < req { names[k] } else { "attn_mask" };
-            let ok = a == 0 && (k < req || t.shape.len() == 4);
+            let which = match k {
+                _ if k < req => names[k],
+                _ if k == lens_at => "nonpad_kv_seqlen",
+                _ if k == mask_at => "attn_mask",
+                _ => "past_key/past_value",
+            };
+            let ok = a == 0 && (k < req || k == lens_at || k == mask_at && t.shape.len() == 4);
             if !ok {
                 return Err(format!(
                     "{name} attends across axis {a} of {which}, the batch axis (only axis 0 of q, k, v and a 4-D mask holds independent samples)"
@@ -566,10 +621,15 @@ impl AttentionOp {
         let shapes = [g.shape(&q)?, g.shape(&k)?, g.shape(&v)?];
         let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
         let geo = self.geometry(&refs)?;
-        let mask = g.input(3).ok();
+        let (mask_at, lens_at) = self.optional_inputs();
+        let mask = g.input(mask_at).ok();
+        let lens = g.input(lens_at).ok();
         let mut probs_inputs: Vec<&str> = vec![&q, &k];
         if let Some(m) = &mask {
             probs_inputs.push(m);
+        }
+        if let Some(l) = &lens {
+            probs_inputs.push(l);
         }
         let attrs = self.attrs();
         let p = g.emit("attention_probs", attrs, &probs_inputs)?;
@@ -588,7 +648,7 @@ impl AttentionOp {
             let dv = from_heads(g, &dv, &geo, hkv, geo.skv, geo.dv)?;
             g.input_grad(2, dv)?;
         }
-        let mask_grad = g.needs(3);
+        let mask_grad = g.needs(mask_at);
         if !(g.needs(0) || g.needs(1) || mask_grad) {
             return Ok(());
         }
@@ -607,7 +667,7 @@ impl AttentionOp {
             } else {
                 ds.clone()
             };
-            g.input_grad_unbroadcast(3, &dm)?;
+            g.input_grad_unbroadcast(mask_at, &dm)?;
         }
         let ds = if self.softcap > 0.0 {
             let kt = g.emit("transpose", t.clone(), &[&ke])?;
@@ -824,7 +884,7 @@ mod tests {
             Ok(crate::ops::Op::Attention(a)) => a,
             other => panic!("{other:?}"),
         };
-        let allowed = |a: &super::AttentionOp, i: usize| -> Vec<usize> {
+        let allowed = |a: &super::AttentionOp, i: i64| -> Vec<usize> {
             (0..6).filter(|&j| a.allowed(i, j)).collect()
         };
         let w = op(json!({ "left_window_size": 1, "right_window_size": 2 }));

@@ -11,7 +11,6 @@ impl Lower for AttentionOp {
     /// row), then every output element from them (one invocation per element, or per pair
     /// for packed 16-bit outputs): Y = P·V, or P itself for `attention_probs`.
     fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
-        let req = if self.probs { 2 } else { 3 };
         let shapes: Vec<&[usize]> = ctx.inputs.iter().map(|c| c.shape.as_slice()).collect();
         let g = self.geometry(&shapes)?;
         let output = &ctx.outputs[0];
@@ -23,7 +22,7 @@ impl Lower for AttentionOp {
         let scratch = rows
             .checked_mul(g.skv)
             .ok_or("attention: too many weights")?;
-        let mask = ctx.inputs.get(req);
+        let (mask, lens) = self.mask_and_lengths(ctx.inputs, |c| c.shape.as_slice());
         let (ms, mask_len) = match mask {
             Some(m) => mask_layout(&m.shape, &g)?,
             None => ([0; 4], g.skv),
@@ -49,7 +48,9 @@ impl Lower for AttentionOp {
         info.push(word(g.dv)?);
         info.push(u32::from(g.three_d));
         for w in [self.left_window, self.right_window] {
-            info.push(w.map_or(Ok(u32::MAX), word)?);
+            // Windows beyond 2^30 bound nothing a checked plan has; smaller words keep
+            // the kernel's i32 position arithmetic from overflowing.
+            info.push(w.map_or(Ok(u32::MAX), |w| word(w.min(1 << 30)))?);
         }
 
         let mut wb = Bindings::new();
@@ -58,7 +59,8 @@ impl Lower for AttentionOp {
         let mask_code = match mask {
             None => String::new(),
             Some(m) => {
-                wb.add("mask", Slot::Input(req), m.storage, false);
+                let (mask_at, _) = self.optional_inputs();
+                wb.add("mask", Slot::Input(mask_at), m.storage, false);
                 if m.storage == Storage::Bool {
                     "if (ld_mask(mi) < 0.5) {\n        return vec2<f32>(0.0, 0.0);\n    }".into()
                 } else {
@@ -66,13 +68,28 @@ impl Lower for AttentionOp {
                 }
             }
         };
+        let lens_code = match lens {
+            Some(l) => {
+                wb.add(
+                    "lens",
+                    Slot::Input(self.optional_inputs().1),
+                    l.storage,
+                    false,
+                );
+                "let n = i32(ld_lens(b));\n    return vec2<i32>(clamp(n, 0, i32(info[2])), n - i32(info[1]));"
+            }
+            None => "return vec2<i32>(i32(info[2]), 0);",
+        };
         wb.add("probs", Slot::Scratch(0), Storage::F32, true);
         let weights = Kernel {
             label: "attention weights".into(),
             source: format!(
                 "{}\n{}\n{}",
                 wb.wgsl(),
-                fill(variant(SHADER, "attention_common"), &[("MASK", mask_code)]),
+                fill(
+                    variant(SHADER, "attention_common"),
+                    &[("MASK", mask_code), ("LENS", lens_code.into())]
+                ),
                 fill(
                     variant(SHADER, "attention_weights"),
                     &[("WG", WG.to_string())]
