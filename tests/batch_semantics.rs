@@ -220,6 +220,62 @@ fn cases() -> Vec<Case> {
             ),
             coupling: &[],
         },
+        Case {
+            name: "lstm over time, the batch on x's axis 1 (independent)",
+            doc: doc(
+                json!({ "x": { "shape": [3, "N", 4] } }),
+                json!([
+                    { "id": "w", "op": "param", "attrs": { "key": "w", "shape": [2, 12, 4] } },
+                    { "id": "r", "op": "param", "attrs": { "key": "r", "shape": [2, 12, 3] } },
+                    { "id": "l", "op": "lstm", "inputs": ["x", "w", "r"],
+                      "attrs": { "hidden_size": 3, "direction": "bidirectional" } }
+                ]),
+                json!(["l", "l:1", "l:2"]),
+            ),
+            coupling: &[],
+        },
+        Case {
+            name: "gru batch first, then attention over its steps (independent)",
+            doc: doc(
+                json!({ "x": { "shape": ["N", 5, 4] } }),
+                json!([
+                    { "id": "w", "op": "param", "attrs": { "key": "w", "shape": [1, 6, 4] } },
+                    { "id": "r", "op": "param", "attrs": { "key": "r", "shape": [1, 6, 2] } },
+                    { "id": "g", "op": "gru", "inputs": ["x", "w", "r"],
+                      "attrs": { "hidden_size": 2, "layout": 1 } },
+                    { "id": "h", "op": "reshape", "inputs": ["g"], "attrs": { "shape": [0, 5, 2] } },
+                    { "id": "a", "op": "attention", "inputs": ["h", "h", "h"],
+                      "attrs": { "q_num_heads": 1, "kv_num_heads": 1, "is_causal": 1 } }
+                ]),
+                json!(["a"]),
+            ),
+            coupling: &[],
+        },
+        Case {
+            name: "lstm recurring along the batch",
+            doc: doc(
+                json!({ "x": { "shape": ["N", 2, 4] } }),
+                json!([
+                    { "id": "w", "op": "param", "attrs": { "key": "w", "shape": [1, 8, 4] } },
+                    { "id": "r", "op": "param", "attrs": { "key": "r", "shape": [1, 8, 2] } },
+                    { "id": "l", "op": "lstm", "inputs": ["x", "w", "r"], "attrs": { "hidden_size": 2 } }
+                ]),
+                json!(["l:1"]),
+            ),
+            coupling: &["l"],
+        },
+        Case {
+            name: "einsum summing over the batch",
+            doc: doc(
+                x4(),
+                json!([
+                    { "id": "e", "op": "einsum", "inputs": ["x", "x"], "attrs": { "equation": "bi,bj->ij" } },
+                    { "id": "y", "op": "tanh", "inputs": ["e"] }
+                ]),
+                json!(["y"]),
+            ),
+            coupling: &["e"],
+        },
     ]
 }
 

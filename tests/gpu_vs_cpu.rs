@@ -135,3 +135,131 @@ fn a_mean_loss_runs_end_to_end_and_labels_out_of_range_never_read_past_a_row() {
         .to_string()
         .contains("label -1 is outside [0, 3)"));
 }
+
+#[test]
+fn recurrent_inputs_left_out_before_given_ones_are_zero_element_tensors() {
+    use sluice_engine::Tensor;
+    use std::collections::HashMap;
+    // lstm x, w, r, (no b), (no sequence_lens), initial_h: the absent inputs are
+    // zero-element constants, and the answer is the one with b = 0 and full lengths.
+    let doc = |absent: bool| {
+        let mut nodes = vec![];
+        let mut inputs = vec!["x", "w", "r"];
+        if absent {
+            nodes.push(serde_json::json!({ "id": "none", "op": "constant",
+                "attrs": { "value": [], "shape": [0] } }));
+            inputs.extend(["none", "none", "h0"]);
+        } else {
+            inputs.extend(["b", "lens", "h0"]);
+        }
+        nodes.push(
+            serde_json::json!({ "id": "n", "op": "lstm", "inputs": inputs,
+            "attrs": { "hidden_size": 3 } }),
+        );
+        let mut decls = serde_json::json!({
+            "x": { "shape": [4, 2, 5] }, "w": { "shape": [1, 12, 5] },
+            "r": { "shape": [1, 12, 3] }, "h0": { "shape": [1, 2, 3] } });
+        if !absent {
+            decls["b"] = serde_json::json!({ "shape": [1, 24] });
+            decls["lens"] = serde_json::json!({ "shape": [2], "dtype": "i32" });
+        }
+        serde_json::json!({
+            "format": "sluice/graph@1",
+            "inputs": decls,
+            "nodes": nodes,
+            "outputs": ["n", "n:1", "n:2"],
+        })
+    };
+    let values =
+        |n: usize, k: f32| -> Vec<f32> { (0..n).map(|i| ((i as f32) * k).sin()).collect() };
+    let inputs = HashMap::from([
+        ("x".to_string(), Tensor::f32(vec![4, 2, 5], values(40, 0.7))),
+        (
+            "w".to_string(),
+            Tensor::f32(vec![1, 12, 5], values(60, 1.3)),
+        ),
+        (
+            "r".to_string(),
+            Tensor::f32(vec![1, 12, 3], values(36, 0.9)),
+        ),
+        ("h0".to_string(), Tensor::f32(vec![1, 2, 3], values(6, 2.1))),
+    ]);
+    let g = graph(&doc(true));
+    let gpu = run_gpu(&g, &Default::default(), &inputs);
+    let cpu = run_cpu(&g, &Default::default(), &inputs);
+    let mut with_b = inputs.clone();
+    with_b.insert("b".to_string(), Tensor::f32(vec![1, 24], vec![0.0; 24]));
+    let lens = sluice_engine::TensorData::I32(vec![4, 4]);
+    with_b.insert(
+        "lens".to_string(),
+        Tensor {
+            shape: vec![2],
+            data: lens,
+        },
+    );
+    let want = run_cpu(&graph(&doc(false)), &Default::default(), &with_b);
+    for ((a, b), (n, c)) in gpu.iter().zip(&cpu).zip(&want) {
+        compare(&format!("gpu {n}"), &a.1, c, 1e-5, 1e-4).unwrap();
+        compare(&format!("cpu {n}"), &b.1, c, 0.0, 0.0).unwrap();
+    }
+}
+
+#[test]
+fn attention_takes_nonpad_kv_seqlen_after_left_out_past_inputs() {
+    use sluice_engine::{Tensor, TensorData};
+    use std::collections::HashMap;
+    // q, k, v, attn_mask, (no past_key), (no past_value), nonpad_kv_seqlen: the KV-cache
+    // inputs are zero-element constants.
+    let doc = serde_json::json!({
+        "format": "sluice/graph@1",
+        "inputs": { "q": { "shape": [3, 4, 5, 6] }, "k": { "shape": [3, 2, 7, 6] },
+                    "v": { "shape": [3, 2, 7, 3] }, "m": { "shape": [3, 1, 5, 7] },
+                    "lens": { "shape": [3], "dtype": "i32" } },
+        "nodes": [
+            { "id": "none", "op": "constant", "attrs": { "value": [], "shape": [0] } },
+            { "id": "n", "op": "attention", "inputs": ["q", "k", "v", "m", "none", "none", "lens"],
+              "attrs": { "is_causal": 1 } }
+        ],
+        "outputs": ["n"],
+    });
+    let values =
+        |n: usize, k: f32| -> Vec<f32> { (0..n).map(|i| ((i as f32) * k).sin()).collect() };
+    let inputs = HashMap::from([
+        (
+            "q".to_string(),
+            Tensor::f32(vec![3, 4, 5, 6], values(360, 0.7)),
+        ),
+        (
+            "k".to_string(),
+            Tensor::f32(vec![3, 2, 7, 6], values(252, 1.3)),
+        ),
+        (
+            "v".to_string(),
+            Tensor::f32(vec![3, 2, 7, 3], values(126, 0.9)),
+        ),
+        (
+            "m".to_string(),
+            Tensor::f32(vec![3, 1, 5, 7], values(105, 2.1)),
+        ),
+        (
+            "lens".to_string(),
+            Tensor {
+                shape: vec![3],
+                data: TensorData::I32(vec![7, 5, 2]),
+            },
+        ),
+    ]);
+    let g = graph(&doc);
+    let gpu = run_gpu(&g, &Default::default(), &inputs);
+    let cpu = run_cpu(&g, &Default::default(), &inputs);
+    compare("attention nonpad", &gpu[0].1, &cpu[0].1, 1e-4, 1e-4).unwrap();
+    // Sample 2 (length 2, five queries ending there): queries 0..2 see no key at all.
+    let y = cpu[0].1.as_f32().unwrap();
+    let sample2 = &y[2 * 4 * 5 * 3..];
+    assert!(
+        sample2[..9].iter().all(|&x| x == 0.0),
+        "{:?}",
+        &sample2[..9]
+    );
+    assert!(sample2[9..12].iter().any(|&x| x != 0.0));
+}

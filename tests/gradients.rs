@@ -400,6 +400,64 @@ fn cases() -> Vec<Case> {
             &[1, 3, 6, 5],
         ),
     ];
+    // Attention: 4-D and 3-D, grouped-query heads, causal, softcap, float and bool masks
+    // (a float mask of full key length gets a gradient too).
+    type AttentionCase = (
+        Value,
+        [&'static [usize]; 3],
+        Option<(&'static [usize], Values)>,
+    );
+    let attention: [AttentionCase; 5] = [
+        (
+            json!({}),
+            [&[2, 2, 3, 4], &[2, 2, 5, 4], &[2, 2, 5, 3]],
+            None,
+        ),
+        (
+            json!({ "is_causal": 1, "softcap": 1.5 }),
+            [&[1, 4, 3, 2], &[1, 2, 4, 2], &[1, 2, 4, 3]],
+            Some((&[3, 4], Any)),
+        ),
+        (
+            json!({ "q_num_heads": 4, "kv_num_heads": 2, "scale": 0.7 }),
+            [&[2, 3, 8], &[2, 4, 4], &[2, 4, 6]],
+            Some((&[2, 1, 3, 4], Bool)),
+        ),
+        (
+            json!({ "is_causal": 1, "left_window_size": 1 }),
+            [&[1, 2, 4, 3], &[1, 2, 4, 3], &[1, 2, 4, 2]],
+            None,
+        ),
+        (
+            json!({ "q_num_heads": 2, "kv_num_heads": 1 }),
+            [&[1, 2, 6], &[1, 3, 3], &[1, 3, 2]],
+            Some((&[2], Any)),
+        ),
+    ];
+    for (attrs, [q, k, vv], mask) in attention {
+        let mut inputs = vec![("q", q, Any), ("k", k, Any), ("v", vv, Any)];
+        if let Some((m, how)) = mask {
+            inputs.push(("m", m, how));
+        }
+        v.push(case("attention", attrs, &inputs));
+    }
+    // Einsum: contractions, transposes, an index only one operand has (summed inside
+    // it), ellipsis broadcasting from size 1.
+    let einsums: [(&str, &[&'static [usize]]); 5] = [
+        ("bij,bjk->bik", &[&[2, 3, 4], &[2, 4, 5]]),
+        ("ij->ji", &[&[3, 4]]),
+        ("ij,jk->k", &[&[3, 4], &[4, 2]]),
+        ("...ij,...jk->...ik", &[&[2, 1, 3, 4], &[3, 4, 2]]),
+        ("bi,bi->b", &[&[4, 5], &[4, 5]]),
+    ];
+    for (equation, shapes) in einsums {
+        let inputs: Vec<_> = shapes
+            .iter()
+            .zip(["a", "b"])
+            .map(|(s, n)| (n, *s, Any))
+            .collect();
+        v.push(case("einsum", json!({ "equation": equation }), &inputs));
+    }
     for (attrs, shape) in convs {
         v.push(case("conv2d", attrs, &[x(shape, Any)]));
     }

@@ -74,6 +74,22 @@ fn every_generated_kernel_validates_with_naga() {
         ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
         ("norm", &["softmax", "layer_norm", "batch_norm"][..]),
         (
+            "attention",
+            &["attention weights", "attention output", "attention_probs"][..],
+        ),
+        ("einsum", &["einsum"][..]),
+        (
+            "recurrent",
+            &[
+                "recurrent init",
+                "lstm step",
+                "gru gates",
+                "gru step",
+                "recurrent y",
+                "recurrent y_h",
+            ][..],
+        ),
+        (
             "elementwise",
             &["relu", "where", "fused", "add i32", "where u32"][..],
         ),

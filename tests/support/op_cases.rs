@@ -883,6 +883,161 @@ pub fn op_cases() -> Vec<OpCase> {
             ));
         }
     }
+    // Attention family: 4-D and 3-D layouts, grouped-query heads, causal, softcap, float
+    // (broadcast, shorter than the keys) and bool masks.
+    type AttentionCase = (
+        Value,
+        [&'static [usize]; 3],
+        Option<(&'static [usize], &'static str)>,
+    );
+    let attention: [AttentionCase; 7] = [
+        (
+            json!({}),
+            [&[2, 3, 5, 8], &[2, 3, 7, 8], &[2, 3, 7, 6]],
+            None,
+        ),
+        (
+            json!({ "is_causal": 1, "softcap": 2.0 }),
+            [&[2, 6, 5, 4], &[2, 2, 7, 4], &[2, 2, 7, 3]],
+            Some((&[2, 1, 5, 7], "f32")),
+        ),
+        (
+            json!({ "q_num_heads": 4, "kv_num_heads": 2, "scale": 0.3 }),
+            [&[3, 5, 12], &[3, 9, 6], &[3, 9, 10]],
+            Some((&[5, 9], "bool")),
+        ),
+        (
+            json!({ "q_num_heads": 3, "kv_num_heads": 3, "is_causal": 1 }),
+            [&[1, 70, 6], &[1, 70, 6], &[1, 70, 9]],
+            Some((&[3, 1, 40], "f32")),
+        ),
+        (
+            json!({}),
+            [&[2, 2, 3, 5], &[2, 2, 4, 5], &[2, 2, 4, 5]],
+            Some((&[2, 2, 3, 4], "bool")),
+        ),
+        (
+            json!({ "is_causal": 1 }),
+            [&[1, 1, 4, 3], &[1, 1, 2, 3], &[1, 1, 2, 3]],
+            None,
+        ),
+        (
+            json!({ "left_window_size": 2, "right_window_size": 1 }),
+            [&[2, 2, 6, 4], &[2, 1, 7, 4], &[2, 1, 7, 5]],
+            Some((&[6, 7], "f32")),
+        ),
+    ];
+    // attention_probs takes nonpad_kv_seqlen right after the mask: uneven lengths, a
+    // query block placed at each sample's end (causal), an empty sample.
+    let mut c = case(
+        "attention_probs nonpad_kv_seqlen",
+        single_op(
+            "attention_probs",
+            json!({ "is_causal": 1, "left_window_size": 3 }),
+            &[
+                f32_in("q", &[3, 2, 4, 5]),
+                f32_in("k", &[3, 2, 9, 5]),
+                f32_in("m", &[4, 9]),
+                typed("lens", &[3], "i32"),
+            ],
+            1,
+        ),
+    );
+    c.ints = vec![("lens", vec![9, 6, 0])];
+    v.push(c);
+    for (attrs, [q, k, vv], mask) in attention {
+        for probs in [false, true] {
+            let op = if probs {
+                "attention_probs"
+            } else {
+                "attention"
+            };
+            let mut inputs = vec![f32_in("q", q), f32_in("k", k)];
+            if !probs {
+                inputs.push(f32_in("v", vv));
+            }
+            if let Some((m, dtype)) = mask {
+                inputs.push(typed("m", m, dtype));
+            }
+            v.push(case(
+                format!("{op} {attrs} q {q:?} k {k:?} mask {mask:?}"),
+                single_op(op, attrs.clone(), &inputs, 1),
+            ));
+        }
+    }
+    // Recurrent family: every direction, both layouts, GRU's linear_before_reset, every
+    // optional input (absent ones before given ones as zero-element tensors), uneven
+    // sequence lengths.
+    for (op, gates, outputs) in [("lstm", 4, 3), ("gru", 3, 2)] {
+        let (seq, batch, input, h) = (5, 3, 4, 7);
+        for (k, direction) in ["forward", "reverse", "bidirectional"].iter().enumerate() {
+            let dirs = if k == 2 { 2 } else { 1 };
+            let batch_first = k == 1;
+            let mut attrs = json!({ "hidden_size": h, "direction": direction });
+            if batch_first {
+                attrs["layout"] = json!(1);
+            }
+            if op == "gru" && k != 1 {
+                attrs["linear_before_reset"] = json!(1);
+            }
+            let x_shape = if batch_first {
+                [batch, seq, input]
+            } else {
+                [seq, batch, input]
+            };
+            let state = if batch_first {
+                [batch, dirs, h]
+            } else {
+                [dirs, batch, h]
+            };
+            let mut inputs = vec![
+                f32_in("x", &x_shape),
+                f32_in("w", &[dirs, gates * h, input]),
+                f32_in("r", &[dirs, gates * h, h]),
+            ];
+            v.push(case(
+                format!("{op} {attrs} defaults"),
+                single_op(op, attrs.clone(), &inputs, outputs),
+            ));
+            inputs.push(f32_in("b", &[dirs, 2 * gates * h]));
+            inputs.push(typed("lens", &[batch], "i32"));
+            inputs.push(f32_in("h0", &state));
+            if op == "lstm" {
+                inputs.push(f32_in("c0", &state));
+                inputs.push(f32_in("p", &[dirs, 3 * h]));
+            }
+            let mut c = case(
+                format!("{op} {attrs} every input"),
+                single_op(op, attrs.clone(), &inputs, outputs),
+            );
+            c.ints = vec![("lens", vec![5, 2, 0])];
+            v.push(c);
+        }
+    }
+    // Einsum: batched contractions, transposes, sums, dot products, outer products,
+    // ellipsis broadcasting, implicit output.
+    let einsums: [(&str, &[&[usize]]); 9] = [
+        ("bij,bjk->bik", &[&[3, 5, 7], &[3, 7, 4]]),
+        ("bhid,bhjd->bhij", &[&[2, 3, 5, 4], &[2, 3, 6, 4]]),
+        ("ij->ji", &[&[37, 29]]),
+        ("i,i->", &[&[33], &[33]]),
+        ("bi,bi->b", &[&[5, 9], &[5, 9]]),
+        ("ij->", &[&[7, 9]]),
+        ("i,j->ij", &[&[5], &[7]]),
+        ("...ij,...jk->...ik", &[&[2, 1, 3, 4], &[5, 4, 6]]),
+        ("ikj,kl", &[&[3, 4, 5], &[4, 2]]),
+    ];
+    for (equation, shapes) in einsums {
+        let inputs: Vec<_> = shapes
+            .iter()
+            .zip(["a", "b"])
+            .map(|(s, n)| f32_in(n, s))
+            .collect();
+        v.push(case(
+            format!("einsum {equation} {shapes:?}"),
+            single_op("einsum", json!({ "equation": equation }), &inputs, 1),
+        ));
+    }
     for op in ["softmax_grad", "log_softmax_grad"] {
         for (shape, axis) in [(vec![37, 29], -1), (vec![3, 33, 5], 1), (vec![4, 7], 0)] {
             v.push(case(

@@ -12,10 +12,12 @@
 //! shapes, the weights'). So inside the families, sizes and indices derived from the
 //! shapes fit the tensors they index.
 
+mod attention;
 mod conv;
 mod conv_grad;
 mod convert;
 mod device;
+mod einsum;
 mod elementwise;
 mod grad;
 mod host;
@@ -23,6 +25,7 @@ mod loss;
 mod matmul;
 mod movement;
 mod norm;
+mod recurrent;
 mod reduce;
 
 use crate::error::RunError;
@@ -78,6 +81,9 @@ fn apply<T: Host>(
         Op::Loss(o) => Ok(vec![loss::eval(o, inputs, out)?]),
         Op::Param(_) => param_value(params),
         Op::Grad(o) => grad::eval(o, inputs, out).map(|t| vec![t]),
+        Op::Attention(o) => attention::eval(o, inputs, out).map(|t| vec![t]),
+        Op::Recurrent(o) => recurrent::eval(o, inputs, out_shapes),
+        Op::Einsum(o) => einsum::eval(o, inputs, out).map(|t| vec![t]),
     }
 }
 

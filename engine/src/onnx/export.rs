@@ -105,10 +105,19 @@ fn export_graph(graph: &Graph, weights: &Weights) -> Result<Vec<u8>, ExportError
     for &ix in &graph.order {
         let node = &graph.dag[ix];
         if let NodeKind::Op(op) = &node.kind {
+            if is_empty_constant(&node.kind) {
+                continue; // written as an omitted optional input ("") where it is used
+            }
             let inputs: Vec<String> = graph
                 .node_inputs(ix)
                 .into_iter()
-                .map(|(src, port)| value_name(&graph.dag[src].id, port))
+                .map(|(src, port)| {
+                    if is_empty_constant(&graph.dag[src].kind) {
+                        String::new()
+                    } else {
+                        value_name(&graph.dag[src].id, port)
+                    }
+                })
                 .collect();
             let attrs = graph
                 .doc
@@ -160,6 +169,12 @@ fn export_graph(graph: &Graph, weights: &Weights) -> Result<Vec<u8>, ExportError
         }),
     };
     Ok(model.encode_to_vec())
+}
+
+/// Whether a node is a zero-element constant: what the importer writes for an omitted
+/// optional input that comes before a given one.
+fn is_empty_constant(kind: &NodeKind) -> bool {
+    matches!(kind, NodeKind::Op(op) if op.constant_value().is_some_and(|t| t.is_empty()))
 }
 
 /// The ONNX value name of a node's output.

@@ -894,6 +894,18 @@ impl Importer<'_> {
         let mut problems = Vec::new();
         let mut out = Map::new();
         for a in attrs.0 {
+            if a.name == "activations" && matches!(node.op_type.as_str(), "LSTM" | "GRU") {
+                if !default_activations(node, a) {
+                    problems.push(format!(
+                        "attribute 'activations' {:?}: only the default activations are supported",
+                        a.strings
+                            .iter()
+                            .map(|s| String::from_utf8_lossy(s))
+                            .collect::<Vec<_>>()
+                    ));
+                }
+                continue;
+            }
             let name = RENAMES
                 .iter()
                 .find(|(o, from, _)| *o == node.op_type && *from == a.name)
@@ -935,8 +947,29 @@ impl Importer<'_> {
         let mut inputs = Vec::new();
         let mut pending_weights = Vec::new();
         let mut fills: Vec<Vec<Dim>> = Vec::new();
+        let last_given = node.input.iter().rposition(|n| !n.is_empty());
         for (i, name) in node.input.iter().enumerate() {
-            if name.is_empty() {
+            let zero_state = matches!(
+                (node.op_type.as_str(), i),
+                ("LSTM" | "GRU", 5) | ("LSTM", 6)
+            ) && matches!(self.values.get(name), Some(Value::Fill(_, v)) if v.as_f32().iter().all(|&x| x == 0.0));
+            if name.is_empty() || zero_state {
+                // An omitted optional input before a given one is a zero-element tensor
+                // (a zero initial state is the default, so it is omitted too).
+                if last_given.is_some_and(|l| l > i)
+                    && !CONST_INPUTS
+                        .iter()
+                        .any(|(o, k, _)| *o == node.op_type && *k == i)
+                {
+                    let empty = HostTensor {
+                        dims: vec![0],
+                        elements: Elements::F32(vec![]),
+                    };
+                    match self.materialise(&format!("{}_none{i}", node_label(node)), &empty) {
+                        Ok((r, _)) => inputs.push(r),
+                        Err(e) => problems.push(e),
+                    }
+                }
                 continue;
             }
             if let Some((_, _, attr)) = CONST_INPUTS
@@ -1393,6 +1426,21 @@ impl Importer<'_> {
         }
         refs
     }
+}
+
+/// Whether an LSTM's or GRU's `activations` are ONNX's defaults for every direction.
+fn default_activations(node: &NodeProto, a: &AttributeProto) -> bool {
+    let per_direction: &[&str] = if node.op_type == "LSTM" {
+        &["Sigmoid", "Tanh", "Tanh"]
+    } else {
+        &["Sigmoid", "Tanh"]
+    };
+    !a.strings.is_empty()
+        && a.strings.len().is_multiple_of(per_direction.len())
+        && a.strings
+            .iter()
+            .zip(per_direction.iter().cycle())
+            .all(|(s, d)| s.as_slice() == d.as_bytes())
 }
 
 /// A node's name for messages: its name, else its first output.

@@ -6,21 +6,25 @@
 //!
 //! Operators are grouped in families that share one kernel generator and one WGSL file in
 //! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant
-//! (and `param`), convert (comparisons, casts, one-hot), loss, gradient. Each family also
+//! (and `param`), convert (comparisons, casts, one-hot), loss, gradient, attention,
+//! recurrent (`lstm`, `gru`), einsum. Each family also
 //! declares its gradient rule (`fn grad`, over [`backward::GradContext`]), which
 //! `crate::autodiff` drives.
 
+pub mod attention;
 pub mod attrs;
 pub mod backward;
 pub mod constant;
 pub mod conv;
 pub mod convert;
+pub mod einsum;
 pub mod elementwise;
 pub mod grad;
 pub mod loss;
 pub mod matmul;
 pub mod movement;
 pub mod norm;
+pub mod recurrent;
 pub mod reduce;
 
 use crate::dtype::DType;
@@ -143,11 +147,17 @@ pub enum Op {
     Param(constant::ParamOp),
     /// Backward operators.
     Grad(grad::GradOp),
+    /// `attention`, `attention_probs`.
+    Attention(attention::AttentionOp),
+    /// `lstm`, `gru`.
+    Recurrent(recurrent::RecurrentOp),
+    /// `einsum`.
+    Einsum(einsum::EinsumOp),
 }
 
 /// Every operator schema, grouped by family (the palette's data).
 pub fn schemas() -> Vec<&'static OpSchema> {
-    let families: [&'static [OpSchema]; 11] = [
+    let families: [&'static [OpSchema]; 14] = [
         matmul::SCHEMAS,
         elementwise::SCHEMAS,
         reduce::SCHEMAS,
@@ -159,6 +169,9 @@ pub fn schemas() -> Vec<&'static OpSchema> {
         loss::SCHEMAS,
         constant::PARAM_SCHEMAS,
         grad::SCHEMAS,
+        attention::SCHEMAS,
+        recurrent::SCHEMAS,
+        einsum::SCHEMAS,
     ];
     families.iter().flat_map(|f| f.iter()).collect()
 }
@@ -190,6 +203,9 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
         convert::FAMILY => convert::parse(name, &mut r).map(Op::Convert),
         loss::FAMILY => loss::parse(name, &mut r).map(Op::Loss),
         grad::FAMILY => grad::parse(name, &mut r).map(Op::Grad),
+        attention::FAMILY => attention::parse(name, &mut r).map(Op::Attention),
+        recurrent::FAMILY => recurrent::parse(name, &mut r).map(Op::Recurrent),
+        einsum::FAMILY => einsum::parse(name, &mut r).map(Op::Einsum),
         _ => None,
     };
     let Some(op) = op else {
@@ -220,6 +236,9 @@ impl Op {
             Op::Loss(o) => o.name(),
             Op::Param(_) => "param",
             Op::Grad(o) => o.name(),
+            Op::Attention(o) => o.name(),
+            Op::Recurrent(o) => o.name(),
+            Op::Einsum(o) => o.name(),
         }
     }
 
@@ -232,6 +251,7 @@ impl Op {
     pub fn num_outputs(&self) -> usize {
         match self {
             Op::Movement(m) => m.num_outputs(),
+            Op::Recurrent(r) => r.num_outputs(),
             _ => 1,
         }
     }
@@ -279,6 +299,9 @@ impl Op {
                 m.validate()
             }
             Op::Conv(c) => c.validate(),
+            Op::Attention(a) => a.validate(),
+            Op::Recurrent(r) => r.validate(),
+            Op::Einsum(e) => e.validate(),
             Op::Convert(c) => c.validate(),
             Op::Loss(l) => l.validate(),
             Op::Constant(c) => {
@@ -330,6 +353,9 @@ impl Op {
             Op::Loss(o) => o.infer(inputs),
             Op::Param(o) => o.infer(inputs),
             Op::Grad(o) => o.infer(inputs),
+            Op::Attention(o) => o.infer(inputs),
+            Op::Recurrent(o) => o.infer(inputs),
+            Op::Einsum(o) => o.infer(inputs),
         }
     }
 
@@ -382,6 +408,9 @@ impl Op {
             // A param has no inputs: it never depends on the batch (returned above).
             Op::Param(_) => Ok(vec![None]),
             Op::Grad(o) => o.batch(inputs, batch, outputs),
+            Op::Attention(o) => o.batch(inputs, batch, outputs),
+            Op::Recurrent(o) => o.batch(inputs, batch, outputs),
+            Op::Einsum(o) => o.batch(inputs, batch, outputs),
         }?;
         for (k, (t, b)) in outputs.iter().zip(&axes).enumerate() {
             if let Some(a) = *b {
@@ -429,6 +458,9 @@ impl Op {
             Op::Grad(o) => o
                 .flops(&shapes(inputs), &shapes(outputs))
                 .unwrap_or(read.max(written)),
+            Op::Attention(o) => o.flops(&shapes(inputs)),
+            Op::Recurrent(o) => o.flops(&shapes(inputs)),
+            Op::Einsum(o) => o.flops(&shapes(inputs)),
             Op::Norm(_) | Op::Loss(_) => read.saturating_mul(8),
             Op::Movement(_) | Op::Constant(_) | Op::Param(_) => 0,
             _ => read.max(written),
@@ -452,9 +484,14 @@ impl Op {
             Op::Movement(o) => o.capabilities(),
             Op::Convert(o) => o.capabilities(),
             Op::Grad(o) => o.capabilities(),
-            Op::Reduce(_) | Op::Norm(_) | Op::Constant(_) | Op::Param(_) | Op::Loss(_) => {
-                Capabilities::default()
-            }
+            Op::Reduce(_)
+            | Op::Norm(_)
+            | Op::Constant(_)
+            | Op::Param(_)
+            | Op::Loss(_)
+            | Op::Attention(_)
+            | Op::Recurrent(_)
+            | Op::Einsum(_) => Capabilities::default(),
         }
     }
 
@@ -497,6 +534,12 @@ impl Op {
             Op::Grad(o) => o.grad(g),
             Op::Convert(o) => o.grad(g),
             Op::Loss(o) => o.grad(g),
+            Op::Attention(o) => o.grad(g),
+            Op::Einsum(o) => o.grad(g),
+            Op::Recurrent(o) => Err(format!(
+                "{} has no gradient rule yet (backpropagation through time is not implemented)",
+                o.name()
+            )),
         }
     }
 

@@ -7,14 +7,17 @@
 //! fit too; every size and stride reaches a kernel through `word`/`signed_word`, which
 //! refuse what does not fit 32 bits.
 
+mod attention;
 mod conv;
 mod convert;
+mod einsum;
 pub mod elementwise;
 mod grad;
 mod loss;
 pub mod matmul;
 mod movement;
 mod norm;
+mod recurrent;
 pub mod reduce;
 
 use super::kernel::{with_f16_enable, Kernel, LowerCtx, Lowering};
@@ -40,6 +43,9 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
         Op::Constant(_) => Err("internal: constants are uploaded, not lowered".into()),
         Op::Param(_) => Err("internal: a param is its weight's buffer, not lowered".into()),
         Op::Grad(o) => o.lower(ctx),
+        Op::Attention(o) => o.lower(ctx),
+        Op::Recurrent(o) => o.lower(ctx),
+        Op::Einsum(o) => o.lower(ctx),
     }?;
     let fix = |ks: Vec<Kernel>| -> Vec<Kernel> {
         ks.into_iter()
