@@ -197,6 +197,8 @@ struct Importer<'a> {
     inputs: BTreeMap<String, InputDecl>,
     weights: Weights,
     used_ids: HashSet<String>,
+    /// ONNX values some node or graph output consumes.
+    used: HashSet<String>,
     /// Types of the Sluice graph's values by reference.
     types: HashMap<String, TensorType>,
     unsupported: Vec<Unsupported>,
@@ -243,6 +245,12 @@ pub fn import_model(
         inputs: BTreeMap::new(),
         weights: Weights::new(),
         used_ids: HashSet::new(),
+        used: graph
+            .node
+            .iter()
+            .flat_map(|n| n.input.iter().cloned())
+            .chain(graph.output.iter().map(|o| o.name.clone()))
+            .collect(),
         types: HashMap::new(),
         unsupported: Vec::new(),
         folded: 0,
@@ -825,7 +833,7 @@ impl Importer<'_> {
         match node.op_type.as_str() {
             "Identity" => Ok(vec![self.values[&node.input[0]].clone()]),
             "Dropout" => {
-                if node.output.len() > 1 && !node.output[1].is_empty() {
+                if node.output.get(1).is_some_and(|m| self.used.contains(m)) {
                     return Err(one("the mask output is produced only in training"));
                 }
                 if let Some(Value::Known(t)) = self.input(node, 2) {
@@ -836,7 +844,9 @@ impl Importer<'_> {
                 Ok(vec![self.values[&node.input[0]].clone()])
             }
             "Gemm" => self.gemm(node, &attrs),
-            "Sum" | "Mean" | "Max" | "Min" if node.input.len() != 2 => self.variadic(node),
+            "Sum" | "Mean" => self.variadic(node),
+            "Max" | "Min" if node.input.len() != 2 => self.variadic(node),
+            "LRN" => self.lrn(node, &attrs),
             "Softmax" | "LogSoftmax" if self.opset < 13 => self.coerced_softmax(node, &attrs),
             "GlobalMaxPool" => {
                 let (x, ty) = self.reference(&node.input[0]).map_err(|e| vec![e])?;
@@ -1058,7 +1068,7 @@ impl Importer<'_> {
         if types.len() < n {
             let used: Vec<&String> = node.output[types.len()..]
                 .iter()
-                .filter(|o| !o.is_empty())
+                .filter(|o| self.used.contains(*o))
                 .collect();
             if !used.is_empty() {
                 return Err(vec![format!(
@@ -1328,7 +1338,8 @@ impl Importer<'_> {
         Ok(vec![Value::Graph(y, ty)])
     }
 
-    /// `Sum`, `Mean`, `Max`, `Min` over other than two inputs: a chain of binary nodes.
+    /// `Sum` and `Mean` (any number of inputs), `Max` and `Min` over other than two:
+    /// a chain of binary nodes.
     fn variadic(&mut self, node: &NodeProto) -> Result<Vec<Value>, Vec<String>> {
         let op = match node.op_type.as_str() {
             "Sum" | "Mean" => "add",
@@ -1366,6 +1377,76 @@ impl Importer<'_> {
         }
         let ty = self.type_of(&acc).map_err(|e| vec![e])?;
         Ok(vec![Value::Graph(acc, ty)])
+    }
+
+    /// `LRN` (local response normalisation across channels) as a composition:
+    /// `x / (bias + alpha · mean of x² over the channel window)^beta`, the window mean
+    /// an average pool of size × 1 over [N, 1, C, H·W] counting the zero padding (so it
+    /// is ONNX's sum over the window divided by `size`).
+    fn lrn(&mut self, node: &NodeProto, attrs: &Attrs) -> Result<Vec<Value>, Vec<String>> {
+        let size = attrs
+            .int("size")
+            .ok_or_else(|| vec!["LRN without a size".to_string()])?;
+        if size < 1 {
+            return Err(vec![format!("LRN size {size} must be at least 1")]);
+        }
+        let alpha = attrs.float("alpha").unwrap_or(1e-4);
+        let beta = attrs.float("beta").unwrap_or(0.75);
+        let bias = attrs.float("bias").unwrap_or(1.0);
+        let (x, ty) = self.reference(&node.input[0]).map_err(|e| vec![e])?;
+        let Some(channels) = ty.shape.get(1).and_then(Dim::known) else {
+            return Err(vec![
+                "LRN needs an input of rank 3 or more with known channels".into(),
+            ]);
+        };
+        if ty.shape.len() < 3 {
+            return Err(vec!["LRN needs an input of rank 3 or more".into()]);
+        }
+        let back: Vec<i64> = ty
+            .shape
+            .iter()
+            .map(|d| d.known().map_or(0, |v| v as i64))
+            .collect();
+        let base = node.output[0].clone();
+        let e = |r: Result<(String, Vec<TensorType>), String>| r.map(|x| x.0).map_err(|e| vec![e]);
+        let id = self.fresh_id(&format!("{base}_sq"));
+        let sq = e(self.emit(&id, "mul", vec![x.clone(), x.clone()], json!({})))?;
+        let id = self.fresh_id(&format!("{base}_rows"));
+        let rows = e(self.emit(
+            &id,
+            "reshape",
+            vec![sq],
+            json!({ "shape": [0, 1, channels, -1] }),
+        ))?;
+        let (lo, hi) = ((size - 1) / 2, size - 1 - (size - 1) / 2);
+        let id = self.fresh_id(&format!("{base}_window"));
+        let mean = e(self.emit(
+            &id,
+            "avg_pool2d",
+            vec![rows],
+            json!({ "kernel_size": [size, 1], "pads": [lo, 0, hi, 0], "count_include_pad": true }),
+        ))?;
+        let scalar = |im: &mut Self, tag: &str, v: f32| -> Result<String, Vec<String>> {
+            let id = im.fresh_id(&format!("{base}_{tag}"));
+            e(im.emit(
+                &id,
+                "constant",
+                vec![],
+                json!({ "value": [v], "shape": [] }),
+            ))
+        };
+        let a = scalar(self, "alpha", alpha)?;
+        let b = scalar(self, "bias", bias)?;
+        let p = scalar(self, "beta", beta)?;
+        let id = self.fresh_id(&format!("{base}_scaled"));
+        let scaled = e(self.emit(&id, "mul", vec![mean, a], json!({})))?;
+        let id = self.fresh_id(&format!("{base}_shifted"));
+        let shifted = e(self.emit(&id, "add", vec![scaled, b], json!({})))?;
+        let id = self.fresh_id(&format!("{base}_pow"));
+        let denom = e(self.emit(&id, "pow", vec![shifted, p], json!({})))?;
+        let id = self.fresh_id(&format!("{base}_back"));
+        let denom = e(self.emit(&id, "reshape", vec![denom], json!({ "shape": back })))?;
+        self.write(node, "div", vec![x, denom], json!({}))
     }
 
     /// Softmax before opset 13: the input coerced to 2-D at `axis` (default 1).
@@ -1669,8 +1750,8 @@ fn constant_of_shape(
     let n = dims
         .iter()
         .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
-        .filter(|&n| n <= limits.max_constant_elements)
-        .ok_or("ConstantOfShape is over --max-constant-elements")? as usize;
+        .filter(|&n| n <= limits.max_tensor_elements)
+        .ok_or("ConstantOfShape is over --max-tensor-elements")? as usize;
     let value = match attrs.get("value").and_then(|a| a.t.as_ref()) {
         Some(t) => tensor::decode(t, "ConstantOfShape value", &tensor::NoExternalData, limits)
             .map_err(|e| e.to_string())?,
