@@ -11,6 +11,7 @@ mod conv;
 mod convert;
 pub mod elementwise;
 mod grad;
+mod indexing;
 mod loss;
 pub mod matmul;
 mod movement;
@@ -34,6 +35,7 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
         Op::Reduce(o) => o.lower(ctx),
         Op::Norm(o) => o.lower(ctx),
         Op::Movement(o) => o.lower(ctx),
+        Op::Indexing(o) => o.lower(ctx),
         Op::Conv(o) => o.lower(ctx),
         Op::Convert(o) => o.lower(ctx),
         Op::Loss(o) => o.lower(ctx),
