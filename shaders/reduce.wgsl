@@ -202,10 +202,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 // elements come before it: larger, or smaller when not largest, NaN beyond every number,
 // ties to the lower index) and, when the rank is below k, writes its index to that place
 // of the indices output. Ranks in a slice are distinct, so every place is written once.
+// Elements are compared as {{T}} (`key` loads them, `key_nan` tells NaN).
 // info = [n_in, axis length, inner, k, largest].
-fn ranks_before(v: f32, i: u32, w: f32, j: u32) -> bool {
-    let vn = sl_isnan(v);
-    let wn = sl_isnan(w);
+fn ranks_before(v: {{T}}, i: u32, w: {{T}}, j: u32) -> bool {
+    let vn = key_nan(v);
+    let wn = key_nan(w);
     if (vn && wn) {
         return i < j;
     }
@@ -229,13 +230,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let k = info[3];
     let j = (e / inner) % len;
     let start = e - j * inner;
-    let v = ld_src(e);
+    let v = key(e);
     var rank = 0u;
     for (var t = 0u; t < len; t = t + 1u) {
         if (rank >= k) {
             return;
         }
-        if (t != j && ranks_before(ld_src(start + t * inner), t, v, j)) {
+        if (t != j && ranks_before(key(start + t * inner), t, v, j)) {
             rank = rank + 1u;
         }
     }
@@ -247,15 +248,48 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     indices[(outer * k + rank) * inner + r] = i32(j);
 }
 
+//! variant top_k_float_key
+fn key(i: u32) -> f32 {
+    return ld_src(i);
+}
+
+fn key_nan(v: f32) -> bool {
+    return sl_isnan(v);
+}
+
+//! variant top_k_int_key
+fn key(i: u32) -> i32 {
+    return src[i];
+}
+
+fn key_nan(v: i32) -> bool {
+    return false;
+}
+
 //! variant top_k_values
-// top_k, second pass: values[i] = x at the index the first pass chose.
+// top_k, second pass: the element the first pass chose for output i.
 // info = [n_out, axis length, inner, k].
-fn value(i: u32) -> f32 {
+fn chosen(i: u32) -> u32 {
     let len = info[1];
     let inner = info[2];
     let k = info[3];
     let r = i % inner;
     let outer = i / (inner * k);
     let j = u32(clamp(indices[i], 0, i32(len) - 1));
-    return ld_src((outer * len + j) * inner + r);
+    return (outer * len + j) * inner + r;
+}
+
+//! variant top_k_values_float
+fn value(i: u32) -> f32 {
+    return ld_src(chosen(i));
+}
+
+//! variant top_k_values_words
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * {{WG}}u;
+    if (i >= info[0]) {
+        return;
+    }
+    dst[i] = src[chosen(i)];
 }

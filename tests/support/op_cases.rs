@@ -204,6 +204,23 @@ pub fn op_cases() -> Vec<OpCase> {
             v.push(c);
         }
     }
+    let mut c = case(
+        "top_k i32 beyond 2^24 with ties",
+        single_op(
+            "top_k",
+            json!({ "k": 4, "axis": 0 }),
+            &[typed("x", &[9, 5], "i32")],
+            2,
+        ),
+    );
+    let big = 16_777_217;
+    c.ints = vec![(
+        "x",
+        (0..45)
+            .map(|i| [big, big - 1, -3, big, 0][i % 5] + (i as i32 % 3))
+            .collect(),
+    )];
+    v.push(c);
     // Scans and selections along one axis.
     for (shape, attrs) in [
         (vec![3, 70], json!({ "axis": 1 })),

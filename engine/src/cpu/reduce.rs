@@ -195,8 +195,12 @@ fn cumsum<T: Host>(x: &T, a: usize, exclusive: bool, reverse: bool) -> Result<T,
 
 /// Whether element `(v, i)` ranks before `(w, j)` in `top_k`'s order: the larger
 /// (`largest`) or smaller value first, NaN beyond every number, ties to the lower index.
-pub(crate) fn ranks_before<F: Float>(v: F, i: usize, w: F, j: usize, largest: bool) -> bool {
-    match (v.is_nan(), w.is_nan()) {
+fn ranks_before<V: PartialOrd>(
+    (v, i, v_nan): (V, usize, bool),
+    (w, j, w_nan): (V, usize, bool),
+    largest: bool,
+) -> bool {
+    match (v_nan, w_nan) {
         (true, true) => i < j,
         (true, false) => true,
         (false, true) => false,
@@ -205,29 +209,30 @@ pub(crate) fn ranks_before<F: Float>(v: F, i: usize, w: F, j: usize, largest: bo
     }
 }
 
-/// `top_k` along axis `a`: the `k` best values of each slice, best first, and their
-/// indices.
-fn top_k<T: Host>(x: &T, a: usize, k: usize, largest: bool) -> Result<Vec<T>, String> {
-    let v = floats(x)?;
-    let (outer, len, inner) = around(x.shape(), a)?;
-    if k > len {
-        return Err(format!("top_k: k {k} is above the axis length {len}"));
-    }
-    let mut shape = x.shape().to_vec();
-    shape[a] = k;
-    let n = crate::shape::numel(&shape)?;
-    let (mut values, mut indices) = (Vec::with_capacity(n), vec![0i32; n]);
-    values.resize(n, T::F::ZERO);
+/// The `k` best elements of every slice of `v` (outer × len × inner) along the middle
+/// axis, best first, and their indices.
+fn select<V: Copy + PartialOrd>(
+    v: &[V],
+    (outer, len, inner): (usize, usize, usize),
+    k: usize,
+    largest: bool,
+    is_nan: impl Fn(V) -> bool,
+) -> Result<(Vec<V>, Vec<i32>), String> {
+    let n = outer * k * inner;
+    let (mut sources, mut indices) = (vec![0usize; n], vec![0i32; n]);
     let mut order: Vec<usize> = Vec::with_capacity(len);
     for o in 0..outer {
         for r in 0..inner {
-            let at = |j: usize| v[(o * len + j) * inner + r];
+            let at = |j: usize| {
+                let x = v[(o * len + j) * inner + r];
+                (x, j, is_nan(x))
+            };
             order.clear();
             order.extend(0..len);
             order.sort_by(|&i, &j| {
-                if ranks_before(at(i), i, at(j), j, largest) {
+                if ranks_before(at(i), at(j), largest) {
                     std::cmp::Ordering::Less
-                } else if ranks_before(at(j), j, at(i), i, largest) {
+                } else if ranks_before(at(j), at(i), largest) {
                     std::cmp::Ordering::Greater
                 } else {
                     std::cmp::Ordering::Equal
@@ -235,15 +240,30 @@ fn top_k<T: Host>(x: &T, a: usize, k: usize, largest: bool) -> Result<Vec<T>, St
             });
             for (rank, &j) in order.iter().take(k).enumerate() {
                 let out = (o * k + rank) * inner + r;
-                values[out] = at(j);
                 indices[out] = i32::try_from(j).map_err(|_| format!("index {j} exceeds i32"))?;
+                sources[out] = (o * len + j) * inner + r;
             }
         }
     }
-    Ok(vec![
-        T::from_floats(shape.clone(), values),
-        T::from_ints(shape, indices),
-    ])
+    Ok((sources.into_iter().map(|s| v[s]).collect(), indices))
+}
+
+/// `top_k` along axis `a` of f32 or i32 `x`.
+fn top_k<T: Host>(x: &T, a: usize, k: usize, largest: bool) -> Result<Vec<T>, String> {
+    let dims = around(x.shape(), a)?;
+    if k > dims.1 {
+        return Err(format!("top_k: k {k} is above the axis length {}", dims.1));
+    }
+    let mut shape = x.shape().to_vec();
+    shape[a] = k;
+    let (values, indices) = if let Some(v) = x.ints() {
+        let (values, indices) = select(v, dims, k, largest, |_| false)?;
+        (T::from_ints(shape.clone(), values), indices)
+    } else {
+        let (values, indices) = select(floats(x)?, dims, k, largest, Float::is_nan)?;
+        (T::from_floats(shape.clone(), values), indices)
+    };
+    Ok(vec![values, T::from_ints(shape, indices)])
 }
 
 /// Evaluates a reduction (two outputs for `top_k`, one otherwise).
@@ -402,5 +422,13 @@ mod tests {
         assert_eq!(y[0].shape, vec![1, 4]);
         assert_eq!(y[0].as_f32().unwrap(), &[0.0, -1.0, 3.0, -1.0]);
         assert_eq!(y[1].data, TensorData::I32(vec![1, 1, 0, 1]));
+        let big = 16_777_217;
+        let x = Tensor {
+            shape: vec![4],
+            data: TensorData::I32(vec![big - 1, big, -5, big]),
+        };
+        let y = run_all("top_k", json!({ "k": 3 }), x);
+        assert_eq!(y[0].data, TensorData::I32(vec![big, big, big - 1]));
+        assert_eq!(y[1].data, TensorData::I32(vec![1, 3, 0]));
     }
 }

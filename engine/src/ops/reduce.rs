@@ -174,7 +174,7 @@ pub const SCHEMAS: &[OpSchema] = &[
     OpSchema {
         name: "top_k",
         family: FAMILY,
-        doc: "The k largest (or smallest) elements along an axis, best first, and their i32 indices; ties go to the lower index.",
+        doc: "The k largest (or smallest) elements (f32 or i32) along an axis, best first, and their i32 indices; ties go to the lower index.",
         inputs: Arity::Fixed(&["x"]),
         outputs: &["values", "indices"],
         attrs: TOP_K_ATTRS,
@@ -389,7 +389,8 @@ impl ReduceOp {
     /// Output type: the input without the reduced axes (or with them as 1), f32 or, for
     /// `argmax` and `argmin`, i32. `reduce_max`, `argmax` and `argmin` refuse an empty
     /// reduced axis (a maximum of nothing has no value). `cumsum` keeps the input's type
-    /// (f32 or i32); `top_k` gives f32 values and i32 indices with `k` along the axis.
+    /// (f32 or i32); `top_k` gives values of the input's type (f32 or i32) and i32
+    /// indices with `k` along the axis.
     pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         let name = self.name();
         let x = &inputs[0].shape;
@@ -402,7 +403,9 @@ impl ReduceOp {
                 return Ok(vec![inputs[0].clone()]);
             }
             ReduceKind::TopK { k, .. } => {
-                need_f32(name, "input", &inputs[0])?;
+                if !matches!(inputs[0].dtype, DType::F32 | DType::I32) {
+                    return Err(format!("top_k needs f32 or i32, got {}", inputs[0]));
+                }
                 let a = axes[0];
                 if let Dim::Known(len) = x[a] {
                     if k > len {
@@ -415,7 +418,10 @@ impl ReduceOp {
                 let mut out = x.clone();
                 out[a] = Dim::Known(k);
                 return Ok(vec![
-                    TensorType::f32(out.clone()),
+                    TensorType {
+                        shape: out.clone(),
+                        dtype: inputs[0].dtype,
+                    },
                     TensorType {
                         shape: out,
                         dtype: DType::I32,

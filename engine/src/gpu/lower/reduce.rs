@@ -106,11 +106,26 @@ fn top_k_kernels(ctx: &LowerCtx, a: usize, k: usize, largest: bool) -> Result<Ve
     let mut b = Bindings::new();
     b.add("indices", Slot::Output(1), indices.storage, true);
     b.add("src", Slot::Input(0), input.storage, false);
-    let rank = fill(variant(SHADER, "top_k_rank"), &[("WG", WG.to_string())]);
+    let int = input.storage == Storage::I32;
+    let rank = fill(
+        variant(SHADER, "top_k_rank"),
+        &[
+            ("WG", WG.to_string()),
+            ("T", if int { "i32" } else { "f32" }.into()),
+        ],
+    );
+    let key = variant(
+        SHADER,
+        if int {
+            "top_k_int_key"
+        } else {
+            "top_k_float_key"
+        },
+    );
     let n_in = input.numel();
     let first = Kernel {
         label: "top_k rank".into(),
-        source: format!("{}\n{common}\n{rank}", b.wgsl()),
+        source: format!("{}\n{common}\n{key}\n{rank}", b.wgsl()),
         slots: b.slots(),
         info: vec![word(n_in)?, len, inner, word(k)?, u32::from(largest)],
         workgroups: dispatch_1d(n_in, WG)?,
@@ -119,7 +134,22 @@ fn top_k_kernels(ctx: &LowerCtx, a: usize, k: usize, largest: bool) -> Result<Ve
     b.add("dst", Slot::Output(0), values.storage, true);
     b.add("src", Slot::Input(0), input.storage, false);
     b.add("indices", Slot::Output(1), indices.storage, false);
-    let (main, threads) = per_element_main(values.storage, n_out);
+    // 32-bit values are copied as they are (i32 exactly); 16-bit ones through f32.
+    let words =
+        values.storage == input.storage && matches!(values.storage, Storage::F32 | Storage::I32);
+    let (main, threads) = if words {
+        let main = fill(
+            variant(SHADER, "top_k_values_words"),
+            &[("WG", WG.to_string())],
+        );
+        (main, n_out)
+    } else {
+        let (main, threads) = per_element_main(values.storage, n_out);
+        (
+            format!("{}\n{main}", variant(SHADER, "top_k_values_float")),
+            threads,
+        )
+    };
     let second = Kernel {
         label: "top_k values".into(),
         source: format!("{}\n{}\n{main}", b.wgsl(), variant(SHADER, "top_k_values")),
