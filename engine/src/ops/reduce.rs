@@ -661,6 +661,61 @@ mod tests {
     }
 
     #[test]
+    fn scans_and_selections_couple_along_the_batch_axis_only() {
+        couples(
+            rule("cumsum", json!({ "axis": 0 }), &[("N,4", Some(0))]),
+            &["cumsum over axis 0, the batch axis"],
+        );
+        couples(
+            rule("top_k", json!({ "k": 1, "axis": 0 }), &[("N,4", Some(0))]),
+            &["top_k over axis 0, the batch axis"],
+        );
+        couples(
+            rule("argmin", json!({}), &[("N,4", Some(0))]),
+            &["argmin over axis 0"],
+        );
+        assert_eq!(
+            rule("cumsum", json!({ "axis": -1 }), &[("N,4", Some(0))]),
+            Ok(vec![Some(0)])
+        );
+        assert_eq!(
+            rule("top_k", json!({ "k": 2 }), &[("3,N,4", Some(1))]),
+            Ok(vec![Some(1), Some(1)])
+        );
+        assert_eq!(
+            rule(
+                "argmin",
+                json!({ "axis": 0, "keepdims": false }),
+                &[("4,N", Some(1))]
+            ),
+            Ok(vec![Some(0)])
+        );
+    }
+
+    #[test]
+    fn top_k_and_cumsum_types() {
+        let infer = |op: &str, attrs: serde_json::Value, x: &str| {
+            let op = crate::ops::parse(op, attrs.as_object().unwrap()).unwrap();
+            op.infer(&[tensor(x)])
+        };
+        let y = infer("top_k", json!({ "k": 2 }), "N,5").unwrap();
+        assert_eq!(y, vec![tensor("N,2"), tensor("i32:N,2")]);
+        let y = infer("top_k", json!({ "k": 2, "axis": 0 }), "i32:3,5").unwrap();
+        assert_eq!(y, vec![tensor("i32:2,5"), tensor("i32:2,5")]);
+        let e = infer("top_k", json!({ "k": 6 }), "3,5").unwrap_err();
+        assert!(e.contains("k 6 is above the length 5"), "{e}");
+        assert_eq!(
+            infer("cumsum", json!({ "axis": 0 }), "i32:3").unwrap()[0],
+            tensor("i32:3")
+        );
+        assert!(infer("cumsum", json!({ "axis": 0 }), "bool:3").is_err());
+        let e = crate::ops::parse("top_k", json!({ "k": -1 }).as_object().unwrap()).unwrap_err();
+        assert!(e.iter().any(|(a, _)| a == "k"), "{e:?}");
+        let e = crate::ops::parse("cumsum", json!({}).as_object().unwrap()).unwrap_err();
+        assert!(e.iter().any(|(a, _)| a == "axis"), "{e:?}");
+    }
+
+    #[test]
     fn axis_0_of_a_scalar_reduces_nothing() {
         let infer = |op: &str| {
             let attrs = json!({ "axes": [0], "keepdims": true });
