@@ -364,6 +364,90 @@ fn cases() -> Vec<Case> {
     ] {
         v.push(case("reduce_max", attrs, &[x(&[3, 4, 5], Distinct)]));
     }
+    // reduce_min, top_k: distinct values, so differences never cross a tie.
+    for attrs in [
+        json!({}),
+        json!({ "axes": [1] }),
+        json!({ "axes": [0, 2], "keepdims": false }),
+    ] {
+        v.push(case("reduce_min", attrs, &[x(&[3, 4, 5], Distinct)]));
+    }
+    for attrs in [json!({}), json!({ "axes": [1], "keepdims": false })] {
+        v.push(case("reduce_prod", attrs.clone(), &[x(&[3, 4], Any)]));
+        v.push(case("reduce_l2", attrs, &[x(&[3, 4], Any)]));
+    }
+    for attrs in [
+        json!({ "axis": 1 }),
+        json!({ "axis": 0, "exclusive": true, "reverse": true }),
+        json!({ "axis": -1, "exclusive": true }),
+    ] {
+        v.push(case("cumsum", attrs, &[x(&[3, 5], Any)]));
+    }
+    for attrs in [
+        json!({ "k": 2 }),
+        json!({ "k": 3, "axis": 0, "largest": false }),
+    ] {
+        v.push(case("top_k", attrs, &[x(&[4, 5], Distinct)]));
+    }
+    // Indexing family. Scatters with reduction none get one update per element
+    // (duplicates are undefined in ONNX).
+    v.push(case(
+        "gather_elements",
+        json!({}),
+        &[x(&[4, 5], Any), ("i", &[3, 5], Index(4))],
+    ));
+    v.push(case(
+        "gather_elements",
+        json!({ "axis": -1 }),
+        &[x(&[3, 6], Any), ("i", &[2, 9], Index(6))],
+    ));
+    v.push(case(
+        "scatter_elements",
+        json!({ "reduction": "add" }),
+        &[
+            x(&[4, 5], Any),
+            ("i", &[3, 5], Index(4)),
+            ("u", &[3, 5], Any),
+        ],
+    ));
+    v.push(case(
+        "scatter_elements",
+        json!({ "axis": 1 }),
+        &[
+            x(&[4, 5], Any),
+            ("i", &[3, 1], Index(5)),
+            ("u", &[3, 1], Any),
+        ],
+    ));
+    v.push(case(
+        "gather_nd",
+        json!({}),
+        &[x(&[4, 5, 3], Any), ("i", &[2, 3, 2], Index(4))],
+    ));
+    v.push(case(
+        "scatter_nd",
+        json!({ "reduction": "add" }),
+        &[
+            x(&[4, 5], Any),
+            ("i", &[3, 1], Index(4)),
+            ("u", &[3, 5], Any),
+        ],
+    ));
+    v.push(case(
+        "scatter_nd",
+        json!({}),
+        &[x(&[4, 5], Any), ("i", &[1, 2], Index(4)), ("u", &[1], Any)],
+    ));
+    for repeats in [json!([2, 1]), json!([3, 2])] {
+        v.push(case(
+            "tile",
+            json!({ "repeats": repeats }),
+            &[x(&[2, 3], Any)],
+        ));
+    }
+    for attrs in [json!({}), json!({ "upper": false, "k": -1 })] {
+        v.push(case("trilu", attrs, &[x(&[2, 4, 5], Any)]));
+    }
     v.push(case("cast", json!({ "to": "f32" }), &[x(&[4, 3], Any)]));
     // Dropout in training: a fixed mask for a given seed and stream.
     for (ratio, seed) in [(0.4, 3), (0.0, 0), (0.9, 4_000_000_000u32)] {

@@ -50,6 +50,11 @@ fn x(shape: &[usize]) -> In<'static> {
     }
 }
 
+/// The attributes of a single-operator graph's node.
+fn attrs_of(doc: &Value) -> Value {
+    doc["nodes"][0]["attrs"].clone()
+}
+
 /// Every case.
 pub fn op_cases() -> Vec<OpCase> {
     let mut v = Vec::new();
@@ -280,8 +285,15 @@ pub fn op_cases() -> Vec<OpCase> {
         (vec![3, 4], json!([]), true),
         (vec![3, 4, 5], json!(null), false),
     ] {
-        for op in ["reduce_sum", "reduce_mean", "reduce_max"] {
-            v.push(case(
+        for op in [
+            "reduce_sum",
+            "reduce_mean",
+            "reduce_max",
+            "reduce_min",
+            "reduce_prod",
+            "reduce_l2",
+        ] {
+            let mut c = case(
                 format!("{op} {shape:?} axes {axes} keepdims {keep}"),
                 single_op(
                     op,
@@ -289,8 +301,20 @@ pub fn op_cases() -> Vec<OpCase> {
                     &[x(&shape)],
                     1,
                 ),
-            ));
+            );
+            // Products of many f16-rounded factors drift beyond a tolerance.
+            c.half = op != "reduce_prod";
+            v.push(c);
         }
+    }
+    // Over an empty axis: +inf, 1 and 0.
+    for op in ["reduce_min", "reduce_prod", "reduce_l2"] {
+        let mut c = case(
+            format!("{op} over an empty axis"),
+            single_op(op, json!({ "axes": [1] }), &[x(&[3, 0, 2])], 1),
+        );
+        c.half = op != "reduce_min";
+        v.push(c);
     }
     // Reduce family: argmax, and maxima with ties, infinities and NaN (f16-exact values).
     for (shape, attrs) in [
@@ -299,12 +323,74 @@ pub fn op_cases() -> Vec<OpCase> {
         (vec![4, 3], json!({ "axis": 0 })),
         (vec![65], json!({ "axis": 0 })),
     ] {
-        let mut c = case(
-            format!("argmax {shape:?} {attrs}"),
-            single_op("argmax", attrs, &[x(&shape)], 1),
-        );
-        c.half = false;
-        v.push(c);
+        for op in ["argmax", "argmin"] {
+            let mut c = case(
+                format!("{op} {shape:?} {attrs}"),
+                single_op(op, attrs.clone(), &[x(&shape)], 1),
+            );
+            c.half = false;
+            v.push(c);
+        }
+    }
+    let mut c = case(
+        "top_k i32 beyond 2^24 with ties",
+        single_op(
+            "top_k",
+            json!({ "k": 4, "axis": 0 }),
+            &[typed("x", &[9, 5], "i32")],
+            2,
+        ),
+    );
+    let big = 16_777_217;
+    c.ints = vec![(
+        "x",
+        (0..45)
+            .map(|i| [big, big - 1, -3, big, 0][i % 5] + (i as i32 % 3))
+            .collect(),
+    )];
+    v.push(c);
+    // Scans and selections along one axis.
+    for (shape, attrs) in [
+        (vec![3, 70], json!({ "axis": 1 })),
+        (vec![5, 4, 3], json!({ "axis": 0, "exclusive": true })),
+        (vec![5, 4, 3], json!({ "axis": -2, "reverse": true })),
+        (
+            vec![67],
+            json!({ "axis": 0, "exclusive": true, "reverse": true }),
+        ),
+    ] {
+        v.push(case(
+            format!("cumsum {shape:?} {attrs}"),
+            single_op("cumsum", attrs, &[x(&shape)], 1),
+        ));
+    }
+    let mut c = case(
+        "cumsum i32 wrapping",
+        single_op(
+            "cumsum",
+            json!({ "axis": 1 }),
+            &[typed("x", &[2, 67], "i32")],
+            1,
+        ),
+    );
+    c.ints = vec![("x", (0..134).map(|i| (i - 60) * 29_000_011).collect())];
+    v.push(c);
+    for (shape, attrs) in [
+        (vec![3, 70], json!({ "k": 5 })),
+        (
+            vec![6, 4, 3],
+            json!({ "k": 6, "axis": 0, "largest": false }),
+        ),
+        (vec![5, 9, 2], json!({ "k": 0, "axis": 1 })),
+        (
+            vec![5, 9, 2],
+            json!({ "k": 9, "axis": -2, "sorted": false }),
+        ),
+    ] {
+        v.push(case(
+            format!("top_k {shape:?} {attrs}"),
+            single_op("top_k", attrs, &[x(&shape)], 2),
+        ));
     }
     let (nan, inf) = (f32::NAN, f32::INFINITY);
     let special = vec![
@@ -317,8 +403,14 @@ pub fn op_cases() -> Vec<OpCase> {
     for (op, attrs) in [
         ("argmax", json!({})),
         ("argmax", json!({ "axis": 0, "keepdims": true })),
+        ("argmax", json!({ "axis": 1, "select_last_index": true })),
+        ("argmin", json!({ "axis": 1 })),
+        ("argmin", json!({ "axis": 0, "select_last_index": true })),
         ("reduce_max", json!({ "axes": [1] })),
         ("reduce_max", json!({ "axes": [0], "keepdims": false })),
+        ("reduce_min", json!({ "axes": [1] })),
+        ("top_k", json!({ "k": 3, "axis": 1 })),
+        ("top_k", json!({ "k": 5, "axis": 0, "largest": false })),
     ] {
         let mut c = case(
             format!("{op} ties and NaN {attrs}"),
@@ -326,7 +418,10 @@ pub fn op_cases() -> Vec<OpCase> {
         );
         c.floats = vec![("x", special.clone())];
         // f16 storage saturates infinities at ±65504 on upload.
-        c.half = op == "argmax";
+        c.half = op.starts_with("arg");
+        if op == "top_k" {
+            c.doc = single_op(op, attrs_of(&c.doc), &[x(&[5, 4])], 2);
+        }
         v.push(c);
     }
     // Normalisation family.
@@ -454,6 +549,160 @@ pub fn op_cases() -> Vec<OpCase> {
         );
         c.ints = vec![("i", ints)];
         v.push(c);
+    }
+    // Indexing family: every reduction, negative indices, i32 data, odd sizes.
+    let ints_in = |name: &'static str, shape: &[usize]| typed(name, shape, "i32");
+    let mut c = case(
+        "gather_elements axis 1",
+        single_op(
+            "gather_elements",
+            json!({ "axis": 1 }),
+            &[x(&[3, 70]), ints_in("i", &[2, 67])],
+            1,
+        ),
+    );
+    c.ints = vec![("i", (0..134).map(|i| (i * 37) % 140 - 70).collect())];
+    v.push(c);
+    let mut c = case(
+        "gather_elements i32 data axis -3",
+        single_op(
+            "gather_elements",
+            json!({ "axis": -3 }),
+            &[typed("x", &[4, 3, 2], "i32"), ints_in("i", &[5, 2, 2])],
+            1,
+        ),
+    );
+    c.ints = vec![
+        ("x", (0..24).map(|i| i * 87_000_011).collect()),
+        ("i", (0..20).map(|i| i % 8 - 4).collect()),
+    ];
+    v.push(c);
+    for reduction in ["none", "add", "mul", "max", "min"] {
+        let mut c = case(
+            format!("scatter_elements {reduction}"),
+            single_op(
+                "scatter_elements",
+                json!({ "axis": 0, "reduction": reduction }),
+                &[x(&[5, 67]), ints_in("i", &[3, 60]), f32_in("u", &[3, 60])],
+                1,
+            ),
+        );
+        c.ints = vec![("i", (0..180).map(|i| (i * 7) % 10 - 5).collect())];
+        v.push(c);
+        let mut c = case(
+            format!("scatter_nd {reduction}"),
+            single_op(
+                "scatter_nd",
+                json!({ "reduction": reduction }),
+                &[x(&[4, 5, 33]), ints_in("i", &[3, 2]), f32_in("u", &[3, 33])],
+                1,
+            ),
+        );
+        c.ints = vec![("i", vec![1, -1, 3, 0, 1, 4])];
+        v.push(c);
+    }
+    let mut c = case(
+        "scatter_nd i32 add",
+        single_op(
+            "scatter_nd",
+            json!({ "reduction": "add" }),
+            &[
+                typed("x", &[6, 7], "i32"),
+                ints_in("i", &[2, 1]),
+                typed("u", &[2, 7], "i32"),
+            ],
+            1,
+        ),
+    );
+    c.ints = vec![
+        ("x", (0..42).map(|i| i * 50_000_017).collect()),
+        ("i", vec![-2, 4]),
+        ("u", (0..14).map(|i| i - 7).collect()),
+    ];
+    v.push(c);
+    for (data, idx, ints, batch_dims) in [
+        (vec![5, 4, 33], vec![3, 2], vec![4, 3, -1, 0, 2, -4], 0),
+        (vec![3, 4, 5], vec![3, 2, 1], vec![3, -1, 0, 2, 1, 1], 1),
+        (vec![2, 3], vec![2, 2], vec![1, 2, -2, 0], 0),
+    ] {
+        let mut c = case(
+            format!("gather_nd {data:?} {idx:?} batch_dims {batch_dims}"),
+            single_op(
+                "gather_nd",
+                json!({ "batch_dims": batch_dims }),
+                &[x(&data), ints_in("i", &idx)],
+                1,
+            ),
+        );
+        c.ints = vec![("i", ints)];
+        v.push(c);
+    }
+    v.push(case(
+        "tile [3,1,5] by [2,3,1]",
+        single_op("tile", json!({ "repeats": [2, 3, 1] }), &[x(&[3, 1, 5])], 1),
+    ));
+    let mut c = case(
+        "tile i32 by [1,0]",
+        single_op(
+            "tile",
+            json!({ "repeats": [1, 0] }),
+            &[typed("x", &[3, 2], "i32")],
+            1,
+        ),
+    );
+    c.ints = vec![("x", vec![1, 2, 3, 4, 5, 6])];
+    v.push(c);
+    let mut c = case(
+        "tile i32 [67] by [3]",
+        single_op(
+            "tile",
+            json!({ "repeats": [3] }),
+            &[typed("x", &[67], "i32")],
+            1,
+        ),
+    );
+    c.ints = vec![("x", (0..67).map(|i| i * 31_000_001).collect())];
+    v.push(c);
+    for attrs in [
+        json!({}),
+        json!({ "upper": false }),
+        json!({ "k": -2 }),
+        json!({ "upper": false, "k": 40 }),
+    ] {
+        v.push(case(
+            format!("trilu {attrs}"),
+            single_op("trilu", attrs, &[x(&[3, 7, 67])], 1),
+        ));
+    }
+    for attrs in [
+        json!({ "start": -3, "limit": 7.5, "delta": 0.25 }),
+        json!({ "start": 100, "limit": -3, "delta": -7, "dtype": "i32" }),
+        json!({ "start": 5, "limit": 5, "delta": 1 }),
+    ] {
+        v.push(case(
+            format!("range {attrs}"),
+            single_op("range", attrs, &[], 1),
+        ));
+    }
+    for attrs in [
+        json!({}),
+        json!({ "start": -2, "end": 3 }),
+        json!({ "start": 2, "end": 1 }),
+    ] {
+        v.push(case(
+            format!("shape {attrs}"),
+            single_op("shape", attrs, &[x(&[3, 70, 5])], 1),
+        ));
+    }
+    for attrs in [
+        json!({ "shape": [3, 67] }),
+        json!({ "shape": [5, 1, 3], "value": 2.5 }),
+        json!({ "shape": [67], "value": -12345678, "dtype": "i32" }),
+    ] {
+        v.push(case(
+            format!("constant_of_shape {attrs}"),
+            single_op("constant_of_shape", attrs, &[], 1),
+        ));
     }
     // Convert family.
     for op in [

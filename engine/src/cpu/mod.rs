@@ -21,6 +21,7 @@ mod einsum;
 mod elementwise;
 mod grad;
 mod host;
+mod indexing;
 mod loss;
 mod matmul;
 mod movement;
@@ -62,6 +63,10 @@ fn apply<T: Host>(
     out_shapes: &[Vec<usize>],
 ) -> Result<Vec<T>, String> {
     check_operands(op, inputs, params, out_shapes)?;
+    // Indexing operators include generators without inputs (`range`).
+    if let (Op::Indexing(o), Some(out)) = (op, out_shapes.first()) {
+        return indexing::eval(o, inputs, out).map(|t| vec![t]);
+    }
     let x = inputs.first().copied();
     let (first, out) = match (x, out_shapes.first()) {
         (Some(x), Some(out)) => (x, out),
@@ -72,9 +77,10 @@ fn apply<T: Host>(
     match op {
         Op::MatMul(o) => matmul::eval(o, inputs, params, out_shapes),
         Op::Elementwise(o) => Ok(vec![elementwise::eval(o, inputs, out)?]),
-        Op::Reduce(o) => reduce::eval(o, first).map(|t| vec![t]),
+        Op::Reduce(o) => reduce::eval(o, first),
         Op::Norm(o) => norm::eval(o, first, params).map(|t| vec![t]),
         Op::Movement(o) => movement::eval(o, inputs, out_shapes),
+        Op::Indexing(o) => indexing::eval(o, inputs, out).map(|t| vec![t]),
         Op::Conv(o) => conv::eval(o, first, params, out).map(|t| vec![t]),
         Op::Constant(_) => Ok(vec![op_constant(op)]),
         Op::Convert(o) => Ok(vec![convert::eval(o, inputs, out)?]),

@@ -5,9 +5,10 @@
 //! the mirrored file of `crate::gpu::lower`.
 //!
 //! Operators are grouped in families that share one kernel generator and one WGSL file in
-//! `shaders/`: matmul, elementwise, reduce, normalisation, movement, conv/pool, constant
-//! (and `param`), convert (comparisons, casts, one-hot), loss, gradient, attention,
-//! recurrent (`lstm`, `gru`), einsum. Each family also
+//! `shaders/`: matmul, elementwise, reduce, normalisation, movement, indexing (element
+//! gathers and scatters, tiles, triangles, ranges, shapes), conv/pool, constant (and
+//! `param`), convert (comparisons, casts, one-hot), loss, gradient, attention, recurrent
+//! (`lstm`, `gru`), einsum. Each family also
 //! declares its gradient rule (`fn grad`, over [`backward::GradContext`]), which
 //! `crate::autodiff` drives.
 
@@ -20,6 +21,7 @@ pub mod convert;
 pub mod einsum;
 pub mod elementwise;
 pub mod grad;
+pub mod indexing;
 pub mod loss;
 pub mod matmul;
 pub mod movement;
@@ -129,12 +131,16 @@ pub enum Op {
     MatMul(matmul::MatMulOp),
     /// Unary, binary (broadcasting) and `where`.
     Elementwise(elementwise::ElementwiseOp),
-    /// `reduce_sum`, `reduce_mean`, `reduce_max`, `argmax`.
+    /// `reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_min`, `reduce_prod`,
+    /// `reduce_l2`, `argmax`, `argmin`, `cumsum`, `top_k`.
     Reduce(reduce::ReduceOp),
     /// `softmax`, `log_softmax`, `layer_norm`, `batch_norm`.
     Norm(norm::NormOp),
     /// Reshapes, views, copies and gathers.
     Movement(movement::MovementOp),
+    /// Element gathers and scatters, `tile`, `trilu`, `range`, `shape`,
+    /// `constant_of_shape`.
+    Indexing(indexing::IndexingOp),
     /// Convolution and pooling.
     Conv(conv::ConvOp),
     /// A constant tensor.
@@ -157,12 +163,13 @@ pub enum Op {
 
 /// Every operator schema, grouped by family (the palette's data).
 pub fn schemas() -> Vec<&'static OpSchema> {
-    let families: [&'static [OpSchema]; 14] = [
+    let families: [&'static [OpSchema]; 15] = [
         matmul::SCHEMAS,
         elementwise::SCHEMAS,
         reduce::SCHEMAS,
         norm::SCHEMAS,
         movement::SCHEMAS,
+        indexing::SCHEMAS,
         conv::SCHEMAS,
         constant::SCHEMAS,
         convert::SCHEMAS,
@@ -197,6 +204,7 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
         reduce::FAMILY => reduce::parse(name, &mut r).map(Op::Reduce),
         norm::FAMILY => norm::parse(name, &mut r).map(Op::Norm),
         movement::FAMILY => movement::parse(name, &mut r).map(Op::Movement),
+        indexing::FAMILY => indexing::parse(name, &mut r).map(Op::Indexing),
         conv::FAMILY => conv::parse(name, &mut r).map(Op::Conv),
         constant::FAMILY if name == "param" => Some(Op::Param(constant::parse_param(&mut r))),
         constant::FAMILY => Some(Op::Constant(constant::parse(&mut r))),
@@ -230,6 +238,7 @@ impl Op {
             Op::Reduce(o) => o.name(),
             Op::Norm(o) => o.name(),
             Op::Movement(o) => o.name(),
+            Op::Indexing(o) => o.name(),
             Op::Conv(o) => o.name(),
             Op::Constant(_) => "constant",
             Op::Convert(o) => o.name(),
@@ -252,6 +261,7 @@ impl Op {
         match self {
             Op::Movement(m) => m.num_outputs(),
             Op::Recurrent(r) => r.num_outputs(),
+            Op::Reduce(r) => r.num_outputs(),
             _ => 1,
         }
     }
@@ -284,12 +294,14 @@ impl Op {
             Op::Elementwise(o) => o.validate(),
             Op::Reduce(r) => {
                 list("axes", r.axes.as_ref().map_or(0, Vec::len))?;
-                match (r.kind, r.axes.as_deref()) {
-                    (reduce::ReduceKind::ArgMax, Some(&[_])) => Ok(()),
-                    (reduce::ReduceKind::ArgMax, _) => {
-                        Err(format!("argmax: one axis, got {:?}", r.axes))
+                match (r.single_axis(), r.axes.as_deref(), r.kind) {
+                    (true, Some(&[_]), reduce::ReduceKind::TopK { k, .. })
+                        if i64::try_from(k).map_or(true, |k| k > attrs::MAX_SIZE) =>
+                    {
+                        Err(format!("top_k: k {k} is out of range"))
                     }
-                    _ => Ok(()),
+                    (true, Some(&[_]), _) | (false, _, _) => Ok(()),
+                    (true, _, _) => Err(format!("{name}: one axis, got {:?}", r.axes)),
                 }
             }
             Op::Movement(m) => {
@@ -297,6 +309,12 @@ impl Op {
                     list(what, len)?;
                 }
                 m.validate()
+            }
+            Op::Indexing(o) => {
+                for (what, len) in o.lists() {
+                    list(what, len)?;
+                }
+                o.validate()
             }
             Op::Conv(c) => c.validate(),
             Op::Attention(a) => a.validate(),
@@ -347,6 +365,7 @@ impl Op {
             Op::Reduce(o) => o.infer(inputs),
             Op::Norm(o) => o.infer(inputs),
             Op::Movement(o) => o.infer(inputs),
+            Op::Indexing(o) => o.infer(inputs),
             Op::Conv(o) => o.infer(inputs),
             Op::Constant(o) => o.infer(inputs),
             Op::Convert(o) => o.infer(inputs),
@@ -401,6 +420,7 @@ impl Op {
             Op::Reduce(o) => o.batch(inputs, batch, outputs),
             Op::Norm(o) => o.batch(inputs, batch, outputs),
             Op::Movement(o) => o.batch(inputs, batch, outputs),
+            Op::Indexing(o) => o.batch(inputs, batch, outputs),
             Op::Conv(o) => o.batch(inputs, batch, outputs),
             Op::Constant(o) => o.batch(inputs, batch, outputs),
             Op::Convert(o) => o.batch(inputs, batch, outputs),
@@ -486,6 +506,7 @@ impl Op {
             Op::Grad(o) => o.capabilities(),
             Op::Reduce(_)
             | Op::Norm(_)
+            | Op::Indexing(_)
             | Op::Constant(_)
             | Op::Param(_)
             | Op::Loss(_)
@@ -500,6 +521,7 @@ impl Op {
     pub fn index_input(&self) -> Option<IndexInput> {
         match self {
             Op::Movement(o) => o.index_input(),
+            Op::Indexing(o) => o.index_input(),
             Op::Loss(o) => o.index_input(),
             Op::Grad(o) => o.index_input(),
             _ => None,
@@ -525,6 +547,7 @@ impl Op {
             Op::Reduce(o) => o.grad(g),
             Op::Norm(o) => o.grad(g),
             Op::Movement(o) => o.grad(g),
+            Op::Indexing(o) => o.grad(g),
             Op::Conv(o) => o.grad(g),
             Op::Constant(_) => Ok(()),
             Op::Param(_) => {

@@ -20,6 +20,7 @@ impl Lower for ConvOp {
                 output,
                 &[2, 3],
                 crate::ops::reduce::ReduceKind::Mean,
+                false,
                 ctx.f16_compute,
             )?;
             return Ok(Lowering::Kernels(vec![k]));

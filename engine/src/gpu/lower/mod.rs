@@ -13,6 +13,7 @@ mod convert;
 mod einsum;
 pub mod elementwise;
 mod grad;
+mod indexing;
 mod loss;
 pub mod matmul;
 mod movement;
@@ -37,6 +38,7 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
         Op::Reduce(o) => o.lower(ctx),
         Op::Norm(o) => o.lower(ctx),
         Op::Movement(o) => o.lower(ctx),
+        Op::Indexing(o) => o.lower(ctx),
         Op::Conv(o) => o.lower(ctx),
         Op::Convert(o) => o.lower(ctx),
         Op::Loss(o) => o.lower(ctx),

@@ -11,25 +11,165 @@ impl Lower for ReduceOp {
     /// GPU kernel.
     fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
         let axes = self.axes(ctx.inputs[0].shape.len())?;
+        match self.kind {
+            ReduceKind::CumSum { exclusive, reverse } => {
+                return cumsum_kernel(&ctx.inputs[0], &ctx.outputs[0], axes[0], exclusive, reverse)
+                    .map(|k| Lowering::Kernels(vec![k]))
+            }
+            ReduceKind::TopK { k, largest } => {
+                return top_k_kernels(ctx, axes[0], k, largest).map(Lowering::Kernels)
+            }
+            _ => {}
+        }
         Ok(Lowering::Kernels(vec![reduce_kernel(
             self.name(),
             &ctx.inputs[0],
             &ctx.outputs[0],
             &axes,
             self.kind,
+            self.select_last_index,
             ctx.f16_compute,
         )?]))
     }
 }
 
+/// (outer, axis length, inner) of `dims` around axis `a`, as kernel words.
+fn around(dims: &[usize], a: usize) -> Result<[u32; 3], String> {
+    Ok([
+        word(shape::numel(&dims[..a])?)?,
+        word(dims[a])?,
+        word(shape::numel(&dims[a + 1..])?.max(1))?,
+    ])
+}
+
+/// `cumsum` along axis `a`: a thread per element, f32 sums for float storages, wrapping
+/// i32 sums for i32.
+fn cumsum_kernel(
+    input: &Concrete,
+    output: &Concrete,
+    a: usize,
+    exclusive: bool,
+    reverse: bool,
+) -> Result<Kernel, String> {
+    let n = output.numel();
+    let [_, len, inner] = around(&input.shape, a)?;
+    let info = vec![
+        word(n)?,
+        len,
+        inner,
+        u32::from(exclusive),
+        u32::from(reverse),
+    ];
+    let mut b = Bindings::new();
+    b.add("dst", Slot::Output(0), output.storage, true);
+    b.add("src", Slot::Input(0), input.storage, false);
+    let int = input.storage == Storage::I32;
+    let at = fill(
+        variant(SHADER, "cumsum"),
+        &[
+            ("T", if int { "i32" } else { "f32" }.into()),
+            ("LOAD", if int { "src[k]" } else { "ld_src(k)" }.into()),
+        ],
+    );
+    let (main, threads) = if int {
+        let main = fill(variant(SHADER, "cumsum_int"), &[("WG", WG.to_string())]);
+        (main, n)
+    } else {
+        let (main, threads) = per_element_main(output.storage, n);
+        (
+            format!("{}\n{main}", variant(SHADER, "cumsum_float")),
+            threads,
+        )
+    };
+    Ok(Kernel {
+        label: "cumsum".into(),
+        source: format!("{}\n{at}\n{main}", b.wgsl()),
+        slots: b.slots(),
+        info,
+        workgroups: dispatch_1d(threads, WG)?,
+    })
+}
+
+/// `top_k` along axis `a`: a pass ranking every element and writing the indices of the
+/// first `k`, then a pass gathering their values (so 16-bit values are stored whole).
+fn top_k_kernels(ctx: &LowerCtx, a: usize, k: usize, largest: bool) -> Result<Vec<Kernel>, String> {
+    let input = &ctx.inputs[0];
+    let [values, indices] = ctx.outputs else {
+        return Err("top_k has two outputs".into());
+    };
+    let n_out = values.numel();
+    if n_out == 0 {
+        return Ok(Vec::new());
+    }
+    let [_, len, inner] = around(&input.shape, a)?;
+    let common = variant(SHADER, "common");
+    let mut b = Bindings::new();
+    b.add("indices", Slot::Output(1), indices.storage, true);
+    b.add("src", Slot::Input(0), input.storage, false);
+    let int = input.storage == Storage::I32;
+    let rank = fill(
+        variant(SHADER, "top_k_rank"),
+        &[
+            ("WG", WG.to_string()),
+            ("T", if int { "i32" } else { "f32" }.into()),
+        ],
+    );
+    let key = variant(
+        SHADER,
+        if int {
+            "top_k_int_key"
+        } else {
+            "top_k_float_key"
+        },
+    );
+    let n_in = input.numel();
+    let first = Kernel {
+        label: "top_k rank".into(),
+        source: format!("{}\n{common}\n{key}\n{rank}", b.wgsl()),
+        slots: b.slots(),
+        info: vec![word(n_in)?, len, inner, word(k)?, u32::from(largest)],
+        workgroups: dispatch_1d(n_in, WG)?,
+    };
+    let mut b = Bindings::new();
+    b.add("dst", Slot::Output(0), values.storage, true);
+    b.add("src", Slot::Input(0), input.storage, false);
+    b.add("indices", Slot::Output(1), indices.storage, false);
+    // 32-bit values are copied as they are (i32 exactly); 16-bit ones through f32.
+    let words =
+        values.storage == input.storage && matches!(values.storage, Storage::F32 | Storage::I32);
+    let (main, threads) = if words {
+        let main = fill(
+            variant(SHADER, "top_k_values_words"),
+            &[("WG", WG.to_string())],
+        );
+        (main, n_out)
+    } else {
+        let (main, threads) = per_element_main(values.storage, n_out);
+        (
+            format!("{}\n{main}", variant(SHADER, "top_k_values_float")),
+            threads,
+        )
+    };
+    let second = Kernel {
+        label: "top_k values".into(),
+        source: format!("{}\n{}\n{main}", b.wgsl(), variant(SHADER, "top_k_values")),
+        slots: b.slots(),
+        info: vec![word(n_out)?, len, inner, word(k)?],
+        workgroups: dispatch_1d(threads, WG)?,
+    };
+    Ok(vec![first, second])
+}
+
 /// A kernel reducing `input` over `axes` (sorted) into `output` as `kind` says: sums
-/// accumulate in f16 when `f16_compute`, maxima and argmax always compare in f32.
+/// accumulate in f16 when `f16_compute`, products, norms, extrema and indices always work
+/// in f32; `last` (argmax, argmin) gives ties to the last index.
 pub fn reduce_kernel(
     label: &str,
     input: &Concrete,
     output: &Concrete,
     axes: &[usize],
     kind: ReduceKind,
+    last: bool,
     f16_compute: bool,
 ) -> Result<Kernel, String> {
     let x = &input.shape;
@@ -71,14 +211,27 @@ pub fn reduce_kernel(
     b.add("dst", Slot::Output(0), output.storage, true);
     b.add("src", Slot::Input(0), input.storage, false);
     let common = variant(SHADER, "common");
-    if kind == ReduceKind::ArgMax {
+    if let ReduceKind::ArgMax | ReduceKind::ArgMin = kind {
         if output.storage != Storage::I32 || count == 0 {
             return Err(format!(
-                "argmax needs an i32 output and a non-empty axis, got {:?} over {count}",
+                "{label} needs an i32 output and a non-empty axis, got {:?} over {count}",
                 output.storage
             ));
         }
-        let body = fill(variant(SHADER, "argmax"), &[("WG", WG.to_string())]);
+        let cmp = match (kind == ReduceKind::ArgMin, last) {
+            (false, false) => ">",
+            (false, true) => ">=",
+            (true, false) => "<",
+            (true, true) => "<=",
+        };
+        let body = fill(
+            variant(SHADER, "argmax"),
+            &[
+                ("WG", WG.to_string()),
+                ("CMP", cmp.into()),
+                ("STOP", (!last).to_string()),
+            ],
+        );
         return Ok(Kernel {
             label: format!("{label} argmax"),
             source: format!("{}\n{common}\n{body}", b.wgsl()),
@@ -92,10 +245,25 @@ pub fn reduce_kernel(
             return Err(format!("{label} over an empty axis has no value"));
         }
         ReduceKind::Max => ("f32", "max", "ld_src(base + red_offset(0u))"),
+        ReduceKind::Min => ("f32", "min", "bitcast<f32>(0x7f800000u)"),
+        ReduceKind::Prod => ("f32", "prod", "f32(1.0)"),
+        ReduceKind::L2 => ("f32", "sum", "f32(0.0)"),
         _ if f16_compute => ("f16", "sum", "f16(0.0)"),
         _ => ("f32", "sum", "f32(0.0)"),
     };
-    let combine = fill(variant(SHADER, combine), &[("ACC", acc.into())]);
+    let (lift, finish) = if kind == ReduceKind::L2 {
+        ("v * v", "sqrt(v)")
+    } else {
+        ("v", "v")
+    };
+    let combine = format!(
+        "{}\n{}",
+        fill(variant(SHADER, combine), &[("ACC", acc.into())]),
+        fill(
+            variant(SHADER, "lift"),
+            &[("LIFT", lift.into()), ("FINISH", finish.into())]
+        )
+    );
     let group = count >= WG as usize && n_out <= (MAX_GROUPS as usize) * (MAX_GROUPS as usize);
     let (name, body, workgroups) = if group {
         let packed = output.storage == Storage::Packed;
