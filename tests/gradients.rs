@@ -202,6 +202,18 @@ fn cases() -> Vec<Case> {
         json!({ "axis": 1, "epsilon": 1e-3 }),
         &[x(&[2, 3, 4], Any)],
     ));
+    v.push(case("rms_norm", json!({}), &[x(&[3, 5], Any)]));
+    v.push(case(
+        "rms_norm",
+        json!({ "axis": 1, "epsilon": 1e-3 }),
+        &[x(&[2, 3, 4], Any)],
+    ));
+    v.push(case("instance_norm", json!({}), &[x(&[2, 3, 4], Any)]));
+    v.push(case(
+        "group_norm",
+        json!({ "num_groups": 2, "epsilon": 1e-3 }),
+        &[x(&[2, 4, 3], Any)],
+    ));
     v.push(case("batch_norm", json!({}), &[x(&[2, 3, 4], Any)]));
     v.push(case(
         "batch_norm",

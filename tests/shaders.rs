@@ -66,7 +66,17 @@ fn every_generated_kernel_validates_with_naga() {
         ),
         ("movement", &["transpose", "gather"][..]),
         ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
-        ("norm", &["softmax", "layer_norm", "batch_norm"][..]),
+        (
+            "norm",
+            &[
+                "softmax",
+                "layer_norm",
+                "rms_norm",
+                "instance_norm",
+                "group_norm",
+                "batch_norm",
+            ][..],
+        ),
         ("elementwise", &["relu", "where", "fused"][..]),
         (
             "16-bit paths",

@@ -221,6 +221,31 @@ pub fn op_cases() -> Vec<OpCase> {
             ),
         ));
     }
+    for (op, attrs, shape) in [
+        ("rms_norm", json!({}), vec![2, 3, 50]),
+        (
+            "rms_norm",
+            json!({ "axis": 1, "epsilon": 0.1 }),
+            vec![2, 3, 7],
+        ),
+        (
+            "instance_norm",
+            json!({ "epsilon": 1e-3 }),
+            vec![2, 3, 5, 7],
+        ),
+        ("instance_norm", json!({}), vec![3, 5, 9]),
+        ("group_norm", json!({ "num_groups": 2 }), vec![2, 6, 5, 3]),
+        (
+            "group_norm",
+            json!({ "num_groups": 3, "epsilon": 0.01 }),
+            vec![3, 3, 7],
+        ),
+    ] {
+        v.push(case(
+            format!("{op} {attrs} {shape:?}"),
+            single_op(op, attrs, &[x(&shape)], 1),
+        ));
+    }
     v.push(case(
         "batch_norm",
         single_op(

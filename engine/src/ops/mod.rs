@@ -127,7 +127,8 @@ pub enum Op {
     Elementwise(elementwise::ElementwiseOp),
     /// `reduce_sum`, `reduce_mean`, `reduce_max`, `argmax`.
     Reduce(reduce::ReduceOp),
-    /// `softmax`, `log_softmax`, `layer_norm`, `batch_norm`.
+    /// `softmax`, `log_softmax`, `layer_norm`, `rms_norm`, `instance_norm`, `group_norm`,
+    /// `batch_norm`.
     Norm(norm::NormOp),
     /// Reshapes, views, copies and gathers.
     Movement(movement::MovementOp),
