@@ -278,6 +278,27 @@ fn cases() -> Vec<Case> {
         json!({ "shape": [3, 4, 5] }),
         &[x(&[4, 1], Any)],
     ));
+    for attrs in [
+        json!({ "pads": [1, -1, 2, 3], "constant_value": 0.5 }),
+        json!({ "pads": [2, 1, 1, 2], "mode": "reflect" }),
+        json!({ "pads": [0, 3, 2, 1], "mode": "edge" }),
+        json!({ "pads": [3, 0, 1, 4], "mode": "wrap" }),
+        json!({ "pads": [2, 1], "axes": [-1], "mode": "reflect" }),
+    ] {
+        v.push(case("pad", attrs, &[x(&[3, 4], Any)]));
+    }
+    for mode in ["DCR", "CRD"] {
+        v.push(case(
+            "depth_to_space",
+            json!({ "blocksize": 2, "mode": mode }),
+            &[x(&[1, 8, 2, 3], Any)],
+        ));
+        v.push(case(
+            "space_to_depth",
+            json!({ "blocksize": 2, "mode": mode }),
+            &[x(&[2, 2, 4, 2], Any)],
+        ));
+    }
     v.push(case(
         "gather",
         json!({}),

@@ -64,7 +64,10 @@ fn every_generated_kernel_validates_with_naga() {
                 "bce_with_logits",
             ][..],
         ),
-        ("movement", &["transpose", "gather"][..]),
+        (
+            "movement",
+            &["transpose", "gather", "pad", "depth_to_space"][..],
+        ),
         ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
         (
             "norm",

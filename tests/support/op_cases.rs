@@ -300,6 +300,54 @@ pub fn op_cases() -> Vec<OpCase> {
         ),
         ("expand", json!({ "shape": [2, 3, 4] }), vec![3, 1], 1),
         ("expand", json!({ "shape": [5, 1] }), vec![1, 6], 1),
+        (
+            "pad",
+            json!({ "pads": [1, -1, 2, 3], "constant_value": 1.5 }),
+            vec![3, 7],
+            1,
+        ),
+        (
+            "pad",
+            json!({ "pads": [2, 3, 5, 1], "axes": [-1, 1], "mode": "reflect" }),
+            vec![2, 5, 4],
+            1,
+        ),
+        (
+            "pad",
+            json!({ "pads": [0, 3, 4, 0, 2, 1], "mode": "edge" }),
+            vec![2, 3, 5],
+            1,
+        ),
+        (
+            "pad",
+            json!({ "pads": [4, 1, 2, 6], "mode": "wrap" }),
+            vec![3, 4],
+            1,
+        ),
+        (
+            "depth_to_space",
+            json!({ "blocksize": 2 }),
+            vec![2, 12, 3, 5],
+            1,
+        ),
+        (
+            "depth_to_space",
+            json!({ "blocksize": 3, "mode": "CRD" }),
+            vec![1, 18, 2, 3],
+            1,
+        ),
+        (
+            "space_to_depth",
+            json!({ "blocksize": 2 }),
+            vec![2, 3, 6, 4],
+            1,
+        ),
+        (
+            "space_to_depth",
+            json!({ "blocksize": 3, "mode": "CRD" }),
+            vec![1, 2, 3, 9],
+            1,
+        ),
     ];
     for (op, attrs, shape, outs) in movement {
         v.push(case(
@@ -466,6 +514,19 @@ pub fn op_cases() -> Vec<OpCase> {
             ),
         );
         c.ints = vec![("i", ints)];
+        v.push(c);
+    }
+    for mode in ["constant", "reflect", "edge", "wrap"] {
+        let mut c = case(
+            format!("pad i32 {mode}"),
+            single_op(
+                "pad",
+                json!({ "pads": [1, 2, 2, 1], "mode": mode, "constant_value": -7.9 }),
+                &[typed("x", &[3, 4], "i32")],
+                1,
+            ),
+        );
+        c.ints = vec![("x", (0..12).map(|i| i * 3 - 20).collect())];
         v.push(c);
     }
     for (shape, ratio, seed, stream) in [
