@@ -413,6 +413,22 @@ fn cases() -> Vec<Case> {
             &[1, 1, 6, 6],
         ),
     ];
+    v.push(case(
+        "conv2d",
+        json!({ "out_channels": 3, "kernel_size": [3], "strides": [2], "pads": [1, 2] }),
+        &[x(&[2, 2, 7], Any)],
+    ));
+    v.push(case(
+        "max_pool2d",
+        json!({ "kernel_size": [2], "strides": [2], "pads": [1, 0] }),
+        &[x(&[1, 2, 7], Distinct)],
+    ));
+    v.push(case(
+        "avg_pool2d",
+        json!({ "kernel_size": [3], "pads": [1, 1], "count_include_pad": true }),
+        &[x(&[1, 2, 6], Any)],
+    ));
+    v.push(case("global_avg_pool", json!({}), &[x(&[2, 3, 4], Any)]));
     for (attrs, shape) in &pools {
         v.push(case("max_pool2d", attrs.clone(), &[x(shape, Distinct)]));
     }

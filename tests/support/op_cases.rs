@@ -653,6 +653,36 @@ pub fn op_cases() -> Vec<OpCase> {
             json!({ "kernel_size": [2, 2], "strides": [2, 2], "ceil_mode": true }),
         ),
     ];
+    // 1-D: [N, C, L] with one-entry windows; global_avg_pool over any spatial rank.
+    for (op, attrs, shape) in [
+        (
+            "conv2d",
+            json!({ "out_channels": 4, "kernel_size": [3], "strides": [2], "pads": [1, 2], "dilations": [2] }),
+            vec![2, 3, 19],
+        ),
+        (
+            "conv2d",
+            json!({ "out_channels": 6, "kernel_size": [2], "groups": 3, "bias": false }),
+            vec![2, 3, 9],
+        ),
+        (
+            "max_pool2d",
+            json!({ "kernel_size": [3], "strides": [2], "pads": [1, 1], "ceil_mode": true }),
+            vec![2, 3, 10],
+        ),
+        (
+            "avg_pool2d",
+            json!({ "kernel_size": [3], "strides": [2], "pads": [0, 1], "count_include_pad": true }),
+            vec![2, 3, 10],
+        ),
+        ("global_avg_pool", json!({}), vec![2, 3, 7]),
+        ("global_avg_pool", json!({}), vec![2, 3, 3, 4, 5]),
+    ] {
+        v.push(case(
+            format!("{op} {attrs} {shape:?}"),
+            single_op(op, attrs, &[x(&shape)], 1),
+        ));
+    }
     for (op, attrs) in pools {
         v.push(case(
             format!("{op} {attrs}"),

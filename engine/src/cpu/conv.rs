@@ -1,23 +1,29 @@
-//! CPU reference of the conv/pool family (NCHW).
+//! CPU reference of the conv/pool family (NCHW; [N, C, L] as [N, C, 1, L]).
 
 use super::{floats, Float, Host};
-use crate::ops::conv::ConvOp;
+use crate::ops::conv::{as_2d, ConvOp};
 
 /// Evaluates a convolution or pooling.
 pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result<T, String> {
     let v = floats(x)?;
-    let s = x.shape();
-    let [n, c, h, w] = [s[0], s[1], s[2], s[3]];
-    let [_, oc_n, oh_n, ow_n] = [out[0], out[1], out[2], out[3]];
+    // 1-D operators compute on [N, C, 1, L].
+    let s = as_2d(x.shape(), 1);
+    let o = as_2d(out, 1);
+    let (n, c) = (s[0], s[1]);
     let mut y = Vec::with_capacity(out.iter().product());
-    match op {
-        ConvOp::GlobalAvgPool => {
-            for plane in v.chunks((h * w).max(1)).take(n * c) {
-                y.push(T::F::from_f64(
-                    plane.iter().map(|&a| a.to_f64()).sum::<f64>() / (h * w).max(1) as f64,
-                ));
-            }
+    if let ConvOp::GlobalAvgPool = op {
+        let area: usize = s[2..].iter().product();
+        for plane in v.chunks(area.max(1)).take(n * c) {
+            y.push(T::F::from_f64(
+                plane.iter().map(|&a| a.to_f64()).sum::<f64>() / area.max(1) as f64,
+            ));
         }
+        return Ok(T::from_floats(out.to_vec(), y));
+    }
+    let [h, w] = [s[2], s[3]];
+    let [oc_n, oh_n, ow_n] = [o[1], o[2], o[3]];
+    match op {
+        ConvOp::GlobalAvgPool => return Err("internal: global_avg_pool handled above".into()),
         ConvOp::Conv2d {
             window: win,
             groups,

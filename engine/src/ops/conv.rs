@@ -1,6 +1,11 @@
 //! Conv/pool family: `conv2d` (stride, padding, dilation, groups, bias), `max_pool2d`,
 //! `avg_pool2d` (ceil mode, count_include_pad) and `global_avg_pool`, all NCHW.
 //! Kernels: `shaders/conv.wgsl`; `global_avg_pool` uses the reduce kernel.
+//!
+//! One-dimensional convolution and pooling are the same operators on [N, C, L] inputs with
+//! one-entry window attributes (`kernel_size: [k]`, `strides: [s]`, `dilations: [d]`,
+//! `pads: [begin, end]`): the input is [N, C, 1, L] and the window [1, k] (conv2d's weight
+//! is then [OC, C/groups, k]). `global_avg_pool` averages every axis after C.
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
 use super::backward::GradContext;
@@ -165,24 +170,51 @@ pub enum ConvOp {
 /// Largest kernel size, stride, dilation or padding (2^20).
 pub const MAX_WINDOW: usize = 1 << 20;
 
-fn pair(r: &mut AttrReader, name: &str, min: i64) -> [usize; 2] {
+/// Reads a window list: two integers, or one for a 1-D window (then [1, v]); absent
+/// optional lists take the schema's 2-D default, which is [1, 1].
+fn pair(r: &mut AttrReader, name: &str, min: i64, one_d: bool) -> [usize; 2] {
     let v = r.ints(name);
-    if v.len() != 2 || v.iter().any(|&x| x < min || x > MAX_WINDOW as i64) {
+    let want = if one_d { 1 } else { 2 };
+    let is_default = v == [1, 1] && name != "kernel_size";
+    if (v.len() != want && !is_default) || v.iter().any(|&x| x < min || x > MAX_WINDOW as i64) {
         r.reject(
             name,
-            format!("{name} must be two integers in {min}..={MAX_WINDOW}, got {v:?}"),
+            format!(
+                "{name} must be {} integer{} in {min}..={MAX_WINDOW} (as kernel_size), got {v:?}",
+                want,
+                if one_d { "" } else { "s" }
+            ),
         );
         return [min.max(1) as usize; 2];
     }
-    [v[0] as usize, v[1] as usize]
+    match v.as_slice() {
+        [a] => [1, *a as usize],
+        [a, b, ..] => [*a as usize, *b as usize],
+        [] => [1, 1],
+    }
 }
 
-/// Reads a window's attributes (`ceil_mode` only when `ceil`).
+/// Reads a window's attributes (`ceil_mode` only when `ceil`). A one-entry
+/// `kernel_size` makes a 1-D window ([1, k]); its other lists then have one entry too,
+/// and `pads` is [begin, end].
 pub(crate) fn window(r: &mut AttrReader, ceil: bool) -> Window {
-    let kernel = pair(r, "kernel_size", 1);
-    let strides = pair(r, "strides", 1);
-    let dilations = pair(r, "dilations", 1);
+    let one_d = r.ints("kernel_size").len() == 1;
+    let kernel = pair(r, "kernel_size", 1, one_d);
+    let strides = pair(r, "strides", 1, one_d);
+    let dilations = pair(r, "dilations", 1, one_d);
     let p = r.ints("pads");
+    let p = match p.as_slice() {
+        [a, b] if one_d => vec![0, *a, 0, *b],
+        [0, 0, 0, 0] if one_d => vec![0; 4],
+        _ if one_d => {
+            r.reject(
+                "pads",
+                format!("a 1-D window's pads must be [begin, end], got {p:?}"),
+            );
+            vec![0; 4]
+        }
+        _ => p,
+    };
     let pads = match p.as_slice() {
         [a, b] if *a >= 0 && *b >= 0 && *a <= MAX_WINDOW as i64 && *b <= MAX_WINDOW as i64 => {
             [*a as usize, *b as usize, *a as usize, *b as usize]
@@ -346,20 +378,36 @@ impl ConvOp {
     pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         let x = &inputs[0];
         need_f32(self.name(), "input", x)?;
-        let s = &x.shape;
+        if let ConvOp::GlobalAvgPool = self {
+            if x.shape.len() < 3 {
+                return Err(format!(
+                    "global_avg_pool needs [N, C, ...] with at least one spatial axis, got {}",
+                    show(&x.shape)
+                ));
+            }
+            let mut out = x.shape.clone();
+            for d in &mut out[2..] {
+                *d = Dim::Known(1);
+            }
+            return Ok(vec![TensorType::f32(out)]);
+        }
+        let one_d = x.shape.len() == 3;
+        if one_d && !self.window().is_some_and(Window::is_1d) {
+            return Err(format!(
+                "{} on a 3-D input [N, C, L] needs a 1-D window (one-entry kernel_size, strides and dilations, pads [begin, end]), got {:?}",
+                self.name(),
+                self.window()
+            ));
+        }
+        let s = &as_2d(&x.shape, Dim::Known(1));
         if s.len() != 4 {
             return Err(format!(
-                "{} needs a 4-D input [N, C, H, W], got {}",
+                "{} needs a 4-D input [N, C, H, W] (or 3-D [N, C, L]), got {}",
                 self.name(),
-                show(s)
+                show(&x.shape)
             ));
         }
         let mut out = s.clone();
-        if let ConvOp::GlobalAvgPool = self {
-            out[2] = Dim::Known(1);
-            out[3] = Dim::Known(1);
-            return Ok(vec![TensorType::f32(out)]);
-        }
         let (Some(h), Some(w)) = (s[2].known(), s[3].known()) else {
             return Err(format!(
                 "{} needs known H and W, got {}",
@@ -388,6 +436,9 @@ impl ConvOp {
                 ));
             }
             out[1] = Dim::Known(*out_channels);
+        }
+        if one_d {
+            out.remove(2);
         }
         Ok(vec![TensorType::f32(out)])
     }
@@ -444,14 +495,18 @@ impl ConvOp {
                 )
             })?;
         let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+        let mut shape = vec![
+            *out_channels,
+            c / groups.max(&1),
+            window.kernel[0],
+            window.kernel[1],
+        ];
+        if inputs.first().is_some_and(|x| x.shape.len() == 3) {
+            shape.remove(2);
+        }
         let mut v = vec![ParamSpec {
             name: "weight",
-            shape: vec![
-                *out_channels,
-                c / groups.max(&1),
-                window.kernel[0],
-                window.kernel[1],
-            ],
+            shape,
             init: Init::Uniform(bound),
         }];
         if *bias {
@@ -485,7 +540,27 @@ impl ConvOp {
     }
 }
 
+/// A 3-D shape [N, C, L] as the 4-D [N, C, 1, L] the kernels compute on; other shapes
+/// unchanged.
+pub fn as_2d<D: Clone>(shape: &[D], one: D) -> Vec<D> {
+    let mut s = shape.to_vec();
+    if s.len() == 3 {
+        s.insert(2, one);
+    }
+    s
+}
+
 impl Window {
+    /// Whether the window is one-dimensional: a window of 1 along H with no stride,
+    /// dilation or padding there.
+    pub fn is_1d(&self) -> bool {
+        self.kernel[0] == 1
+            && self.strides[0] == 1
+            && self.dilations[0] == 1
+            && self.pads[0] == 0
+            && self.pads[2] == 0
+    }
+
     /// The window as attributes (`ceil_mode` only when `ceil`, as the operator reads it).
     fn attrs(&self, ceil: bool) -> serde_json::Map<String, serde_json::Value> {
         let mut m = serde_json::Map::new();
@@ -504,10 +579,31 @@ impl ConvOp {
     /// Gradient rule: conv2d's dx is `conv2d_grad_input` (dy back through the weight),
     /// its weight gradient `conv2d_grad_filter` and its bias gradient dy summed over N, H
     /// and W; the windowed poolings have `max_pool2d_grad` and `avg_pool2d_grad`;
-    /// global_avg_pool spreads dy / (H·W) over the window.
+    /// global_avg_pool spreads dy / (H·W) over the window. 1-D operators use the same
+    /// backwards on [N, C, 1, L] views of x and dy (and the weight [OC, C/groups, 1, k]).
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
         let dy = g.dy()?;
         let x = g.input(0)?;
+        let xs = g.shape(&x)?;
+        if let ConvOp::GlobalAvgPool = self {
+            if !g.needs(0) {
+                return Ok(());
+            }
+            let area = xs
+                .get(2..)
+                .unwrap_or_default()
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .ok_or_else(|| format!("the window of {xs:?} overflows"))?;
+            let d = g.scale(&dy, 1.0 / area.max(1) as f32)?;
+            let dx = g.expand(&d, &xs)?;
+            return g.input_grad(0, dx);
+        }
+        // 1-D: the backward operators run on the [N, C, 1, L] views.
+        let x4 = g.reshape(&x, &as_2d(&xs, 1))?;
+        let dys = g.shape(&dy)?;
+        let dy4 = g.reshape(&dy, &as_2d(&dys, 1))?;
+        let (x, dy) = (x4.as_str(), dy4.as_str());
         match self {
             ConvOp::Conv2d {
                 window,
@@ -520,13 +616,21 @@ impl ConvOp {
                 let attrs = serde_json::Value::Object(attrs);
                 if g.needs(0) {
                     let w = g.param("weight")?;
-                    let dx = g.emit("conv2d_grad_input", attrs.clone(), &[&x, &w, &dy])?;
+                    let ws = g.shape(&w)?;
+                    let w4 = g.reshape(&w, &as_2d(&ws, 1))?;
+                    let dx = g.emit("conv2d_grad_input", attrs.clone(), &[x, &w4, dy])?;
+                    let dx = g.reshape(&dx, &xs)?;
                     g.input_grad(0, dx)?;
                 }
-                let dw = g.emit("conv2d_grad_filter", attrs, &[&x, &dy])?;
+                let dw = g.emit("conv2d_grad_filter", attrs, &[x, dy])?;
+                let mut ws = g.shape(&dw)?;
+                if xs.len() == 3 {
+                    ws.remove(2);
+                }
+                let dw = g.reshape(&dw, &ws)?;
                 g.param_grad("weight", dw)?;
                 if *bias {
-                    let db = g.sum(&dy, &[0, 2, 3], false)?;
+                    let db = g.sum(dy, &[0, 2, 3], false)?;
                     g.param_grad("bias", db)?;
                 }
                 Ok(())
@@ -534,7 +638,8 @@ impl ConvOp {
             _ if !g.needs(0) => Ok(()),
             ConvOp::MaxPool(window) => {
                 let attrs = serde_json::Value::Object(window.attrs(true));
-                let dx = g.emit("max_pool2d_grad", attrs, &[&x, &dy])?;
+                let dx = g.emit("max_pool2d_grad", attrs, &[x, dy])?;
+                let dx = g.reshape(&dx, &xs)?;
                 g.input_grad(0, dx)
             }
             ConvOp::AvgPool {
@@ -544,21 +649,11 @@ impl ConvOp {
                 let mut attrs = window.attrs(true);
                 attrs.insert("count_include_pad".into(), json!(count_include_pad));
                 let attrs = serde_json::Value::Object(attrs);
-                let dx = g.emit("avg_pool2d_grad", attrs, &[&x, &dy])?;
+                let dx = g.emit("avg_pool2d_grad", attrs, &[x, dy])?;
+                let dx = g.reshape(&dx, &xs)?;
                 g.input_grad(0, dx)
             }
-            ConvOp::GlobalAvgPool => {
-                let xs = g.shape(&x)?;
-                let area = xs
-                    .get(2..)
-                    .unwrap_or_default()
-                    .iter()
-                    .try_fold(1usize, |a, &d| a.checked_mul(d))
-                    .ok_or_else(|| format!("the window of {xs:?} overflows"))?;
-                let d = g.scale(&dy, 1.0 / area.max(1) as f32)?;
-                let dx = g.expand(&d, &xs)?;
-                g.input_grad(0, dx)
-            }
+            ConvOp::GlobalAvgPool => Err("internal: global_avg_pool handled above".into()),
         }
     }
 }
@@ -606,6 +701,58 @@ mod tests {
         // Pads past the window limit are refused at parse.
         let attrs = json!({ "out_channels": 1, "kernel_size": [1, 1], "pads": [1u64 << 40, 0] });
         assert!(crate::ops::parse("conv2d", attrs.as_object().unwrap()).is_err());
+    }
+
+    #[test]
+    fn one_dimensional_windows_take_three_dimensional_inputs() {
+        let parse =
+            |op: &str, attrs: serde_json::Value| crate::ops::parse(op, attrs.as_object().unwrap());
+        let x = |text: &str| crate::ops::testing::tensor(text);
+        let conv = parse(
+            "conv2d",
+            json!({ "out_channels": 4, "kernel_size": [3], "strides": [2], "pads": [1, 2] }),
+        )
+        .unwrap();
+        // (10 + 1 + 2 - 3) / 2 + 1 = 6.
+        let y = conv.infer(&[x("N,3,10")]).unwrap();
+        assert_eq!(show(&y[0].shape), "[N, 4, 6]");
+        let w = conv.params(&[x("N,3,10")]).unwrap();
+        assert_eq!(w[0].shape, vec![4, 3, 3]);
+        // The same window on [N, C, 1, L] gives the 4-D weight.
+        assert_eq!(
+            conv.params(&[x("N,3,1,10")]).unwrap()[0].shape,
+            vec![4, 3, 1, 3]
+        );
+        // A 2-D window refuses a 3-D input; 1-D lists must all have one entry.
+        let pool = parse("max_pool2d", json!({ "kernel_size": [2, 2] })).unwrap();
+        assert!(pool
+            .infer(&[x("1,3,10")])
+            .unwrap_err()
+            .contains("1-D window"));
+        let e = parse(
+            "max_pool2d",
+            json!({ "kernel_size": [2], "strides": [1, 2] }),
+        );
+        assert_eq!(e.unwrap_err()[0].0, "strides");
+        let e = parse(
+            "avg_pool2d",
+            json!({ "kernel_size": [2], "pads": [1, 1, 1, 1] }),
+        );
+        assert_eq!(e.unwrap_err()[0].0, "pads");
+        let g = parse("global_avg_pool", json!({})).unwrap();
+        assert_eq!(
+            show(&g.infer(&[x("N,3,5,6,7")]).unwrap()[0].shape),
+            "[N, 3, 1, 1, 1]"
+        );
+        assert!(g.infer(&[x("N,3")]).is_err());
+        couples(
+            rule(
+                "max_pool2d",
+                json!({ "kernel_size": [3] }),
+                &[("4,3,9", Some(2))],
+            ),
+            &["max_pool2d slides its window along axis 2"],
+        );
     }
 
     #[test]

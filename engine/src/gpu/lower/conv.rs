@@ -10,15 +10,17 @@ impl Lower for ConvOp {
     /// GPU kernel; a convolution applies the epilogue to each result.
     fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
         let (input, output) = (&ctx.inputs[0], &ctx.outputs[0]);
-        let x = &input.shape;
-        let o = &output.shape;
+        // 1-D operators compute on [N, C, 1, L].
+        let x = &as_2d(&input.shape, 1);
+        let o = &as_2d(&output.shape, 1);
         let n_out = output.numel();
         if let ConvOp::GlobalAvgPool = self {
+            let spatial: Vec<usize> = (2..input.shape.len()).collect();
             let k = super::reduce::reduce_kernel(
                 "global_avg_pool",
                 input,
                 output,
-                &[2, 3],
+                &spatial,
                 crate::ops::reduce::ReduceKind::Mean,
                 ctx.f16_compute,
             )?;
