@@ -428,6 +428,17 @@ fn cases() -> Vec<Case> {
         json!({ "kernel_size": [3], "pads": [1, 1], "count_include_pad": true }),
         &[x(&[1, 2, 6], Any)],
     ));
+    v.push(case(
+        "conv_transpose2d",
+        json!({ "out_channels": 4, "kernel_size": [3, 2], "strides": [2, 1], "pads": [1, 0, 0, 1],
+                "output_padding": [1, 0], "groups": 2 }),
+        &[x(&[2, 2, 3, 3], Any)],
+    ));
+    v.push(case(
+        "conv_transpose2d",
+        json!({ "out_channels": 2, "kernel_size": [2], "strides": [2], "dilations": [2], "bias": false }),
+        &[x(&[1, 3, 4], Any)],
+    ));
     v.push(case("global_avg_pool", json!({}), &[x(&[2, 3, 4], Any)]));
     for (attrs, shape) in &pools {
         v.push(case("max_pool2d", attrs.clone(), &[x(shape, Distinct)]));

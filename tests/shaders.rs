@@ -68,7 +68,10 @@ fn every_generated_kernel_validates_with_naga() {
             "movement",
             &["transpose", "gather", "pad", "depth_to_space"][..],
         ),
-        ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
+        (
+            "conv",
+            &["conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d"][..],
+        ),
         (
             "norm",
             &[

@@ -675,6 +675,21 @@ pub fn op_cases() -> Vec<OpCase> {
             json!({ "kernel_size": [3], "strides": [2], "pads": [0, 1], "count_include_pad": true }),
             vec![2, 3, 10],
         ),
+        (
+            "conv_transpose2d",
+            json!({ "out_channels": 4, "kernel_size": [3, 2], "strides": [2, 3], "pads": [1, 0, 0, 1], "output_padding": [1, 2] }),
+            vec![2, 3, 5, 4],
+        ),
+        (
+            "conv_transpose2d",
+            json!({ "out_channels": 6, "kernel_size": [2, 2], "groups": 3, "dilations": [2, 1], "bias": false }),
+            vec![1, 3, 4, 5],
+        ),
+        (
+            "conv_transpose2d",
+            json!({ "out_channels": 2, "kernel_size": [3], "strides": [2], "output_shape": [12] }),
+            vec![2, 3, 5],
+        ),
         ("global_avg_pool", json!({}), vec![2, 3, 7]),
         ("global_avg_pool", json!({}), vec![2, 3, 3, 4, 5]),
     ] {
@@ -795,6 +810,20 @@ pub fn op_cases() -> Vec<OpCase> {
             vec![3, 3, 3, 4],
         ),
     ];
+    // conv_transpose2d's dx: conv2d over dy [2, 3, 9, 8] gives x [2, 4, 4, 8].
+    v.push(case(
+        "conv_transpose2d_grad_input",
+        single_op(
+            "conv_transpose2d_grad_input",
+            json!({ "kernel_size": [3, 2], "strides": [2, 1], "pads": [1, 0, 0, 1] }),
+            &[
+                f32_in("x", &[2, 4, 4, 8]),
+                f32_in("weight", &[4, 3, 3, 2]),
+                f32_in("dy", &[2, 3, 9, 8]),
+            ],
+            1,
+        ),
+    ));
     for (attrs, x, weight, dy) in conv_grads {
         v.push(case(
             format!("conv2d_grad_input {attrs} x {x:?}"),

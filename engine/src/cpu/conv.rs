@@ -24,6 +24,26 @@ pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result
     let [oc_n, oh_n, ow_n] = [o[1], o[2], o[3]];
     match op {
         ConvOp::GlobalAvgPool => return Err("internal: global_avg_pool handled above".into()),
+        ConvOp::ConvTranspose2d { groups, bias, .. } => {
+            // conv2d's input gradient is the transposed convolution: x plays dy.
+            let (_, win) = op.transpose_geometry([h, w])?;
+            let wt = floats(params[0])?;
+            y = super::conv_grad::conv2d_grad_input(
+                v,
+                wt,
+                [o[0], o[1], o[2], o[3]],
+                [n, c, h, w],
+                &win,
+                *groups,
+            )?;
+            if *bias {
+                let b = floats(params[1])?;
+                let plane = (oh_n * ow_n).max(1);
+                for (i, d) in y.iter_mut().enumerate() {
+                    *d += b[(i / plane) % oc_n.max(1)];
+                }
+            }
+        }
         ConvOp::Conv2d {
             window: win,
             groups,
@@ -118,4 +138,37 @@ pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result
         }
     }
     Ok(T::from_floats(out.to_vec(), y))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::{parse, Op};
+    use crate::tensor::Tensor;
+    use serde_json::json;
+
+    #[test]
+    fn conv_transpose_on_hand_checked_numbers() {
+        // 1-D, stride 2, kernel [1, 10], bias 0.5: every input spreads to two outputs.
+        let attrs = json!({ "out_channels": 1, "kernel_size": [2], "strides": [2] });
+        let Ok(Op::Conv(op)) = parse("conv_transpose2d", attrs.as_object().unwrap()) else {
+            panic!("conv_transpose2d is in the conv family");
+        };
+        let x = Tensor::f32(vec![1, 1, 2], vec![2.0, 3.0]);
+        let w = Tensor::f32(vec![1, 1, 2], vec![1.0, 10.0]);
+        let b = Tensor::f32(vec![1], vec![0.5]);
+        let y = super::eval(&op, &x, &[&w, &b], &[1, 1, 4]).unwrap();
+        assert_eq!(y.to_f32_vec(), vec![2.5, 20.5, 3.5, 30.5]);
+        // Stride 1 overlaps: [2, 3] with [1, 10] is [2, 23, 30]; pads [1, 0] drop the 2.
+        let attrs = json!({ "out_channels": 1, "kernel_size": [2], "pads": [1, 0], "bias": false });
+        let Ok(Op::Conv(op)) = parse("conv_transpose2d", attrs.as_object().unwrap()) else {
+            panic!("conv_transpose2d is in the conv family");
+        };
+        let y = super::eval(&op, &x, &[&w], &[1, 1, 2]).unwrap();
+        assert_eq!(y.to_f32_vec(), vec![23.0, 30.0]);
+        // output_padding at or above the stride is refused, naming the attribute.
+        let attrs =
+            json!({ "out_channels": 1, "kernel_size": [2], "output_padding": [2], "strides": [2] });
+        let e = parse("conv_transpose2d", attrs.as_object().unwrap()).unwrap_err();
+        assert_eq!(e[0].0, "output_padding");
+    }
 }

@@ -1,6 +1,9 @@
-//! Conv/pool family: `conv2d` (stride, padding, dilation, groups, bias), `max_pool2d`,
-//! `avg_pool2d` (ceil mode, count_include_pad) and `global_avg_pool`, all NCHW.
-//! Kernels: `shaders/conv.wgsl`; `global_avg_pool` uses the reduce kernel.
+//! Conv/pool family: `conv2d` (stride, padding, dilation, groups, bias),
+//! `conv_transpose2d` (ONNX ConvTranspose: also output_padding and output_shape),
+//! `max_pool2d`, `avg_pool2d` (ceil mode, count_include_pad) and `global_avg_pool`, all
+//! NCHW. Kernels: `shaders/conv.wgsl`; `global_avg_pool` uses the reduce kernel and
+//! `conv_transpose2d` conv2d's input-gradient kernel (`shaders/grad.wgsl`), which is the
+//! transposed convolution, gathering over the taps that reach each output (no atomics).
 //!
 //! One-dimensional convolution and pooling are the same operators on [N, C, L] inputs with
 //! one-entry window attributes (`kernel_size: [k]`, `strides: [s]`, `dilations: [d]`,
@@ -34,6 +37,36 @@ const CONV_ATTRS: &[AttrSpec] = &[
         AttrKind::Int,
         "1",
         "Channel groups (depthwise when = channels).",
+    ),
+    optional("bias", AttrKind::Bool, "true", "Add a learned bias."),
+];
+const CONV_TRANSPOSE_ATTRS: &[AttrSpec] = &[
+    required(
+        "out_channels",
+        AttrKind::Int,
+        "Output channels (the weight's second dimension × groups).",
+    ),
+    required("kernel_size", AttrKind::Ints, "[kh, kw] (or [k] for 1-D)."),
+    optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
+    optional(
+        "pads",
+        AttrKind::Ints,
+        "[0, 0, 0, 0]",
+        "[top, left, bottom, right] (or [ph, pw]) taken off the full output.",
+    ),
+    optional("dilations", AttrKind::Ints, "[1, 1]", "[dh, dw]."),
+    optional("groups", AttrKind::Int, "1", "Channel groups."),
+    optional(
+        "output_padding",
+        AttrKind::Ints,
+        "[0, 0]",
+        "Added to the output's end along each axis (below the stride or dilation).",
+    ),
+    optional(
+        "output_shape",
+        AttrKind::Ints,
+        "null",
+        "[OH, OW]: the output size; pads are then derived as ONNX does (NOTSET).",
     ),
     optional("bias", AttrKind::Bool, "true", "Add a learned bias."),
 ];
@@ -106,6 +139,12 @@ pub const SCHEMAS: &[OpSchema] = &[
         &["weight", "bias"],
     ),
     op(
+        "conv_transpose2d",
+        "2-D transposed convolution over NCHW input (ONNX ConvTranspose); weight [C, OC/groups, kh, kw].",
+        CONV_TRANSPOSE_ATTRS,
+        &["weight", "bias"],
+    ),
+    op(
         "max_pool2d",
         "2-D max pooling over NCHW input.",
         MAX_POOL_ATTRS,
@@ -153,6 +192,21 @@ pub enum ConvOp {
         groups: usize,
         /// Bias.
         bias: bool,
+    },
+    /// conv_transpose2d
+    ConvTranspose2d {
+        /// Window; its pads are taken off the full output (ignored with `output_shape`).
+        window: Window,
+        /// Output channels.
+        out_channels: usize,
+        /// Groups.
+        groups: usize,
+        /// Bias.
+        bias: bool,
+        /// Added to the output's end, [h, w].
+        output_padding: [usize; 2],
+        /// The output's spatial size, when given.
+        output_shape: Option<[usize; 2]>,
     },
     /// max_pool2d
     MaxPool(Window),
@@ -261,6 +315,57 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvOp> {
                 bias: r.bool("bias"),
             }
         }
+        "conv_transpose2d" => {
+            let one_d = r.ints("kernel_size").len() == 1;
+            let w = window(r, false);
+            let oc = r.size("out_channels", 1);
+            let groups = r.size("groups", 1);
+            if !oc.is_multiple_of(groups) {
+                r.reject(
+                    "groups",
+                    format!("groups must divide out_channels ({oc}), got {groups}"),
+                );
+            }
+            let mut spatial = |name: &str, min: i64| -> Option<[usize; 2]> {
+                let v = r.opt_ints(name)?;
+                let ok = v.iter().all(|&x| (min..=MAX_WINDOW as i64).contains(&x));
+                match v.as_slice() {
+                    [a] if one_d && ok => Some([if min == 0 { 0 } else { 1 }, *a as usize]),
+                    [0, 0] if one_d && min == 0 => Some([0, 0]),
+                    [a, b] if !one_d && ok => Some([*a as usize, *b as usize]),
+                    _ => {
+                        r.reject(
+                            name,
+                            format!(
+                                "{name} must have one integer in {min}..={MAX_WINDOW} per axis of kernel_size, got {v:?}"
+                            ),
+                        );
+                        None
+                    }
+                }
+            };
+            let output_padding = spatial("output_padding", 0).unwrap_or([0, 0]);
+            let output_shape = spatial("output_shape", 1);
+            for a in 0..2 {
+                if output_padding[a] >= w.strides[a].max(w.dilations[a]) {
+                    r.reject(
+                        "output_padding",
+                        format!(
+                            "output_padding must be below the stride or the dilation, got {output_padding:?}"
+                        ),
+                    );
+                    break;
+                }
+            }
+            ConvOp::ConvTranspose2d {
+                window: w,
+                out_channels: oc,
+                groups,
+                bias: r.bool("bias"),
+                output_padding,
+                output_shape,
+            }
+        }
         "max_pool2d" => ConvOp::MaxPool(window(r, true)),
         "avg_pool2d" => ConvOp::AvgPool {
             window: window(r, true),
@@ -324,7 +429,29 @@ impl ConvOp {
                 return Err(format!("{}: window {w:?} is out of range", self.name()));
             }
         }
+        if let ConvOp::ConvTranspose2d {
+            window,
+            output_padding,
+            output_shape,
+            ..
+        } = self
+        {
+            let bad_padding =
+                (0..2).any(|a| output_padding[a] >= window.strides[a].max(window.dilations[a]));
+            let bad_shape =
+                output_shape.is_some_and(|s| s.iter().any(|&d| d == 0 || d > MAX_WINDOW));
+            if bad_padding || bad_shape {
+                return Err(format!(
+                    "conv_transpose2d: output_padding {output_padding:?} or output_shape {output_shape:?} out of range"
+                ));
+            }
+        }
         if let ConvOp::Conv2d {
+            out_channels,
+            groups,
+            ..
+        }
+        | ConvOp::ConvTranspose2d {
             out_channels,
             groups,
             ..
@@ -337,7 +464,8 @@ impl ConvOp {
                 || out_channels % groups != 0
             {
                 return Err(format!(
-                    "conv2d: {out_channels} output channels in {groups} groups"
+                    "{}: {out_channels} output channels in {groups} groups",
+                    self.name()
                 ));
             }
         }
@@ -358,6 +486,7 @@ impl ConvOp {
     pub fn name(&self) -> &'static str {
         match self {
             ConvOp::Conv2d { .. } => "conv2d",
+            ConvOp::ConvTranspose2d { .. } => "conv_transpose2d",
             ConvOp::MaxPool(_) => "max_pool2d",
             ConvOp::AvgPool { .. } => "avg_pool2d",
             ConvOp::GlobalAvgPool => "global_avg_pool",
@@ -368,6 +497,7 @@ impl ConvOp {
     pub fn window(&self) -> Option<&Window> {
         match self {
             ConvOp::Conv2d { window, .. }
+            | ConvOp::ConvTranspose2d { window, .. }
             | ConvOp::MaxPool(window)
             | ConvOp::AvgPool { window, .. } => Some(window),
             ConvOp::GlobalAvgPool => None,
@@ -415,6 +545,32 @@ impl ConvOp {
                 show(s)
             ));
         };
+        if let ConvOp::ConvTranspose2d {
+            out_channels,
+            groups,
+            ..
+        } = self
+        {
+            let Some(c) = s[1].known() else {
+                return Err(format!(
+                    "conv_transpose2d needs a known channel count, got {}",
+                    show(s)
+                ));
+            };
+            if c.checked_rem(*groups) != Some(0) {
+                return Err(format!(
+                    "groups {groups} does not divide the {c} input channels"
+                ));
+            }
+            let (size, _) = self.transpose_geometry([h, w])?;
+            out[1] = Dim::Known(*out_channels);
+            out[2] = Dim::Known(size[0]);
+            out[3] = Dim::Known(size[1]);
+            if one_d {
+                out.remove(2);
+            }
+            return Ok(vec![TensorType::f32(out)]);
+        }
         let win = self.window().ok_or("no window")?;
         out[2] = Dim::Known(win.out_size(h, 0)?);
         out[3] = Dim::Known(win.out_size(w, 1)?);
@@ -456,7 +612,7 @@ impl ConvOp {
         match (self, batch[0]) {
             (_, None) => Ok(vec![None]),
             (_, Some(0)) => Ok(vec![Some(0)]),
-            (ConvOp::Conv2d { .. }, Some(1)) => Err(format!(
+            (ConvOp::Conv2d { .. } | ConvOp::ConvTranspose2d { .. }, Some(1)) => Err(format!(
                 "{name} sums over the channel axis 1, the batch axis"
             )),
             (_, Some(1)) => Ok(vec![Some(1)]),
@@ -469,14 +625,22 @@ impl ConvOp {
         }
     }
 
-    /// Weights of `conv2d`.
+    /// Weights of `conv2d` ([OC, C/groups, kh, kw]) and `conv_transpose2d` ([C,
+    /// OC/groups, kh, kw]), without the kh axis on 1-D inputs, and their biases [OC].
     pub fn params(&self, inputs: &[TensorType]) -> Result<Vec<ParamSpec>, String> {
-        let ConvOp::Conv2d {
+        let (ConvOp::Conv2d {
             window,
             out_channels,
             groups,
             bias,
-        } = self
+        }
+        | ConvOp::ConvTranspose2d {
+            window,
+            out_channels,
+            groups,
+            bias,
+            ..
+        }) = self
         else {
             return Ok(Vec::new());
         };
@@ -485,22 +649,23 @@ impl ConvOp {
             .and_then(|x| x.shape.get(1))
             .and_then(Dim::known)
             .unwrap_or(1);
-        let fan_in = (c / groups.max(&1))
+        let g = *groups.max(&1);
+        let (lead, per_group) = match self {
+            ConvOp::ConvTranspose2d { .. } => (c, out_channels / g),
+            _ => (*out_channels, c / g),
+        };
+        let fan_in = per_group
             .checked_mul(window.kernel[0])
             .and_then(|x| x.checked_mul(window.kernel[1]))
             .ok_or_else(|| {
                 format!(
-                    "conv2d fan-in of {c} channels and kernel {:?} overflows",
+                    "{} fan-in of {per_group} channels and kernel {:?} overflows",
+                    self.name(),
                     window.kernel
                 )
             })?;
         let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
-        let mut shape = vec![
-            *out_channels,
-            c / groups.max(&1),
-            window.kernel[0],
-            window.kernel[1],
-        ];
+        let mut shape = vec![lead, per_group, window.kernel[0], window.kernel[1]];
         if inputs.first().is_some_and(|x| x.shape.len() == 3) {
             shape.remove(2);
         }
@@ -519,6 +684,65 @@ impl ConvOp {
         Ok(v)
     }
 
+    /// conv_transpose2d's output size on an input of spatial size `hw` and the window
+    /// its kernels use: ONNX's full output s·(in − 1) + output_padding + span, less the
+    /// pads; with `output_shape`, that size and the pads ONNX derives (total = full −
+    /// output_shape, begin = total − ⌊total/2⌋, end = ⌊total/2⌋, a negative end
+    /// extending the output with zeros' worth of taps). The window's begin pads say
+    /// where each output position reads; its end pads are clamped at 0.
+    pub fn transpose_geometry(&self, hw: [usize; 2]) -> Result<([usize; 2], Window), String> {
+        let ConvOp::ConvTranspose2d {
+            window,
+            output_padding,
+            output_shape,
+            ..
+        } = self
+        else {
+            return Err("internal: not a transposed convolution".into());
+        };
+        let mut win = window.clone();
+        let mut size = [0; 2];
+        for a in 0..2 {
+            let overflow = || format!("conv_transpose2d: the output along axis {a} overflows");
+            let span = (window.kernel[a] - 1)
+                .checked_mul(window.dilations[a])
+                .and_then(|x| x.checked_add(1))
+                .ok_or_else(overflow)?;
+            let full = hw[a]
+                .saturating_sub(1)
+                .checked_mul(window.strides[a])
+                .and_then(|x| x.checked_add(output_padding[a]))
+                .and_then(|x| x.checked_add(span))
+                .ok_or_else(overflow)?;
+            match output_shape {
+                Some(os) => {
+                    let total = i64::try_from(full).map_err(|_| overflow())? - os[a] as i64;
+                    let (begin, end) = (total - total.div_euclid(2), total.div_euclid(2));
+                    win.pads[a] = usize::try_from(begin).map_err(|_| {
+                        format!(
+                            "conv_transpose2d: output_shape {os:?} is more than one past the full output along axis {a}"
+                        )
+                    })?;
+                    win.pads[a + 2] = usize::try_from(end.max(0)).map_err(|_| overflow())?;
+                    size[a] = os[a];
+                }
+                None => {
+                    size[a] = full
+                        .checked_sub(window.pads[a])
+                        .and_then(|x| x.checked_sub(window.pads[a + 2]))
+                        .filter(|&x| x > 0)
+                        .ok_or_else(|| {
+                            format!(
+                                "conv_transpose2d: pads {:?} leave no output along axis {a} (full size {full})",
+                                window.pads
+                            )
+                        })?;
+                }
+            }
+        }
+        Ok((size, win))
+    }
+
     /// Multiply-adds of a convolution, counted as 2 FLOPs (saturating: a cost, never a
     /// size).
     pub fn flops(&self, inputs: &[Vec<usize>], outputs: &[Vec<usize>]) -> u64 {
@@ -534,6 +758,15 @@ impl ConvOp {
                     .saturating_mul(widen(c))
                     .saturating_mul(window(w))
             }
+            ConvOp::ConvTranspose2d {
+                window: w,
+                out_channels,
+                groups,
+                ..
+            } => 2u64
+                .saturating_mul(product(x))
+                .saturating_mul(widen(out_channels / (*groups).max(1)))
+                .saturating_mul(window(w)),
             ConvOp::GlobalAvgPool => product(x),
             ConvOp::MaxPool(w) | ConvOp::AvgPool { window: w, .. } => out.saturating_mul(window(w)),
         }
@@ -579,7 +812,9 @@ impl ConvOp {
     /// Gradient rule: conv2d's dx is `conv2d_grad_input` (dy back through the weight),
     /// its weight gradient `conv2d_grad_filter` and its bias gradient dy summed over N, H
     /// and W; the windowed poolings have `max_pool2d_grad` and `avg_pool2d_grad`;
-    /// global_avg_pool spreads dy / (H·W) over the window. 1-D operators use the same
+    /// global_avg_pool spreads dy / (H·W) over the window. conv_transpose2d: dx is
+    /// `conv_transpose2d_grad_input` (conv2d of dy with the weight), the weight's
+    /// gradient `conv2d_grad_filter` of dy against x, the bias's dy summed. 1-D operators use the same
     /// backwards on [N, C, 1, L] views of x and dy (and the weight [OC, C/groups, 1, k]).
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
         let dy = g.dy()?;
@@ -623,6 +858,35 @@ impl ConvOp {
                     g.input_grad(0, dx)?;
                 }
                 let dw = g.emit("conv2d_grad_filter", attrs, &[x, dy])?;
+                let mut ws = g.shape(&dw)?;
+                if xs.len() == 3 {
+                    ws.remove(2);
+                }
+                let dw = g.reshape(&dw, &ws)?;
+                g.param_grad("weight", dw)?;
+                if *bias {
+                    let db = g.sum(dy, &[0, 2, 3], false)?;
+                    g.param_grad("bias", db)?;
+                }
+                Ok(())
+            }
+            ConvOp::ConvTranspose2d { groups, bias, .. } => {
+                let xs4 = g.shape(x)?;
+                let (_, window) = self.transpose_geometry([xs4[2], xs4[3]])?;
+                let mut attrs = window.attrs(false);
+                attrs.insert("groups".into(), json!(groups));
+                let attrs = serde_json::Value::Object(attrs);
+                if g.needs(0) {
+                    let w = g.param("weight")?;
+                    let ws = g.shape(&w)?;
+                    let w4 = g.reshape(&w, &as_2d(&ws, 1))?;
+                    let dx = g.emit("conv_transpose2d_grad_input", attrs.clone(), &[x, &w4, dy])?;
+                    let dx = g.reshape(&dx, &xs)?;
+                    g.input_grad(0, dx)?;
+                }
+                // The weight's gradient is conv2d's with the roles of x and dy swapped:
+                // conv2d over dy (C_out channels) with this window gives x's positions.
+                let dw = g.emit("conv2d_grad_filter", attrs, &[dy, x])?;
                 let mut ws = g.shape(&dw)?;
                 if xs.len() == 3 {
                     ws.remove(2);

@@ -5,6 +5,8 @@ use crate::gpu::kernel::*;
 use crate::ops::conv::*;
 
 const SHADER: &str = include_str!("../../../../shaders/conv.wgsl");
+/// conv_transpose2d runs conv2d's input-gradient kernel.
+const GRAD_SHADER: &str = include_str!("../../../../shaders/grad.wgsl");
 
 impl Lower for ConvOp {
     /// GPU kernel; a convolution applies the epilogue to each result.
@@ -26,6 +28,43 @@ impl Lower for ConvOp {
             )?;
             return Ok(Lowering::Kernels(vec![k]));
         }
+        let param = |k: usize| ctx.params.get(k).map_or(Storage::F32, |c| c.storage);
+        if let ConvOp::ConvTranspose2d { groups, bias, .. } = self {
+            // conv2d's input-gradient kernel is the transposed convolution: x plays dy.
+            let (_, window) = self.transpose_geometry([x[2], x[3]])?;
+            let mut info = [o[0], o[1], o[2], o[3], x[1], x[2], x[3]]
+                .iter()
+                .map(|&v| word(v))
+                .collect::<Result<Vec<_>, _>>()?;
+            info.extend(window_info(&window)?);
+            info.extend([word(*groups)?, word(window.pads[2])?, word(window.pads[3])?]);
+            let mut b = Bindings::new();
+            b.add("dst", Slot::Output(0), output.storage, true);
+            b.add("weight", Slot::Param(0), param(0), false);
+            b.add("dy", Slot::Input(0), input.storage, false);
+            let bias = if *bias {
+                b.add("bias", Slot::Param(1), param(1), false);
+                " + ld_bias(ci)"
+            } else {
+                ""
+            };
+            let (main, threads) = per_element_main(output.storage, n_out);
+            return Ok(Lowering::Kernels(vec![Kernel {
+                label: "conv_transpose2d".into(),
+                source: format!(
+                    "{}\n{}\n{}\n{main}",
+                    b.wgsl(),
+                    variant(GRAD_SHADER, "window_taps"),
+                    fill(
+                        variant(GRAD_SHADER, "conv2d_grad_input_value"),
+                        &[("BIAS", bias.into())]
+                    )
+                ),
+                slots: b.slots(),
+                info,
+                workgroups: dispatch_1d(threads, WG)?,
+            }]));
+        }
         let mut b = Bindings::new();
         b.add("dst", Slot::Output(0), output.storage, true);
         b.add("src", Slot::Input(0), input.storage, false);
@@ -42,7 +81,6 @@ impl Lower for ConvOp {
                     .collect::<Result<_, _>>()?;
                 info.extend(window_info(window)?);
                 info.push(word(*groups)?);
-                let param = |k: usize| ctx.params.get(k).map_or(Storage::F32, |c| c.storage);
                 b.add("weight", Slot::Param(0), param(0), false);
                 let out = if *bias {
                     b.add("bias", Slot::Param(1), param(1), false);
@@ -94,8 +132,8 @@ impl Lower for ConvOp {
                     info,
                 )
             }
-            ConvOp::GlobalAvgPool => {
-                return Err("internal: global_avg_pool lowers through reduce".into())
+            ConvOp::GlobalAvgPool | ConvOp::ConvTranspose2d { .. } => {
+                return Err("internal: lowered above".into())
             }
         };
         let mut slots = b.slots();
