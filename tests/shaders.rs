@@ -70,7 +70,13 @@ fn every_generated_kernel_validates_with_naga() {
         ),
         (
             "conv",
-            &["conv2d", "conv_transpose2d", "max_pool2d", "avg_pool2d"][..],
+            &[
+                "conv2d",
+                "conv_transpose2d",
+                "max_pool2d",
+                "avg_pool2d",
+                "resize",
+            ][..],
         ),
         (
             "norm",

@@ -690,6 +690,26 @@ pub fn op_cases() -> Vec<OpCase> {
             json!({ "out_channels": 2, "kernel_size": [3], "strides": [2], "output_shape": [12] }),
             vec![2, 3, 5],
         ),
+        (
+            "resize",
+            json!({ "scales": [1.0, 1.0, 2.0, 1.5], "mode": "linear" }),
+            vec![2, 3, 5, 4],
+        ),
+        (
+            "resize",
+            json!({ "sizes": [3, 7], "axes": [-1, 2], "mode": "linear", "coordinate_transformation_mode": "align_corners" }),
+            vec![1, 2, 5, 6],
+        ),
+        (
+            "resize",
+            json!({ "scales": [0.6, 2.5], "axes": [2, 3], "nearest_mode": "round_prefer_ceil", "coordinate_transformation_mode": "asymmetric" }),
+            vec![2, 3, 9, 4],
+        ),
+        (
+            "resize",
+            json!({ "sizes": [4, 9], "axes": [1, 2], "keep_aspect_ratio_policy": "not_smaller", "coordinate_transformation_mode": "pytorch_half_pixel", "mode": "linear" }),
+            vec![2, 7, 5],
+        ),
         ("global_avg_pool", json!({}), vec![2, 3, 7]),
         ("global_avg_pool", json!({}), vec![2, 3, 3, 4, 5]),
     ] {

@@ -1,11 +1,14 @@
 //! CPU reference of the conv/pool family (NCHW; [N, C, L] as [N, C, 1, L]).
 
 use super::{floats, Float, Host};
-use crate::ops::conv::{as_2d, ConvOp};
+use crate::ops::conv::{as_2d, ConvOp, Resize};
 
 /// Evaluates a convolution or pooling.
 pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result<T, String> {
     let v = floats(x)?;
+    if let ConvOp::Resize(r) = op {
+        return resize(r, x.shape(), v, out);
+    }
     // 1-D operators compute on [N, C, 1, L].
     let s = as_2d(x.shape(), 1);
     let o = as_2d(out, 1);
@@ -23,7 +26,7 @@ pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result
     let [h, w] = [s[2], s[3]];
     let [oc_n, oh_n, ow_n] = [o[1], o[2], o[3]];
     match op {
-        ConvOp::GlobalAvgPool => return Err("internal: global_avg_pool handled above".into()),
+        ConvOp::GlobalAvgPool | ConvOp::Resize(_) => return Err("internal: handled above".into()),
         ConvOp::ConvTranspose2d { groups, bias, .. } => {
             // conv2d's input gradient is the transposed convolution: x plays dy.
             let (_, win) = op.transpose_geometry([h, w])?;
@@ -136,6 +139,38 @@ pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result
                 }
             }
         }
+    }
+    Ok(T::from_floats(out.to_vec(), y))
+}
+
+/// `resize`: each output element sums the input at every corner of its taps (two per
+/// axis), weighted by the product of the axes' weights; corners of weight 0 are skipped,
+/// as in the kernel.
+fn resize<T: Host>(r: &Resize, dims: &[usize], v: &[T::F], out: &[usize]) -> Result<T, String> {
+    let (shape, taps) = r.plan(dims)?;
+    if shape != out {
+        return Err(format!("resize of {dims:?} gives {shape:?}, not {out:?}"));
+    }
+    let rank = dims.len();
+    let n: usize = out.iter().product();
+    let mut idx = vec![0; rank];
+    let mut y = Vec::with_capacity(n);
+    for i in 0..n {
+        super::unravel(i, out, &mut idx);
+        let mut acc = T::F::ZERO;
+        for corner in 0..(1usize << rank) {
+            let (mut weight, mut off) = (1f32, 0usize);
+            for a in 0..rank {
+                let (lo, hi, w) = taps[a][idx[a]];
+                let up = corner >> a & 1 == 1;
+                weight *= if up { w } else { 1.0 - w };
+                off = off * dims[a] + if up { hi } else { lo };
+            }
+            if weight != 0.0 {
+                acc += T::F::from_f32(weight) * v[off];
+            }
+        }
+        y.push(acc);
     }
     Ok(T::from_floats(out.to_vec(), y))
 }

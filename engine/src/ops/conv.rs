@@ -1,9 +1,11 @@
-//! Conv/pool family: `conv2d` (stride, padding, dilation, groups, bias),
+//! Conv/pool family (and `resize`): `conv2d` (stride, padding, dilation, groups, bias),
 //! `conv_transpose2d` (ONNX ConvTranspose: also output_padding and output_shape),
 //! `max_pool2d`, `avg_pool2d` (ceil mode, count_include_pad) and `global_avg_pool`, all
 //! NCHW. Kernels: `shaders/conv.wgsl`; `global_avg_pool` uses the reduce kernel and
 //! `conv_transpose2d` conv2d's input-gradient kernel (`shaders/grad.wgsl`), which is the
 //! transposed convolution, gathering over the taps that reach each output (no atomics).
+//! `resize` (ONNX Resize, nearest and linear, any rank) reads per-axis tap tables the host
+//! computes in f64, so the CPU and every kernel pick the same input elements.
 //!
 //! One-dimensional convolution and pooling are the same operators on [N, C, L] inputs with
 //! one-entry window attributes (`kernel_size: [k]`, `strides: [s]`, `dilations: [d]`,
@@ -69,6 +71,81 @@ const CONV_TRANSPOSE_ATTRS: &[AttrSpec] = &[
         "[OH, OW]: the output size; pads are then derived as ONNX does (NOTSET).",
     ),
     optional("bias", AttrKind::Bool, "true", "Add a learned bias."),
+];
+const RESIZE_ATTRS: &[AttrSpec] = &[
+    optional(
+        "mode",
+        AttrKind::Choice(&["nearest", "linear", "cubic"]),
+        "\"nearest\"",
+        "Interpolation (cubic is not supported).",
+    ),
+    optional(
+        "scales",
+        AttrKind::Floats,
+        "null",
+        "Scale per axis of `axes` (or of x).",
+    ),
+    optional(
+        "sizes",
+        AttrKind::Ints,
+        "null",
+        "Output size per axis of `axes` (or of x); exactly one of scales and sizes.",
+    ),
+    optional(
+        "axes",
+        AttrKind::Ints,
+        "null",
+        "Resized axes; every axis when absent.",
+    ),
+    optional(
+        "coordinate_transformation_mode",
+        AttrKind::Choice(&[
+            "half_pixel",
+            "half_pixel_symmetric",
+            "pytorch_half_pixel",
+            "align_corners",
+            "asymmetric",
+            "tf_crop_and_resize",
+        ]),
+        "\"half_pixel\"",
+        "How an output coordinate maps to the input (tf_crop_and_resize is not supported).",
+    ),
+    optional(
+        "nearest_mode",
+        AttrKind::Choice(&["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]),
+        "\"round_prefer_floor\"",
+        "Rounding of nearest mode.",
+    ),
+    optional(
+        "keep_aspect_ratio_policy",
+        AttrKind::Choice(&["stretch", "not_larger", "not_smaller"]),
+        "\"stretch\"",
+        "With sizes: one scale for every axis, the smallest (not_larger) or largest.",
+    ),
+    optional(
+        "antialias",
+        AttrKind::Int,
+        "0",
+        "Must be 0 (antialiasing is not supported).",
+    ),
+    optional(
+        "exclude_outside",
+        AttrKind::Int,
+        "0",
+        "Cubic only; must be 0.",
+    ),
+    optional(
+        "cubic_coeff_a",
+        AttrKind::Float,
+        "-0.75",
+        "Cubic only (ignored).",
+    ),
+    optional(
+        "extrapolation_value",
+        AttrKind::Float,
+        "0",
+        "tf_crop_and_resize only (ignored).",
+    ),
 ];
 /// max_pool2d's attributes (also `max_pool2d_grad`'s).
 pub(crate) const MAX_POOL_ATTRS: &[AttrSpec] = &[
@@ -145,6 +222,12 @@ pub const SCHEMAS: &[OpSchema] = &[
         &["weight", "bias"],
     ),
     op(
+        "resize",
+        "Resizes axes by nearest or (multi)linear interpolation (ONNX Resize).",
+        RESIZE_ATTRS,
+        &[],
+    ),
+    op(
         "max_pool2d",
         "2-D max pooling over NCHW input.",
         MAX_POOL_ATTRS,
@@ -219,6 +302,151 @@ pub enum ConvOp {
     },
     /// global_avg_pool
     GlobalAvgPool,
+    /// resize
+    Resize(Resize),
+}
+
+/// A parsed `resize`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Resize {
+    /// Linear (false: nearest).
+    pub linear: bool,
+    /// Scales per resized axis.
+    pub scales: Option<Vec<f32>>,
+    /// Sizes per resized axis.
+    pub sizes: Option<Vec<i64>>,
+    /// Resized axes (all when absent).
+    pub axes: Option<Vec<i64>>,
+    /// coordinate_transformation_mode.
+    pub coordinates: String,
+    /// nearest_mode.
+    pub nearest: String,
+    /// keep_aspect_ratio_policy.
+    pub policy: String,
+}
+
+/// Where output index `o` of a resized axis reads: two input indices and the weight of
+/// the second (0 for nearest).
+pub type Tap = (usize, usize, f32);
+
+impl Resize {
+    /// The output shape and each axis's table of taps, from the input shape, in f64 as
+    /// ONNX's reference computes them.
+    pub fn plan(&self, dims: &[usize]) -> Result<(Vec<usize>, Vec<Vec<Tap>>), String> {
+        let rank = dims.len();
+        let axes: Vec<usize> = match &self.axes {
+            Some(list) => list
+                .iter()
+                .map(|&a| crate::shape::existing_axis(a, rank))
+                .collect::<Result<_, _>>()?,
+            None => (0..rank).collect(),
+        };
+        let n = self
+            .scales
+            .as_ref()
+            .map(Vec::len)
+            .or(self.sizes.as_ref().map(Vec::len))
+            .unwrap_or(0);
+        if n != axes.len() {
+            return Err(format!(
+                "resize has {n} scales or sizes for {} axes",
+                axes.len()
+            ));
+        }
+        let mut scale = vec![1f64; rank];
+        let mut out = dims.to_vec();
+        match (&self.scales, &self.sizes) {
+            (Some(sc), None) => {
+                for (k, &a) in axes.iter().enumerate() {
+                    let f = f64::from(sc[k]);
+                    if f <= 0.0 {
+                        return Err(format!("resize scales must be positive, got {sc:?}"));
+                    }
+                    scale[a] = f;
+                    out[a] = (dims[a] as f64 * f).floor() as usize;
+                }
+            }
+            (None, Some(sz)) => {
+                let ratios: Vec<f64> = axes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &a)| sz[k] as f64 / dims[a].max(1) as f64)
+                    .collect();
+                let pick = match self.policy.as_str() {
+                    "not_larger" => ratios.iter().copied().reduce(f64::min),
+                    "not_smaller" => ratios.iter().copied().reduce(f64::max),
+                    _ => None,
+                };
+                for (k, &a) in axes.iter().enumerate() {
+                    if sz[k] <= 0 || sz[k] > super::attrs::MAX_SIZE {
+                        return Err(format!("resize sizes must be positive, got {sz:?}"));
+                    }
+                    match pick {
+                        Some(r) => {
+                            scale[a] = r;
+                            out[a] = (r * dims[a] as f64).round_ties_even() as usize;
+                        }
+                        None => {
+                            scale[a] = ratios[k];
+                            out[a] = sz[k] as usize;
+                        }
+                    }
+                }
+            }
+            _ => return Err("resize takes exactly one of scales and sizes".into()),
+        }
+        let mut taps = Vec::with_capacity(rank);
+        for a in 0..rank {
+            if out[a] > super::attrs::MAX_SIZE as usize {
+                return Err(format!("resize output size {} is too large", out[a]));
+            }
+            taps.push(
+                (0..out[a])
+                    .map(|o| self.tap(o, dims[a], out[a], scale[a]))
+                    .collect(),
+            );
+        }
+        Ok((out, taps))
+    }
+
+    /// The taps of output index `o` along an axis of `len` resized to `out` by `scale`.
+    fn tap(&self, o: usize, len: usize, out: usize, scale: f64) -> Tap {
+        let x = o as f64;
+        // ONNX's resized length is the unrounded scale × length.
+        let resized = scale * len as f64;
+        let x = match self.coordinates.as_str() {
+            "asymmetric" => x / scale,
+            "align_corners" if resized == 1.0 => 0.0,
+            "align_corners" => x * (len as f64 - 1.0) / (resized - 1.0),
+            "pytorch_half_pixel" if resized <= 1.0 => 0.0,
+            "half_pixel_symmetric" => {
+                let adjustment = out as f64 / (scale * len as f64);
+                let offset = len as f64 / 2.0 * (1.0 - adjustment);
+                offset + (x + 0.5) / scale - 0.5
+            }
+            _ => (x + 0.5) / scale - 0.5,
+        };
+        let last = len.saturating_sub(1) as f64;
+        if self.linear {
+            let x = x.clamp(0.0, last);
+            let lo = x.floor();
+            let hi = (lo + 1.0).min(last);
+            (lo as usize, hi as usize, (x - lo) as f32)
+        } else {
+            let floor = x.floor();
+            let frac = x - floor;
+            let i = match self.nearest.as_str() {
+                "floor" => floor,
+                "ceil" => x.ceil(),
+                "round_prefer_ceil" if frac == 0.5 => x.ceil(),
+                "round_prefer_ceil" => x.round(),
+                _ if frac == 0.5 => floor,
+                _ => x.round(),
+            };
+            let i = i.clamp(0.0, last) as usize;
+            (i, i, 0.0)
+        }
+    }
 }
 
 /// Largest kernel size, stride, dilation or padding (2^20).
@@ -372,6 +600,51 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvOp> {
             count_include_pad: r.bool("count_include_pad"),
         },
         "global_avg_pool" => ConvOp::GlobalAvgPool,
+        "resize" => {
+            let mode = r.choice("mode");
+            if mode == "cubic" {
+                r.reject(
+                    "mode",
+                    "resize: cubic interpolation is not supported (nearest, linear)",
+                );
+            }
+            let coordinates = r.choice("coordinate_transformation_mode");
+            if coordinates == "tf_crop_and_resize" {
+                r.reject(
+                    "coordinate_transformation_mode",
+                    "resize: tf_crop_and_resize (a region of interest) is not supported",
+                );
+            }
+            if r.int("antialias") != 0 {
+                r.reject(
+                    "antialias",
+                    "resize: antialiasing is not supported; antialias must be 0",
+                );
+            }
+            if r.int("exclude_outside") != 0 {
+                r.reject(
+                    "exclude_outside",
+                    "resize: exclude_outside applies to cubic mode, which is not supported",
+                );
+            }
+            r.float("cubic_coeff_a");
+            r.float("extrapolation_value");
+            let sizes = r.opt_ints("sizes");
+            let scales = r.floats("scales");
+            let scales = (!scales.is_empty()).then_some(scales);
+            if sizes.is_some() == scales.is_some() {
+                r.reject("scales", "resize takes exactly one of scales and sizes");
+            }
+            ConvOp::Resize(Resize {
+                linear: mode == "linear",
+                scales,
+                sizes,
+                axes: r.opt_ints("axes"),
+                coordinates,
+                nearest: r.choice("nearest_mode"),
+                policy: r.choice("keep_aspect_ratio_policy"),
+            })
+        }
         _ => return None,
     })
 }
@@ -490,6 +763,7 @@ impl ConvOp {
             ConvOp::MaxPool(_) => "max_pool2d",
             ConvOp::AvgPool { .. } => "avg_pool2d",
             ConvOp::GlobalAvgPool => "global_avg_pool",
+            ConvOp::Resize(_) => "resize",
         }
     }
 
@@ -500,7 +774,7 @@ impl ConvOp {
             | ConvOp::ConvTranspose2d { window, .. }
             | ConvOp::MaxPool(window)
             | ConvOp::AvgPool { window, .. } => Some(window),
-            ConvOp::GlobalAvgPool => None,
+            ConvOp::GlobalAvgPool | ConvOp::Resize(_) => None,
         }
     }
 
@@ -508,6 +782,23 @@ impl ConvOp {
     pub fn infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
         let x = &inputs[0];
         need_f32(self.name(), "input", x)?;
+        if let ConvOp::Resize(r) = self {
+            let Some(dims) = crate::shape::concrete(&x.shape) else {
+                return Err(format!(
+                    "resize needs a known shape, got {}",
+                    show(&x.shape)
+                ));
+            };
+            let (out, _) = r.plan(&dims)?;
+            let shape = x
+                .shape
+                .iter()
+                .zip(out)
+                .zip(&dims)
+                .map(|((d, o), &i)| if o == i { d.clone() } else { Dim::Known(o) })
+                .collect();
+            return Ok(vec![TensorType::f32(shape)]);
+        }
         if let ConvOp::GlobalAvgPool = self {
             if x.shape.len() < 3 {
                 return Err(format!(
@@ -604,11 +895,17 @@ impl ConvOp {
     /// window slides over them, and global_avg_pool averages them).
     pub fn batch(
         &self,
-        _inputs: &[TensorType],
+        inputs: &[TensorType],
         batch: &[Option<usize>],
-        _outputs: &[TensorType],
+        outputs: &[TensorType],
     ) -> Result<Vec<Option<usize>>, String> {
         let name = self.name();
+        if let (ConvOp::Resize(_), Some(b)) = (self, batch[0]) {
+            if inputs[0].shape.get(b) != outputs[0].shape.get(b) {
+                return Err(format!("{name} resizes axis {b}, the batch axis"));
+            }
+            return Ok(vec![Some(b)]);
+        }
         match (self, batch[0]) {
             (_, None) => Ok(vec![None]),
             (_, Some(0)) => Ok(vec![Some(0)]),
@@ -768,6 +1065,7 @@ impl ConvOp {
                 .saturating_mul(widen(out_channels / (*groups).max(1)))
                 .saturating_mul(window(w)),
             ConvOp::GlobalAvgPool => product(x),
+            ConvOp::Resize(_) => out.saturating_mul(4),
             ConvOp::MaxPool(w) | ConvOp::AvgPool { window: w, .. } => out.saturating_mul(window(w)),
         }
     }
@@ -817,6 +1115,12 @@ impl ConvOp {
     /// gradient `conv2d_grad_filter` of dy against x, the bias's dy summed. 1-D operators use the same
     /// backwards on [N, C, 1, L] views of x and dy (and the weight [OC, C/groups, 1, k]).
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        if let ConvOp::Resize(_) = self {
+            if !g.needs(0) {
+                return Ok(());
+            }
+            return Err("resize has no gradient yet".into());
+        }
         let dy = g.dy()?;
         let x = g.input(0)?;
         let xs = g.shape(&x)?;
@@ -917,7 +1221,7 @@ impl ConvOp {
                 let dx = g.reshape(&dx, &xs)?;
                 g.input_grad(0, dx)
             }
-            ConvOp::GlobalAvgPool => Err("internal: global_avg_pool handled above".into()),
+            ConvOp::GlobalAvgPool | ConvOp::Resize(_) => Err("internal: handled above".into()),
         }
     }
 }
@@ -1016,6 +1320,59 @@ mod tests {
                 &[("4,3,9", Some(2))],
             ),
             &["max_pool2d slides its window along axis 2"],
+        );
+    }
+
+    #[test]
+    fn resize_plans_on_hand_checked_numbers() {
+        let plan = |attrs: serde_json::Value, dims: &[usize]| {
+            let Ok(crate::ops::Op::Conv(ConvOp::Resize(r))) =
+                crate::ops::parse("resize", attrs.as_object().unwrap())
+            else {
+                panic!("resize parses");
+            };
+            r.plan(dims).unwrap()
+        };
+        // Linear ×2, half_pixel: output 1 sits at input 0.25; output 0 clamps to 0.
+        let (out, taps) = plan(json!({ "scales": [2.0], "mode": "linear" }), &[3]);
+        assert_eq!(out, vec![6]);
+        assert_eq!(taps[0][0], (0, 1, 0.0));
+        assert_eq!(taps[0][1], (0, 1, 0.25));
+        assert_eq!(taps[0][5], (2, 2, 0.0));
+        // Nearest ×3, asymmetric, floor: 0, 0, 0, 1, 1, 1.
+        let attrs = json!({ "sizes": [6], "coordinate_transformation_mode": "asymmetric",
+                            "nearest_mode": "floor" });
+        let (_, taps) = plan(attrs, &[2]);
+        let picks: Vec<usize> = taps[0].iter().map(|t| t.0).collect();
+        assert_eq!(picks, vec![0, 0, 0, 1, 1, 1]);
+        // not_larger keeps the aspect ratio: [4, 6] into at most [2, 6] is [2, 3].
+        let attrs = json!({ "sizes": [2, 6], "keep_aspect_ratio_policy": "not_larger" });
+        assert_eq!(plan(attrs, &[4, 6]).0, vec![2, 3]);
+        // Refused: both or neither of scales and sizes, cubic, antialias.
+        for (attrs, name) in [
+            (json!({ "scales": [2.0], "sizes": [3] }), "scales"),
+            (json!({}), "scales"),
+            (json!({ "scales": [2.0], "mode": "cubic" }), "mode"),
+            (json!({ "scales": [2.0], "antialias": 1 }), "antialias"),
+        ] {
+            let e = crate::ops::parse("resize", attrs.as_object().unwrap()).unwrap_err();
+            assert_eq!(e[0].0, name);
+        }
+        couples(
+            rule(
+                "resize",
+                json!({ "scales": [2.0, 1.0] }),
+                &[("4,3", Some(0))],
+            ),
+            &["resize resizes axis 0, the batch axis"],
+        );
+        assert_eq!(
+            rule(
+                "resize",
+                json!({ "scales": [2.0], "axes": [1] }),
+                &[("4,3", Some(0))]
+            ),
+            Ok(vec![Some(0)])
         );
     }
 

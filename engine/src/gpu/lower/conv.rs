@@ -29,6 +29,42 @@ impl Lower for ConvOp {
             return Ok(Lowering::Kernels(vec![k]));
         }
         let param = |k: usize| ctx.params.get(k).map_or(Storage::F32, |c| c.storage);
+        if let ConvOp::Resize(r) = self {
+            let (shape, taps) = r.plan(&input.shape)?;
+            let rank = shape.len();
+            if rank > MAX_RESIZE_RANK {
+                return Err(format!(
+                    "resize: rank {rank} is above {MAX_RESIZE_RANK} on the GPU"
+                ));
+            }
+            // info = [n, rank, output shape, input shape, table offsets, tables of
+            // (low, high, weight bits) per output index].
+            let mut info = vec![word(n_out)?, word(rank)?];
+            for &d in shape.iter().chain(&input.shape) {
+                info.push(word(d)?);
+            }
+            let mut at = info.len() + rank;
+            for t in &taps {
+                info.push(word(at)?);
+                at = at
+                    .checked_add(3 * t.len())
+                    .ok_or("resize tables overflow")?;
+            }
+            for &(lo, hi, w) in taps.iter().flatten() {
+                info.extend([word(lo)?, word(hi)?, w.to_bits()]);
+            }
+            let mut b = Bindings::new();
+            b.add("dst", Slot::Output(0), output.storage, true);
+            b.add("src", Slot::Input(0), input.storage, false);
+            let (main, threads) = per_element_main(output.storage, n_out);
+            return Ok(Lowering::Kernels(vec![Kernel {
+                label: "resize".into(),
+                source: format!("{}\n{}\n{main}", b.wgsl(), variant(SHADER, "resize")),
+                slots: b.slots(),
+                info,
+                workgroups: dispatch_1d(threads, WG)?,
+            }]));
+        }
         if let ConvOp::ConvTranspose2d { groups, bias, .. } = self {
             // conv2d's input-gradient kernel is the transposed convolution: x plays dy.
             let (_, window) = self.transpose_geometry([x[2], x[3]])?;
@@ -132,7 +168,7 @@ impl Lower for ConvOp {
                     info,
                 )
             }
-            ConvOp::GlobalAvgPool | ConvOp::ConvTranspose2d { .. } => {
+            ConvOp::GlobalAvgPool | ConvOp::ConvTranspose2d { .. } | ConvOp::Resize(_) => {
                 return Err("internal: lowered above".into())
             }
         };
@@ -150,6 +186,9 @@ impl Lower for ConvOp {
         }]))
     }
 }
+
+/// The largest rank `resize` takes on the GPU (the kernel's per-axis arrays).
+const MAX_RESIZE_RANK: usize = 8;
 
 /// The window's geometry as kernel words (the conv family's backwards use it too).
 pub(super) fn window_info(w: &Window) -> Result<Vec<u32>, String> {
