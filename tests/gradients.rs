@@ -439,6 +439,21 @@ fn cases() -> Vec<Case> {
         json!({ "out_channels": 2, "kernel_size": [2], "strides": [2], "dilations": [2], "bias": false }),
         &[x(&[1, 3, 4], Any)],
     ));
+    v.push(case(
+        "resize",
+        json!({ "scales": [1.0, 2.0, 1.5], "mode": "linear" }),
+        &[x(&[2, 3, 4], Any)],
+    ));
+    v.push(case(
+        "resize",
+        json!({ "sizes": [2, 7], "axes": [1, 2], "coordinate_transformation_mode": "align_corners", "mode": "linear" }),
+        &[x(&[2, 3, 4], Any)],
+    ));
+    v.push(case(
+        "resize",
+        json!({ "scales": [0.6, 3.0], "axes": [0, 1] }),
+        &[x(&[5, 2], Any)],
+    ));
     v.push(case("global_avg_pool", json!({}), &[x(&[2, 3, 4], Any)]));
     for (attrs, shape) in &pools {
         v.push(case("max_pool2d", attrs.clone(), &[x(shape, Distinct)]));

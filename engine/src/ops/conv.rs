@@ -5,7 +5,8 @@
 //! `conv_transpose2d` conv2d's input-gradient kernel (`shaders/grad.wgsl`), which is the
 //! transposed convolution, gathering over the taps that reach each output (no atomics).
 //! `resize` (ONNX Resize, nearest and linear, any rank) reads per-axis tap tables the host
-//! computes in f64, so the CPU and every kernel pick the same input elements.
+//! computes in f64, so the CPU and every kernel pick the same input elements; its
+//! gradient multiplies by each axis's interpolation matrix, transposed.
 //!
 //! One-dimensional convolution and pooling are the same operators on [N, C, L] inputs with
 //! one-entry window attributes (`kernel_size: [k]`, `strides: [s]`, `dilations: [d]`,
@@ -407,6 +408,62 @@ impl Resize {
             );
         }
         Ok((out, taps))
+    }
+
+    /// Gradient rule: resizing is linear and separable, so dx is dy multiplied, along
+    /// each resized axis, by the transpose of that axis's interpolation matrix (a
+    /// constant [out, in] holding each tap's weight): the axis moved last, a matmul, and
+    /// moved back. Axes the resize leaves alone are skipped.
+    pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
+        if !g.needs(0) {
+            return Ok(());
+        }
+        let dy = g.dy()?;
+        let x = g.input(0)?;
+        let xs = g.shape(&x)?;
+        let (out, taps) = self.plan(&xs)?;
+        let rank = xs.len();
+        let mut v = dy;
+        for a in 0..rank {
+            let unchanged = out[a] == xs[a]
+                && taps[a]
+                    .iter()
+                    .enumerate()
+                    .all(|(o, &(lo, _, w))| lo == o && w == 0.0);
+            if unchanged {
+                continue;
+            }
+            let (n_out, n_in) = (out[a], xs[a]);
+            let size = n_out
+                .checked_mul(n_in)
+                .filter(|&n| n <= super::constant::MAX_ELEMENTS)
+                .ok_or_else(|| {
+                    format!(
+                        "resize's gradient along axis {a} needs a {n_out}×{n_in} matrix, over {} elements",
+                        super::constant::MAX_ELEMENTS
+                    )
+                })?;
+            let mut m = vec![0f32; size];
+            for (o, &(lo, hi, w)) in taps[a].iter().enumerate() {
+                m[o * n_in + lo] += 1.0 - w;
+                m[o * n_in + hi] += w;
+            }
+            let c = g.emit(
+                "constant",
+                json!({ "value": m, "shape": [n_out, n_in] }),
+                &[],
+            )?;
+            let mut perm: Vec<usize> = (0..rank).filter(|&k| k != a).collect();
+            perm.push(a);
+            let mut inverse = vec![0usize; rank];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            let t = g.emit("transpose", json!({ "perm": perm }), &[&v])?;
+            let t = g.emit("matmul", json!({}), &[&t, &c])?;
+            v = g.emit("transpose", json!({ "perm": inverse }), &[&t])?;
+        }
+        g.input_grad(0, v)
     }
 
     /// The taps of output index `o` along an axis of `len` resized to `out` by `scale`.
@@ -1115,11 +1172,8 @@ impl ConvOp {
     /// gradient `conv2d_grad_filter` of dy against x, the bias's dy summed. 1-D operators use the same
     /// backwards on [N, C, 1, L] views of x and dy (and the weight [OC, C/groups, 1, k]).
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
-        if let ConvOp::Resize(_) = self {
-            if !g.needs(0) {
-                return Ok(());
-            }
-            return Err("resize has no gradient yet".into());
+        if let ConvOp::Resize(r) = self {
+            return r.grad(g);
         }
         let dy = g.dy()?;
         let x = g.input(0)?;
