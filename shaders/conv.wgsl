@@ -82,3 +82,39 @@ fn value(idx: u32) -> f32 {
     let count = f32(max(select(valid, padded, info[13] == 1u), 1u));
     return {{OUT}};
 }
+
+//! variant resize
+// info = [n, rank, output shape, input shape, table offset per axis, tables]: along each
+// axis, output index o reads input indices (low, high) with weight w on high, the words
+// at table offset + 3o. The value sums the 2^rank corners, skipping weights of 0 (so
+// nearest mode copies exactly).
+fn value(i: u32) -> f32 {
+    let rank = info[1];
+    var lo: array<u32, 8>;
+    var hi: array<u32, 8>;
+    var wt: array<f32, 8>;
+    var rem = i;
+    for (var k = rank; k > 0u; k = k - 1u) {
+        let a = k - 1u;
+        let len = info[2u + a];
+        let t = info[2u + 2u * rank + a] + 3u * (rem % len);
+        rem = rem / len;
+        lo[a] = info[t];
+        hi[a] = info[t + 1u];
+        wt[a] = bitcast<f32>(info[t + 2u]);
+    }
+    var acc = 0.0;
+    for (var corner = 0u; corner < (1u << rank); corner = corner + 1u) {
+        var weight = 1.0;
+        var off = 0u;
+        for (var a = 0u; a < rank; a = a + 1u) {
+            let up = ((corner >> a) & 1u) == 1u;
+            weight = weight * select(1.0 - wt[a], wt[a], up);
+            off = off * info[2u + rank + a] + select(lo[a], hi[a], up);
+        }
+        if (weight != 0.0) {
+            acc = acc + weight * ld_src(off);
+        }
+    }
+    return acc;
+}

@@ -82,7 +82,8 @@ fn sl_at(o: u32, k: u32, a: u32) -> i32 {
 
 //! variant conv2d_grad_input_value
 // dx[n, c, ih, iw] = sum over the output channels of c's group and the taps whose window
-// covers (ih, iw) of dy[n, oc, oh, ow] * weight[oc, c % (C / groups), kh, kw].
+// covers (ih, iw) of dy[n, oc, oh, ow] * weight[oc, c % (C / groups), kh, kw]: the
+// transposed convolution, conv_transpose2d's forward pass too (then with its bias).
 fn value(i: u32) -> f32 {
     let c = info[1];
     let h = info[2];
@@ -116,7 +117,7 @@ fn value(i: u32) -> f32 {
             }
         }
     }
-    return acc;
+    return acc{{BIAS}};
 }
 
 //! variant conv2d_grad_filter_value

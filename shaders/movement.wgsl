@@ -90,6 +90,72 @@ fn value(i: u32) -> f32 {
     return ld_src(gather_src(i));
 }
 
+//! variant pad_index
+// pad: info = [n, rank, mode (0 constant, 1 reflect, 2 edge, 3 wrap), constant bits,
+// output shape, input shape, leading pads (i32)]. The input element output element i
+// copies, or 0xffffffff for the constant.
+fn pad_src(i: u32) -> u32 {
+    let rank = info[1];
+    let mode = info[2];
+    var rem = i;
+    var index = 0u;
+    var stride = 1u;
+    for (var k = rank; k > 0u; k = k - 1u) {
+        let out_len = info[3u + k];
+        let len = i32(info[3u + rank + k]);
+        var p = i32(rem % out_len) - bitcast<i32>(info[3u + 2u * rank + k]);
+        rem = rem / out_len;
+        if (p < 0 || p >= len) {
+            if (mode == 0u) {
+                return 0xffffffffu;
+            } else if (mode == 1u) {
+                if (len == 1) {
+                    p = 0;
+                } else {
+                    let period = 2 * (len - 1);
+                    p = ((p % period) + period) % period;
+                    if (p >= len) {
+                        p = period - p;
+                    }
+                }
+            } else if (mode == 2u) {
+                p = clamp(p, 0, len - 1);
+            } else {
+                p = ((p % len) + len) % len;
+            }
+        }
+        index = index + u32(p) * stride;
+        stride = stride * u32(len);
+    }
+    return index;
+}
+
+//! variant pad_words
+// 32-bit storages: raw words (any dtype), the constant's bits where nothing is copied.
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * {{WG}}u;
+    if (i >= info[0]) {
+        return;
+    }
+    let s = pad_src(i);
+    if (s == 0xffffffffu) {
+        dst[i] = info[3];
+    } else {
+        dst[i] = src[s];
+    }
+}
+
+//! variant pad_value
+// 16-bit storages: the value of element i (entry point generated).
+fn value(i: u32) -> f32 {
+    let s = pad_src(i);
+    if (s == 0xffffffffu) {
+        return bitcast<f32>(info[3]);
+    }
+    return ld_src(s);
+}
+
 //! variant convert
 // Packed outputs assembled in f32 scratch first (concat): pack them two by two.
 fn value(i: u32) -> f32 {

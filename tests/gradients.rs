@@ -244,6 +244,18 @@ fn cases() -> Vec<Case> {
         json!({ "axis": 1, "epsilon": 1e-3 }),
         &[x(&[2, 3, 4], Any)],
     ));
+    v.push(case("rms_norm", json!({}), &[x(&[3, 5], Any)]));
+    v.push(case(
+        "rms_norm",
+        json!({ "axis": 1, "epsilon": 1e-3 }),
+        &[x(&[2, 3, 4], Any)],
+    ));
+    v.push(case("instance_norm", json!({}), &[x(&[2, 3, 4], Any)]));
+    v.push(case(
+        "group_norm",
+        json!({ "num_groups": 2, "epsilon": 1e-3 }),
+        &[x(&[2, 4, 3], Any)],
+    ));
     v.push(case("batch_norm", json!({}), &[x(&[2, 3, 4], Any)]));
     v.push(case(
         "batch_norm",
@@ -308,6 +320,27 @@ fn cases() -> Vec<Case> {
         json!({ "shape": [3, 4, 5] }),
         &[x(&[4, 1], Any)],
     ));
+    for attrs in [
+        json!({ "pads": [1, -1, 2, 3], "constant_value": 0.5 }),
+        json!({ "pads": [2, 1, 1, 2], "mode": "reflect" }),
+        json!({ "pads": [0, 3, 2, 1], "mode": "edge" }),
+        json!({ "pads": [3, 0, 1, 4], "mode": "wrap" }),
+        json!({ "pads": [2, 1], "axes": [-1], "mode": "reflect" }),
+    ] {
+        v.push(case("pad", attrs, &[x(&[3, 4], Any)]));
+    }
+    for mode in ["DCR", "CRD"] {
+        v.push(case(
+            "depth_to_space",
+            json!({ "blocksize": 2, "mode": mode }),
+            &[x(&[1, 8, 2, 3], Any)],
+        ));
+        v.push(case(
+            "space_to_depth",
+            json!({ "blocksize": 2, "mode": mode }),
+            &[x(&[2, 2, 4, 2], Any)],
+        ));
+    }
     v.push(case(
         "gather",
         json!({}),
@@ -564,6 +597,48 @@ fn cases() -> Vec<Case> {
             &[1, 1, 6, 6],
         ),
     ];
+    v.push(case(
+        "conv2d",
+        json!({ "out_channels": 3, "kernel_size": [3], "strides": [2], "pads": [1, 2] }),
+        &[x(&[2, 2, 7], Any)],
+    ));
+    v.push(case(
+        "max_pool2d",
+        json!({ "kernel_size": [2], "strides": [2], "pads": [1, 0] }),
+        &[x(&[1, 2, 7], Distinct)],
+    ));
+    v.push(case(
+        "avg_pool2d",
+        json!({ "kernel_size": [3], "pads": [1, 1], "count_include_pad": true }),
+        &[x(&[1, 2, 6], Any)],
+    ));
+    v.push(case(
+        "conv_transpose2d",
+        json!({ "out_channels": 4, "kernel_size": [3, 2], "strides": [2, 1], "pads": [1, 0, 0, 1],
+                "output_padding": [1, 0], "groups": 2 }),
+        &[x(&[2, 2, 3, 3], Any)],
+    ));
+    v.push(case(
+        "conv_transpose2d",
+        json!({ "out_channels": 2, "kernel_size": [2], "strides": [2], "dilations": [2], "bias": false }),
+        &[x(&[1, 3, 4], Any)],
+    ));
+    v.push(case(
+        "resize",
+        json!({ "scales": [1.0, 2.0, 1.5], "mode": "linear" }),
+        &[x(&[2, 3, 4], Any)],
+    ));
+    v.push(case(
+        "resize",
+        json!({ "sizes": [2, 7], "axes": [1, 2], "coordinate_transformation_mode": "align_corners", "mode": "linear" }),
+        &[x(&[2, 3, 4], Any)],
+    ));
+    v.push(case(
+        "resize",
+        json!({ "scales": [0.6, 3.0], "axes": [0, 1] }),
+        &[x(&[5, 2], Any)],
+    ));
+    v.push(case("global_avg_pool", json!({}), &[x(&[2, 3, 4], Any)]));
     for (attrs, shape) in &pools {
         v.push(case("max_pool2d", attrs.clone(), &[x(shape, Distinct)]));
     }

@@ -95,9 +95,31 @@ fn every_generated_kernel_validates_with_naga() {
                 "bce_with_logits",
             ][..],
         ),
-        ("movement", &["transpose", "gather"][..]),
-        ("conv", &["conv2d", "max_pool2d", "avg_pool2d"][..]),
-        ("norm", &["softmax", "layer_norm", "batch_norm"][..]),
+        (
+            "movement",
+            &["transpose", "gather", "pad", "depth_to_space"][..],
+        ),
+        (
+            "conv",
+            &[
+                "conv2d",
+                "conv_transpose2d",
+                "max_pool2d",
+                "avg_pool2d",
+                "resize",
+            ][..],
+        ),
+        (
+            "norm",
+            &[
+                "softmax",
+                "layer_norm",
+                "rms_norm",
+                "instance_norm",
+                "group_norm",
+                "batch_norm",
+            ][..],
+        ),
         (
             "attention",
             &["attention weights", "attention output", "attention_probs"][..],

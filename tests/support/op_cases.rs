@@ -444,6 +444,31 @@ pub fn op_cases() -> Vec<OpCase> {
             ),
         ));
     }
+    for (op, attrs, shape) in [
+        ("rms_norm", json!({}), vec![2, 3, 50]),
+        (
+            "rms_norm",
+            json!({ "axis": 1, "epsilon": 0.1 }),
+            vec![2, 3, 7],
+        ),
+        (
+            "instance_norm",
+            json!({ "epsilon": 1e-3 }),
+            vec![2, 3, 5, 7],
+        ),
+        ("instance_norm", json!({}), vec![3, 5, 9]),
+        ("group_norm", json!({ "num_groups": 2 }), vec![2, 6, 5, 3]),
+        (
+            "group_norm",
+            json!({ "num_groups": 3, "epsilon": 0.01 }),
+            vec![3, 3, 7],
+        ),
+    ] {
+        v.push(case(
+            format!("{op} {attrs} {shape:?}"),
+            single_op(op, attrs, &[x(&shape)], 1),
+        ));
+    }
     v.push(case(
         "batch_norm",
         single_op(
@@ -498,6 +523,54 @@ pub fn op_cases() -> Vec<OpCase> {
         ),
         ("expand", json!({ "shape": [2, 3, 4] }), vec![3, 1], 1),
         ("expand", json!({ "shape": [5, 1] }), vec![1, 6], 1),
+        (
+            "pad",
+            json!({ "pads": [1, -1, 2, 3], "constant_value": 1.5 }),
+            vec![3, 7],
+            1,
+        ),
+        (
+            "pad",
+            json!({ "pads": [2, 3, 5, 1], "axes": [-1, 1], "mode": "reflect" }),
+            vec![2, 5, 4],
+            1,
+        ),
+        (
+            "pad",
+            json!({ "pads": [0, 3, 4, 0, 2, 1], "mode": "edge" }),
+            vec![2, 3, 5],
+            1,
+        ),
+        (
+            "pad",
+            json!({ "pads": [4, 1, 2, 6], "mode": "wrap" }),
+            vec![3, 4],
+            1,
+        ),
+        (
+            "depth_to_space",
+            json!({ "blocksize": 2 }),
+            vec![2, 12, 3, 5],
+            1,
+        ),
+        (
+            "depth_to_space",
+            json!({ "blocksize": 3, "mode": "CRD" }),
+            vec![1, 18, 2, 3],
+            1,
+        ),
+        (
+            "space_to_depth",
+            json!({ "blocksize": 2 }),
+            vec![2, 3, 6, 4],
+            1,
+        ),
+        (
+            "space_to_depth",
+            json!({ "blocksize": 3, "mode": "CRD" }),
+            vec![1, 2, 3, 9],
+            1,
+        ),
     ];
     for (op, attrs, shape, outs) in movement {
         v.push(case(
@@ -841,6 +914,19 @@ pub fn op_cases() -> Vec<OpCase> {
         c.ints = vec![("i", ints)];
         v.push(c);
     }
+    for mode in ["constant", "reflect", "edge", "wrap"] {
+        let mut c = case(
+            format!("pad i32 {mode}"),
+            single_op(
+                "pad",
+                json!({ "pads": [1, 2, 2, 1], "mode": mode, "constant_value": -7.9 }),
+                &[typed("x", &[3, 4], "i32")],
+                1,
+            ),
+        );
+        c.ints = vec![("x", (0..12).map(|i| i * 3 - 20).collect())];
+        v.push(c);
+    }
     for (shape, ratio, seed, stream) in [
         (vec![5, 67], 0.3, 11, 4),
         (vec![2, 3, 7], 0.0, 0, -9),
@@ -965,6 +1051,71 @@ pub fn op_cases() -> Vec<OpCase> {
             json!({ "kernel_size": [2, 2], "strides": [2, 2], "ceil_mode": true }),
         ),
     ];
+    // 1-D: [N, C, L] with one-entry windows; global_avg_pool over any spatial rank.
+    for (op, attrs, shape) in [
+        (
+            "conv2d",
+            json!({ "out_channels": 4, "kernel_size": [3], "strides": [2], "pads": [1, 2], "dilations": [2] }),
+            vec![2, 3, 19],
+        ),
+        (
+            "conv2d",
+            json!({ "out_channels": 6, "kernel_size": [2], "groups": 3, "bias": false }),
+            vec![2, 3, 9],
+        ),
+        (
+            "max_pool2d",
+            json!({ "kernel_size": [3], "strides": [2], "pads": [1, 1], "ceil_mode": true }),
+            vec![2, 3, 10],
+        ),
+        (
+            "avg_pool2d",
+            json!({ "kernel_size": [3], "strides": [2], "pads": [0, 1], "count_include_pad": true }),
+            vec![2, 3, 10],
+        ),
+        (
+            "conv_transpose2d",
+            json!({ "out_channels": 4, "kernel_size": [3, 2], "strides": [2, 3], "pads": [1, 0, 0, 1], "output_padding": [1, 2] }),
+            vec![2, 3, 5, 4],
+        ),
+        (
+            "conv_transpose2d",
+            json!({ "out_channels": 6, "kernel_size": [2, 2], "groups": 3, "dilations": [2, 1], "bias": false }),
+            vec![1, 3, 4, 5],
+        ),
+        (
+            "conv_transpose2d",
+            json!({ "out_channels": 2, "kernel_size": [3], "strides": [2], "output_shape": [12] }),
+            vec![2, 3, 5],
+        ),
+        (
+            "resize",
+            json!({ "scales": [1.0, 1.0, 2.0, 1.5], "mode": "linear" }),
+            vec![2, 3, 5, 4],
+        ),
+        (
+            "resize",
+            json!({ "sizes": [3, 7], "axes": [-1, 2], "mode": "linear", "coordinate_transformation_mode": "align_corners" }),
+            vec![1, 2, 5, 6],
+        ),
+        (
+            "resize",
+            json!({ "scales": [0.6, 2.5], "axes": [2, 3], "nearest_mode": "round_prefer_ceil", "coordinate_transformation_mode": "asymmetric" }),
+            vec![2, 3, 9, 4],
+        ),
+        (
+            "resize",
+            json!({ "sizes": [4, 9], "axes": [1, 2], "keep_aspect_ratio_policy": "not_smaller", "coordinate_transformation_mode": "pytorch_half_pixel", "mode": "linear" }),
+            vec![2, 7, 5],
+        ),
+        ("global_avg_pool", json!({}), vec![2, 3, 7]),
+        ("global_avg_pool", json!({}), vec![2, 3, 3, 4, 5]),
+    ] {
+        v.push(case(
+            format!("{op} {attrs} {shape:?}"),
+            single_op(op, attrs, &[x(&shape)], 1),
+        ));
+    }
     for (op, attrs) in pools {
         v.push(case(
             format!("{op} {attrs}"),
@@ -1077,6 +1228,20 @@ pub fn op_cases() -> Vec<OpCase> {
             vec![3, 3, 3, 4],
         ),
     ];
+    // conv_transpose2d's dx: conv2d over dy [2, 3, 9, 8] gives x [2, 4, 4, 8].
+    v.push(case(
+        "conv_transpose2d_grad_input",
+        single_op(
+            "conv_transpose2d_grad_input",
+            json!({ "kernel_size": [3, 2], "strides": [2, 1], "pads": [1, 0, 0, 1] }),
+            &[
+                f32_in("x", &[2, 4, 4, 8]),
+                f32_in("weight", &[4, 3, 3, 2]),
+                f32_in("dy", &[2, 3, 9, 8]),
+            ],
+            1,
+        ),
+    ));
     for (attrs, x, weight, dy) in conv_grads {
         v.push(case(
             format!("conv2d_grad_input {attrs} x {x:?}"),

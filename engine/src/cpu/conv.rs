@@ -1,21 +1,50 @@
-//! CPU reference of the conv/pool family (NCHW).
+//! CPU reference of the conv/pool family (NCHW; [N, C, L] as [N, C, 1, L]).
 
 use super::{floats, Float, Host};
-use crate::ops::conv::ConvOp;
+use crate::ops::conv::{as_2d, ConvOp, Resize};
 
 /// Evaluates a convolution or pooling.
 pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result<T, String> {
     let v = floats(x)?;
-    let s = x.shape();
-    let [n, c, h, w] = [s[0], s[1], s[2], s[3]];
-    let [_, oc_n, oh_n, ow_n] = [out[0], out[1], out[2], out[3]];
+    if let ConvOp::Resize(r) = op {
+        return resize(r, x.shape(), v, out);
+    }
+    // 1-D operators compute on [N, C, 1, L].
+    let s = as_2d(x.shape(), 1);
+    let o = as_2d(out, 1);
+    let (n, c) = (s[0], s[1]);
     let mut y = Vec::with_capacity(out.iter().product());
+    if let ConvOp::GlobalAvgPool = op {
+        let area: usize = s[2..].iter().product();
+        for plane in v.chunks(area.max(1)).take(n * c) {
+            y.push(T::F::from_f64(
+                plane.iter().map(|&a| a.to_f64()).sum::<f64>() / area.max(1) as f64,
+            ));
+        }
+        return Ok(T::from_floats(out.to_vec(), y));
+    }
+    let [h, w] = [s[2], s[3]];
+    let [oc_n, oh_n, ow_n] = [o[1], o[2], o[3]];
     match op {
-        ConvOp::GlobalAvgPool => {
-            for plane in v.chunks((h * w).max(1)).take(n * c) {
-                y.push(T::F::from_f64(
-                    plane.iter().map(|&a| a.to_f64()).sum::<f64>() / (h * w).max(1) as f64,
-                ));
+        ConvOp::GlobalAvgPool | ConvOp::Resize(_) => return Err("internal: handled above".into()),
+        ConvOp::ConvTranspose2d { groups, bias, .. } => {
+            // conv2d's input gradient is the transposed convolution: x plays dy.
+            let (_, win) = op.transpose_geometry([h, w])?;
+            let wt = floats(params[0])?;
+            y = super::conv_grad::conv2d_grad_input(
+                v,
+                wt,
+                [o[0], o[1], o[2], o[3]],
+                [n, c, h, w],
+                &win,
+                *groups,
+            )?;
+            if *bias {
+                let b = floats(params[1])?;
+                let plane = (oh_n * ow_n).max(1);
+                for (i, d) in y.iter_mut().enumerate() {
+                    *d += b[(i / plane) % oc_n.max(1)];
+                }
             }
         }
         ConvOp::Conv2d {
@@ -112,4 +141,69 @@ pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result
         }
     }
     Ok(T::from_floats(out.to_vec(), y))
+}
+
+/// `resize`: each output element sums the input at every corner of its taps (two per
+/// axis), weighted by the product of the axes' weights; corners of weight 0 are skipped,
+/// as in the kernel.
+fn resize<T: Host>(r: &Resize, dims: &[usize], v: &[T::F], out: &[usize]) -> Result<T, String> {
+    let (shape, taps) = r.plan(dims)?;
+    if shape != out {
+        return Err(format!("resize of {dims:?} gives {shape:?}, not {out:?}"));
+    }
+    let rank = dims.len();
+    let n: usize = out.iter().product();
+    let mut idx = vec![0; rank];
+    let mut y = Vec::with_capacity(n);
+    for i in 0..n {
+        super::unravel(i, out, &mut idx);
+        let mut acc = T::F::ZERO;
+        for corner in 0..(1usize << rank) {
+            let (mut weight, mut off) = (1f32, 0usize);
+            for a in 0..rank {
+                let (lo, hi, w) = taps[a][idx[a]];
+                let up = corner >> a & 1 == 1;
+                weight *= if up { w } else { 1.0 - w };
+                off = off * dims[a] + if up { hi } else { lo };
+            }
+            if weight != 0.0 {
+                acc += T::F::from_f32(weight) * v[off];
+            }
+        }
+        y.push(acc);
+    }
+    Ok(T::from_floats(out.to_vec(), y))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::{parse, Op};
+    use crate::tensor::Tensor;
+    use serde_json::json;
+
+    #[test]
+    fn conv_transpose_on_hand_checked_numbers() {
+        // 1-D, stride 2, kernel [1, 10], bias 0.5: every input spreads to two outputs.
+        let attrs = json!({ "out_channels": 1, "kernel_size": [2], "strides": [2] });
+        let Ok(Op::Conv(op)) = parse("conv_transpose2d", attrs.as_object().unwrap()) else {
+            panic!("conv_transpose2d is in the conv family");
+        };
+        let x = Tensor::f32(vec![1, 1, 2], vec![2.0, 3.0]);
+        let w = Tensor::f32(vec![1, 1, 2], vec![1.0, 10.0]);
+        let b = Tensor::f32(vec![1], vec![0.5]);
+        let y = super::eval(&op, &x, &[&w, &b], &[1, 1, 4]).unwrap();
+        assert_eq!(y.to_f32_vec(), vec![2.5, 20.5, 3.5, 30.5]);
+        // Stride 1 overlaps: [2, 3] with [1, 10] is [2, 23, 30]; pads [1, 0] drop the 2.
+        let attrs = json!({ "out_channels": 1, "kernel_size": [2], "pads": [1, 0], "bias": false });
+        let Ok(Op::Conv(op)) = parse("conv_transpose2d", attrs.as_object().unwrap()) else {
+            panic!("conv_transpose2d is in the conv family");
+        };
+        let y = super::eval(&op, &x, &[&w], &[1, 1, 2]).unwrap();
+        assert_eq!(y.to_f32_vec(), vec![23.0, 30.0]);
+        // output_padding at or above the stride is refused, naming the attribute.
+        let attrs =
+            json!({ "out_channels": 1, "kernel_size": [2], "output_padding": [2], "strides": [2] });
+        let e = parse("conv_transpose2d", attrs.as_object().unwrap()).unwrap_err();
+        assert_eq!(e[0].0, "output_padding");
+    }
 }

@@ -133,6 +133,11 @@ pub fn eval<T: Host>(op: &GradOp, inputs: &[&T], out: &[usize]) -> Result<T, Str
     if let GradOp::GatherGrad { axis } = op {
         return gather_grad(*axis, inputs);
     }
+    if let (GradOp::ConvTransposeGradInput { .. }, [_, weight, dy]) = (op, inputs) {
+        // conv2d of dy with the weight, at x's shape.
+        let conv = op.as_conv2d(out.get(1).copied().unwrap_or(1));
+        return super::conv::eval(&conv, *dy, &[*weight], out);
+    }
     if op.forward(1).is_some() {
         return super::conv_grad::eval(op, inputs, out);
     }

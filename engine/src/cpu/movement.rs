@@ -2,8 +2,8 @@
 //! index is computed in `i64` from checked offsets and read with a bounds check, so a
 //! wrong shape is an error, never a panic.
 
-use super::{unravel, Host};
-use crate::ops::movement::{permutation, MovementOp};
+use super::{unravel, Float, Host};
+use crate::ops::movement::{permutation, MovementOp, PadMode};
 use crate::shape;
 
 /// Builds a tensor of `shape` whose element i is element `pick(i)` of `src`.
@@ -63,6 +63,28 @@ pub fn eval<T: Host>(op: &MovementOp, inputs: &[&T], out: &[Vec<usize>]) -> Resu
         })
     };
     Ok(match op {
+        MovementOp::Blocks { .. } => {
+            let (domain, src) = op.block_view(&shape::known(x.shape()))?;
+            let src = signed(&src)?;
+            vec![gather_elems(x, o, |i| {
+                let mut idx = vec![0; domain.len()];
+                unravel(i, &domain, &mut idx);
+                idx.iter().zip(&src).try_fold(0usize, |acc, (&c, &s)| {
+                    usize::try_from(s).ok()?.checked_mul(c)?.checked_add(acc)
+                })
+            })?]
+        }
+        MovementOp::Pad {
+            mode,
+            constant_value,
+            ..
+        } => vec![pad(
+            x,
+            &o,
+            &op.pad_pairs(x.shape().len())?,
+            *mode,
+            *constant_value,
+        )?],
         MovementOp::Reshape { .. }
         | MovementOp::Flatten { .. }
         | MovementOp::Squeeze { .. }
@@ -188,4 +210,60 @@ pub fn eval<T: Host>(op: &MovementOp, inputs: &[&T], out: &[Vec<usize>]) -> Resu
             })?]
         }
     })
+}
+
+/// `pad`: element i of the output is the input element its position maps to along every
+/// axis ([`PadMode::source`]), or the constant when one axis maps outside.
+fn pad<T: Host>(
+    x: &T,
+    out: &[usize],
+    pairs: &[(i64, i64)],
+    mode: PadMode,
+    constant: f32,
+) -> Result<T, String> {
+    let dims = x.shape();
+    let n = shape::numel(out)?;
+    let mut idx = vec![0; out.len()];
+    let mut sources = Vec::with_capacity(n);
+    for i in 0..n {
+        unravel(i, out, &mut idx);
+        let mut offset = Some(0usize);
+        for (a, (&o, &(begin, _))) in idx.iter().zip(pairs).enumerate() {
+            let len = i64::try_from(dims[a]).map_err(|_| "axis too long")?;
+            let p = i64::try_from(o).map_err(|_| "axis too long")? - begin;
+            offset = match (offset, mode.source(p, len)) {
+                (Some(off), Some(s)) => Some(
+                    off.checked_mul(dims[a])
+                        .and_then(|v| v.checked_add(usize::try_from(s).ok()?))
+                        .ok_or("pad offsets overflow")?,
+                ),
+                _ => None,
+            };
+        }
+        sources.push(offset);
+    }
+    fn fill<V: Copy>(v: &[V], sources: &[Option<usize>], c: V) -> Result<Vec<V>, String> {
+        sources
+            .iter()
+            .map(|s| match s {
+                Some(j) => v
+                    .get(*j)
+                    .copied()
+                    .ok_or_else(|| "pad reads outside the input".into()),
+                None => Ok(c),
+            })
+            .collect()
+    }
+    match (x.floats(), x.ints()) {
+        (Some(v), _) => Ok(T::from_floats(
+            out.to_vec(),
+            fill(v, &sources, T::F::from_f32(constant))?,
+        )),
+        // Rust's `as`: truncation toward zero, saturating.
+        (_, Some(v)) => Ok(T::from_ints(
+            out.to_vec(),
+            fill(v, &sources, constant as i32)?,
+        )),
+        _ => Err("pad takes f32 or i32 tensors".into()),
+    }
 }

@@ -61,6 +61,7 @@ pub(super) const CONST_INPUTS: &[(&str, usize, &str)] = &[
     ("Trilu", 1, "k"),
     ("OneHot", 1, "depth"),
     ("OneHot", 2, "values"),
+    ("ConstantOfShape", 0, "shape"),
     ("Range", 0, "start"),
     ("Range", 1, "limit"),
     ("Range", 2, "delta"),
@@ -1100,12 +1101,7 @@ impl Importer<'_> {
         schema: &ops::OpSchema,
     ) -> Result<Option<Json>, String> {
         let name = &node.input[i];
-        let kind = schema
-            .attrs
-            .iter()
-            .find(|s| s.name == attr)
-            .map(|s| s.kind)
-            .ok_or_else(|| format!("input {i} '{name}' ({attr}) is not supported"))?;
+        let kind = schema.attrs.iter().find(|s| s.name == attr).map(|s| s.kind);
         let value = self.values.get(name);
         if node.op_type == "Reshape" || node.op_type == "Expand" {
             if let Some(Value::Shape(s)) = value {
@@ -1133,9 +1129,10 @@ impl Importer<'_> {
                 ))
             }
         };
-        if t.is_empty() && matches!(kind, AttrKind::Float | AttrKind::Int) {
-            return Ok(None);
+        if t.is_empty() {
+            return Ok(None); // an empty tensor stands for an absent input (Resize's roi, scales)
         }
+        let kind = kind.ok_or_else(|| format!("input {i} '{name}' ({attr}) is not supported"))?;
         Ok(Some(match kind {
             AttrKind::Int => json!(t.as_i64().first().copied().unwrap_or(0)),
             AttrKind::Float => json!(t.as_f32().first().copied().unwrap_or(0.0)),
@@ -1204,6 +1201,33 @@ impl Importer<'_> {
                     }
                 };
                 attrs.insert("to".into(), json!(name));
+            }
+            "constant_of_shape" => {
+                let int = node
+                    .attribute
+                    .iter()
+                    .find(|a| a.name == "value")
+                    .and_then(|a| a.t.as_ref())
+                    .is_some_and(|t| {
+                        !matches!(
+                            t.data_type,
+                            data_type::FLOAT
+                                | data_type::DOUBLE
+                                | data_type::FLOAT16
+                                | data_type::BFLOAT16
+                        )
+                    });
+                attrs.insert("dtype".into(), json!(if int { "i32" } else { "f32" }));
+            }
+            "range" => {
+                let int = matches!(
+                    self.input(node, 0),
+                    Some(Value::Known(HostTensor {
+                        elements: Elements::I64(_),
+                        ..
+                    }))
+                );
+                attrs.insert("dtype".into(), json!(if int { "i32" } else { "f32" }));
             }
             "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" | "reduce_prod"
             | "reduce_l2" => {
@@ -1601,7 +1625,16 @@ fn attr_json(a: &AttributeProto, kind: AttrKind) -> Result<Json, String> {
         attribute_type::INTS => json!(a.ints),
         attribute_type::FLOATS => json!(a.floats),
         attribute_type::TENSOR => {
-            return Err("tensor-valued attributes are not supported here".into())
+            let t =
+                a.t.as_ref()
+                    .ok_or("a tensor attribute without its tensor")?;
+            let v = tensor::decode(t, &a.name, &tensor::NoExternalData, &Limits::default())
+                .map_err(|e| e.to_string())?;
+            match (v.len(), kind) {
+                (1, AttrKind::Int) => json!(v.as_i64()[0]),
+                (1, AttrKind::Float) => json!(v.as_f32()[0]),
+                _ => return Err("tensor-valued attributes are supported only as one number".into()),
+            }
         }
         attribute_type::GRAPH => return Err("subgraphs (control flow) are not supported".into()),
         other => return Err(format!("attribute type {other} is not supported")),
@@ -1643,6 +1676,8 @@ fn explicit_pads(node: &NodeProto, x: &[Dim], attrs: &mut Map<String, Json>) -> 
         }
         "SAME_UPPER" | "SAME_LOWER" => {
             let kernel = list("kernel_size", 1);
+            let transposed = node.op_type == "ConvTranspose";
+            let output_padding = list("output_padding", 0);
             let strides = list("strides", 1);
             let dilations = list("dilations", 1);
             let (mut begin, mut end) = (Vec::new(), Vec::new());
@@ -1656,8 +1691,14 @@ fn explicit_pads(node: &NodeProto, x: &[Dim], attrs: &mut Map<String, Json>) -> 
                     strides.get(a).copied().unwrap_or(1).max(1),
                     dilations.get(a).copied().unwrap_or(1),
                 );
-                let out = (size + s - 1) / s;
-                let total = ((out - 1) * s + (k - 1) * d + 1 - size).max(0);
+                let total = if transposed {
+                    // ConvTranspose: the output is input × stride; the pads make it so.
+                    let extra = output_padding.get(a).copied().unwrap_or(0);
+                    (s * (size - 1) + extra + (k - 1) * d + 1 - size * s).max(0)
+                } else {
+                    let out = (size + s - 1) / s;
+                    ((out - 1) * s + (k - 1) * d + 1 - size).max(0)
+                };
                 let (b, e) = if auto == "SAME_UPPER" {
                     (total / 2, total - total / 2)
                 } else {

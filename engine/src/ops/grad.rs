@@ -3,7 +3,8 @@
 //! `softmax_grad`, `log_softmax_grad`: one sum along the axis, then one pass;
 //! `gather_grad`: gather's scatter-add, written as a gather over the indices; the
 //! backwards of the windowed conv family — `conv2d_grad_input` (a transposed
-//! convolution), `conv2d_grad_filter`, `max_pool2d_grad`, `avg_pool2d_grad` — each written
+//! convolution), `conv2d_grad_filter`, `max_pool2d_grad`, `avg_pool2d_grad`,
+//! `conv_transpose2d_grad_input` (conv2d of dy with the weight as an input) — each written
 //! per output element as a sum over the windows that meet it, so no kernel scatters). The
 //! rules that emit them are in each family file (`fn grad`, over
 //! [`super::backward::GradContext`]).
@@ -138,6 +139,15 @@ pub const SCHEMAS: &[OpSchema] = &[
         params: &[],
     },
     OpSchema {
+        name: "conv_transpose2d_grad_input",
+        family: FAMILY,
+        doc: "dx of conv_transpose2d: dy convolved with the weight (conv2d with the weight as an input), x's shape.",
+        inputs: Arity::Fixed(&["x", "weight", "dy"]),
+        outputs: &["dx"],
+        attrs: CONV_GRAD_ATTRS,
+        params: &[],
+    },
+    OpSchema {
         name: "conv2d_grad_filter",
         family: FAMILY,
         doc: "The weight gradient of conv2d: x against dy summed over samples and positions, [OC, C/groups, kh, kw].",
@@ -190,6 +200,14 @@ pub enum GradOp {
         /// conv2d's groups.
         groups: usize,
     },
+    /// `conv_transpose2d_grad_input`: conv_transpose2d's dx, conv2d of dy with the
+    /// weight.
+    ConvTransposeGradInput {
+        /// The window conv_transpose2d computes with (its begin pads).
+        window: Window,
+        /// Groups.
+        groups: usize,
+    },
     /// `conv2d_grad_filter`: conv2d's weight gradient.
     ConvGradFilter {
         /// conv2d's window (no ceil mode).
@@ -223,13 +241,13 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<GradOp> {
                 log: name == "log_softmax_grad",
             })
         }
-        "conv2d_grad_input" | "conv2d_grad_filter" => {
+        "conv2d_grad_input" | "conv2d_grad_filter" | "conv_transpose2d_grad_input" => {
             let window = window(r, false);
             let groups = r.size("groups", 1);
-            return Some(if name == "conv2d_grad_input" {
-                GradOp::ConvGradInput { window, groups }
-            } else {
-                GradOp::ConvGradFilter { window, groups }
+            return Some(match name {
+                "conv2d_grad_input" => GradOp::ConvGradInput { window, groups },
+                "conv2d_grad_filter" => GradOp::ConvGradFilter { window, groups },
+                _ => GradOp::ConvTransposeGradInput { window, groups },
             });
         }
         "max_pool2d_grad" => return Some(GradOp::MaxPoolGrad(window(r, true))),
@@ -257,6 +275,7 @@ impl GradOp {
             GradOp::SoftmaxGrad { log: true, .. } => "log_softmax_grad",
             GradOp::ConvGradInput { .. } => "conv2d_grad_input",
             GradOp::ConvGradFilter { .. } => "conv2d_grad_filter",
+            GradOp::ConvTransposeGradInput { .. } => "conv_transpose2d_grad_input",
             GradOp::MaxPoolGrad(_) => "max_pool2d_grad",
             GradOp::AvgPoolGrad { .. } => "avg_pool2d_grad",
         }
@@ -296,6 +315,12 @@ impl GradOp {
         // are refused by the forward operator's check).
         let groups = match self {
             GradOp::ConvGradInput { groups, .. } | GradOp::ConvGradFilter { groups, .. } => *groups,
+            GradOp::ConvTransposeGradInput { .. } => {
+                return self
+                    .as_conv2d(self.groups())
+                    .validate()
+                    .map_err(|e| format!("{}: {e}", self.name()));
+            }
             _ => 1,
         };
         match self.forward(groups.max(1)) {
@@ -324,6 +349,15 @@ impl GradOp {
                 let k = widen(w.kernel[0]).saturating_mul(widen(w.kernel[1]));
                 Some(product(out).saturating_mul(k).saturating_mul(k))
             }
+            GradOp::ConvTransposeGradInput { window, groups } => {
+                let c = dy.get(1).copied().unwrap_or(1) / (*groups).max(1);
+                let k = widen(window.kernel[0]).saturating_mul(widen(window.kernel[1]));
+                Some(
+                    2u64.saturating_mul(product(x))
+                        .saturating_mul(widen(c))
+                        .saturating_mul(k),
+                )
+            }
             _ => None,
         }
     }
@@ -351,6 +385,9 @@ impl GradOp {
                 | GradOp::AvgPoolGrad { .. }
         ) {
             return self.window_infer(inputs);
+        }
+        if let GradOp::ConvTransposeGradInput { .. } = self {
+            return self.transpose_infer(inputs);
         }
         need_f32(name, "input 0", &inputs[0])?;
         need_f32(name, "dy", &inputs[1])?;
@@ -390,6 +427,10 @@ impl GradOp {
         if let Some(f) = self.forward(1) {
             return self.window_batch(&f, batch).map(|b| vec![b]);
         }
+        if let GradOp::ConvTransposeGradInput { .. } = self {
+            let f = self.as_conv2d(self.groups());
+            return self.window_batch(&f, batch).map(|b| vec![b]);
+        }
         let b = broadcast_batch(self.name(), inputs, batch, rank)?;
         if let (GradOp::SoftmaxGrad { axis, .. }, Some(b)) = (self, b) {
             if crate::shape::axis(*axis, rank)? == b {
@@ -422,6 +463,88 @@ impl GradOp {
 }
 
 impl GradOp {
+    /// The groups of a convolution backward (1 for the others).
+    pub fn groups(&self) -> usize {
+        match self {
+            GradOp::ConvGradInput { groups, .. }
+            | GradOp::ConvGradFilter { groups, .. }
+            | GradOp::ConvTransposeGradInput { groups, .. } => *groups,
+            _ => 1,
+        }
+    }
+
+    /// `conv_transpose2d_grad_input` as the conv2d it computes (weight given as an input),
+    /// with `out_channels` output channels (x's).
+    pub fn as_conv2d(&self, out_channels: usize) -> ConvOp {
+        let (window, groups) = match self {
+            GradOp::ConvTransposeGradInput { window, groups } => (window.clone(), *groups),
+            _ => (
+                Window {
+                    kernel: [1, 1],
+                    strides: [1, 1],
+                    pads: [0; 4],
+                    dilations: [1, 1],
+                    ceil_mode: false,
+                },
+                1,
+            ),
+        };
+        ConvOp::Conv2d {
+            window,
+            out_channels,
+            groups,
+            bias: false,
+        }
+    }
+
+    /// `conv_transpose2d_grad_input`'s type: x's, once conv2d over dy with the window
+    /// gives x's shape and the weight is conv_transpose2d's [C, OC/groups, kh, kw].
+    fn transpose_infer(&self, inputs: &[TensorType]) -> Result<Vec<TensorType>, String> {
+        let name = self.name();
+        let (x, weight, dy) = (&inputs[0], &inputs[1], &inputs[2]);
+        for (what, t) in [("x", x), ("weight", weight), ("dy", dy)] {
+            need_f32(name, what, t)?;
+        }
+        let (Some(c), Some(oc)) = (
+            x.shape.get(1).and_then(Dim::known),
+            dy.shape.get(1).and_then(Dim::known),
+        ) else {
+            return Err(format!(
+                "{name} needs 4-D x and dy with known channels, got {} and {}",
+                show(&x.shape),
+                show(&dy.shape)
+            ));
+        };
+        let conv = self.as_conv2d(c);
+        conv.validate().map_err(|e| format!("{name}: {e}"))?;
+        let y = conv
+            .infer(std::slice::from_ref(dy))
+            .map_err(|e| format!("{name}: {e}"))?;
+        if y[0].shape != x.shape || x.shape.len() != 4 {
+            return Err(format!(
+                "{name}: conv2d over dy {} gives {}, not x's {}",
+                show(&dy.shape),
+                show(&y[0].shape),
+                show(&x.shape)
+            ));
+        }
+        let ConvOp::Conv2d { window, groups, .. } = &conv else {
+            return Err("internal: not a conv2d".into());
+        };
+        let w: Vec<Dim> = [c, oc / groups, window.kernel[0], window.kernel[1]]
+            .iter()
+            .map(|&d| Dim::Known(d))
+            .collect();
+        if weight.shape != w {
+            return Err(format!(
+                "{name}: weight {} is not conv_transpose2d's {}",
+                show(&weight.shape),
+                show(&w)
+            ));
+        }
+        Ok(vec![x.clone()])
+    }
+
     /// A conv-family backward's type: dy must be the forward operator's output on x (and
     /// `conv2d_grad_input`'s weight conv2d's weight); dx has x's type, the weight gradient
     /// `[OC, C/groups, kh, kw]`.

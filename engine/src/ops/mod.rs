@@ -134,7 +134,8 @@ pub enum Op {
     /// `reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_min`, `reduce_prod`,
     /// `reduce_l2`, `argmax`, `argmin`, `cumsum`, `top_k`.
     Reduce(reduce::ReduceOp),
-    /// `softmax`, `log_softmax`, `layer_norm`, `batch_norm`.
+    /// `softmax`, `log_softmax`, `layer_norm`, `rms_norm`, `instance_norm`, `group_norm`,
+    /// `batch_norm`.
     Norm(norm::NormOp),
     /// Reshapes, views, copies and gathers.
     Movement(movement::MovementOp),

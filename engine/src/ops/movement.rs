@@ -1,9 +1,11 @@
 //! Movement (reindex) family: operators where each output element is one input element.
 //! Views (`reshape`, `flatten`, `squeeze`, `unsqueeze`, `identity`, `dropout`) alias their
-//! input's buffer; `transpose`, `slice`, `expand`, `concat`, `split` are strided copies and
-//! `gather` an indexed copy (`shaders/movement.wgsl`).
+//! input's buffer; `transpose`, `slice`, `expand`, `concat`, `split`, `depth_to_space` and
+//! `space_to_depth` are strided copies, `gather` an indexed copy and `pad` a copy whose
+//! outside elements are a constant or reflect, repeat or wrap the input's
+//! (`shaders/movement.wgsl`).
 
-use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec};
+use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec, MAX_SIZE};
 use super::backward::GradContext;
 use super::{broadcast_batch, Arity, Capabilities, IndexInput, OpSchema, TensorType};
 use crate::dtype::DType;
@@ -137,6 +139,61 @@ pub const SCHEMAS: &[OpSchema] = &[
         "Broadcasts to a shape (numpy rules, both ways).",
         &[required("shape", AttrKind::Ints, "Target shape.")],
     ),
+    one(
+        "pad",
+        "Pads (or, with negative pads, crops) axes: a constant, the mirror image without the edge (reflect), the edge repeated or the other end (wrap).",
+        &[
+            required(
+                "pads",
+                AttrKind::Ints,
+                "All begins then all ends (ONNX layout), one pair per axis of `axes`.",
+            ),
+            optional(
+                "mode",
+                AttrKind::Choice(&["constant", "reflect", "edge", "wrap"]),
+                "\"constant\"",
+                "What the padding holds.",
+            ),
+            optional(
+                "constant_value",
+                AttrKind::Float,
+                "0",
+                "The padding in constant mode (truncated for i32 inputs).",
+            ),
+            optional(
+                "axes",
+                AttrKind::Ints,
+                "null",
+                "Padded axes (negative count from the end); every axis when absent.",
+            ),
+        ],
+    ),
+    one(
+        "depth_to_space",
+        "Moves blocks of channels into space: [N, C, H, W] → [N, C/b², H·b, W·b].",
+        &[
+            required("blocksize", AttrKind::Int, "Block size b."),
+            optional(
+                "mode",
+                AttrKind::Choice(&["DCR", "CRD"]),
+                "\"DCR\"",
+                "Channel order: depth-column-row or column-row-depth.",
+            ),
+        ],
+    ),
+    one(
+        "space_to_depth",
+        "Moves b×b blocks of space into channels: [N, C, H, W] → [N, C·b², H/b, W/b].",
+        &[
+            required("blocksize", AttrKind::Int, "Block size b."),
+            optional(
+                "mode",
+                AttrKind::Choice(&["DCR", "CRD"]),
+                "\"DCR\"",
+                "Channel order (the inverse of depth_to_space's with the same mode).",
+            ),
+        ],
+    ),
     OpSchema {
         name: "gather",
         family: FAMILY,
@@ -221,6 +278,73 @@ pub enum MovementOp {
         /// Axis.
         axis: i64,
     },
+    /// pad
+    Pad {
+        /// Begins then ends, one pair per padded axis.
+        pads: Vec<i64>,
+        /// What the padding holds.
+        mode: PadMode,
+        /// The padding in constant mode.
+        constant_value: f32,
+        /// Padded axes (all when absent).
+        axes: Option<Vec<i64>>,
+    },
+    /// depth_to_space (`to_space`) or space_to_depth.
+    Blocks {
+        /// depth_to_space.
+        to_space: bool,
+        /// Block size.
+        blocksize: usize,
+        /// Column-row-depth channel order (false: depth-column-row).
+        crd: bool,
+    },
+}
+
+/// What `pad` puts outside the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PadMode {
+    /// A constant.
+    Constant,
+    /// The input mirrored about its first and last elements (not repeating them).
+    Reflect,
+    /// The first and last elements repeated.
+    Edge,
+    /// The input repeated (the other end continues).
+    Wrap,
+}
+
+impl PadMode {
+    /// The mode's number in kernels' info words.
+    pub fn code(self) -> u32 {
+        match self {
+            PadMode::Constant => 0,
+            PadMode::Reflect => 1,
+            PadMode::Edge => 2,
+            PadMode::Wrap => 3,
+        }
+    }
+
+    /// The input position that output position `p` (in input coordinates: output index
+    /// minus the leading pad) reads along an axis of length `len`; `None` for the
+    /// constant.
+    pub fn source(self, p: i64, len: i64) -> Option<i64> {
+        if (0..len).contains(&p) {
+            return Some(p);
+        }
+        match self {
+            PadMode::Constant => None,
+            _ if len <= 0 => None,
+            PadMode::Edge => Some(p.clamp(0, len - 1)),
+            PadMode::Wrap => Some(p.rem_euclid(len)),
+            PadMode::Reflect if len == 1 => Some(0),
+            PadMode::Reflect => {
+                let period = 2 * (len - 1);
+                let q = p.rem_euclid(period);
+                Some(if q >= len { period - q } else { q })
+            }
+        }
+    }
 }
 
 /// Parses attributes; `None` for a name outside the family.
@@ -303,6 +427,44 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<MovementOp> {
         "gather" => MovementOp::Gather {
             axis: r.int("axis"),
         },
+        "pad" => {
+            let pads = r.ints("pads");
+            if let Some(bad) = pads.iter().find(|p| p.unsigned_abs() > MAX_SIZE as u64) {
+                r.reject(
+                    "pads",
+                    format!("pads must be within ±{MAX_SIZE}, got {bad}"),
+                );
+            }
+            let mode = match r.choice("mode").as_str() {
+                "reflect" => PadMode::Reflect,
+                "edge" => PadMode::Edge,
+                "wrap" => PadMode::Wrap,
+                _ => PadMode::Constant,
+            };
+            let axes = r.opt_ints("axes");
+            let pairs = axes.as_ref().map(Vec::len);
+            if !pads.len().is_multiple_of(2) || pairs.is_some_and(|n| n * 2 != pads.len()) {
+                r.reject(
+                    "pads",
+                    format!(
+                        "pads must hold a begin and an end for each padded axis{}, got {} values",
+                        pairs.map_or(String::new(), |n| format!(" ({n} axes)")),
+                        pads.len()
+                    ),
+                );
+            }
+            MovementOp::Pad {
+                pads,
+                mode,
+                constant_value: r.float("constant_value"),
+                axes,
+            }
+        }
+        "depth_to_space" | "space_to_depth" => MovementOp::Blocks {
+            to_space: name == "depth_to_space",
+            blocksize: r.size("blocksize", 1),
+            crd: r.choice("mode") == "CRD",
+        },
         _ => return None,
     })
 }
@@ -354,6 +516,11 @@ impl MovementOp {
             MovementOp::Slice { .. } => "slice",
             MovementOp::Expand { .. } => "expand",
             MovementOp::Gather { .. } => "gather",
+            MovementOp::Pad { .. } => "pad",
+            MovementOp::Blocks { to_space: true, .. } => "depth_to_space",
+            MovementOp::Blocks {
+                to_space: false, ..
+            } => "space_to_depth",
         }
     }
 
@@ -533,7 +700,141 @@ impl MovementOp {
                 out.extend(dims[a + 1..].iter().cloned());
                 same(out)
             }
+            MovementOp::Pad { mode, .. } => {
+                if !matches!(x.dtype, DType::F32 | DType::I32) {
+                    return Err(format!("pad needs an f32 or i32 input, got {x}"));
+                }
+                let mut out = dims.clone();
+                for (a, (begin, end)) in self.pad_pairs(dims.len())?.into_iter().enumerate() {
+                    if begin == 0 && end == 0 {
+                        continue;
+                    }
+                    let Some(len) = dims[a].known() else {
+                        return Err(format!(
+                            "pad needs a known size on padded axis {a}, got {}",
+                            show(dims)
+                        ));
+                    };
+                    if len == 0 && *mode != PadMode::Constant {
+                        return Err(format!(
+                            "pad cannot take {mode:?} padding from the empty axis {a}"
+                        ));
+                    }
+                    let size = i64::try_from(len)
+                        .ok()
+                        .and_then(|l| l.checked_add(begin)?.checked_add(end))
+                        .and_then(|n| usize::try_from(n).ok())
+                        .ok_or_else(|| {
+                            format!("pads {begin}, {end} leave axis {a} of size {len} with a negative size")
+                        })?;
+                    out[a] = Dim::Known(size);
+                }
+                same(out)
+            }
+            MovementOp::Blocks { to_space, .. } => {
+                let (d, _) = self.block_view(dims)?;
+                let chw = if *to_space {
+                    [d[1], d[2] * d[3], d[4] * d[5]]
+                } else {
+                    [d[1] * d[2] * d[3], d[4], d[5]]
+                };
+                let mut out = dims.clone();
+                for (k, size) in chw.into_iter().enumerate() {
+                    out[k + 1] = Dim::Known(size);
+                }
+                same(out)
+            }
         }
+    }
+
+    /// `pad`'s (begin, end) for every axis of a rank (0, 0 for axes not padded); an error
+    /// for an axis out of range or repeated.
+    pub fn pad_pairs(&self, rank: usize) -> Result<Vec<(i64, i64)>, String> {
+        let MovementOp::Pad { pads, axes, .. } = self else {
+            return Err("internal: not a pad".into());
+        };
+        let axes: Vec<usize> = match axes {
+            Some(list) => list
+                .iter()
+                .map(|&a| shape::existing_axis(a, rank))
+                .collect::<Result<_, _>>()?,
+            None => (0..rank).collect(),
+        };
+        if pads.len() != 2 * axes.len() {
+            return Err(format!(
+                "pad has {} pads for {} axes: a begin and an end each",
+                pads.len(),
+                axes.len()
+            ));
+        }
+        let mut pairs = vec![(0, 0); rank];
+        let mut seen = vec![false; rank];
+        for (k, &a) in axes.iter().enumerate() {
+            if std::mem::replace(&mut seen[a], true) {
+                return Err(format!("pad axes repeat axis {a}"));
+            }
+            pairs[a] = (pads[k], pads[k + axes.len()]);
+        }
+        Ok(pairs)
+    }
+
+    /// `depth_to_space` and `space_to_depth` as a strided copy: the output viewed as six
+    /// axes (the copy's domain, row-major like the output) and the input strides along
+    /// them. depth_to_space reads x as [N, b, b, C', H, W] (DCR) or [N, C', b, b, H, W]
+    /// (CRD) into [N, C', H, b, W, b]; space_to_depth reads x as [N, C, H', b, W', b] into
+    /// [N, b, b, C, H', W'] (DCR) or [N, C, b, b, H', W'] (CRD). Needs known C (H and W
+    /// for space_to_depth) divisible by the block; N may be symbolic (counted as 1 here).
+    pub fn block_view(&self, dims: &[Dim]) -> Result<(Vec<usize>, Vec<usize>), String> {
+        let MovementOp::Blocks {
+            to_space,
+            blocksize: b,
+            crd,
+        } = *self
+        else {
+            return Err("internal: not a block rearrangement".into());
+        };
+        let name = self.name();
+        if dims.len() != 4 {
+            return Err(format!("{name} needs [N, C, H, W], got {}", show(dims)));
+        }
+        let known = |k: usize| {
+            dims[k]
+                .known()
+                .ok_or_else(|| format!("{name} needs known C, H and W, got {}", show(dims)))
+        };
+        let n = dims[0].known().unwrap_or(1);
+        let (c, h, w) = (known(1)?, known(2)?, known(3)?);
+        let bb = b.checked_mul(b).ok_or("blocksize overflows")?;
+        // The input as six axes and the permutation taking it to the output's six.
+        let (view, perm): ([usize; 6], [usize; 6]) = if to_space {
+            if c % bb != 0 {
+                return Err(format!(
+                    "{name}: {c} channels are not a multiple of blocksize² = {bb}"
+                ));
+            }
+            if crd {
+                ([n, c / bb, b, b, h, w], [0, 1, 4, 2, 5, 3])
+            } else {
+                ([n, b, b, c / bb, h, w], [0, 3, 4, 1, 5, 2])
+            }
+        } else {
+            if h % b != 0 || w % b != 0 {
+                return Err(format!(
+                    "{name}: H {h} and W {w} must be multiples of the blocksize {b}"
+                ));
+            }
+            let perm = if crd {
+                [0, 1, 3, 5, 2, 4]
+            } else {
+                [0, 3, 5, 1, 2, 4]
+            };
+            ([n, c, h / b, b, w / b, b], perm)
+        };
+        let strides = shape::strides(&view)?;
+        Ok((
+            perm.iter().map(|&i| view[i]).collect(),
+            perm.iter().map(|&i| strides[i]).collect(),
+        ))
     }
 
     /// Batch rule: views and reshapes keep a batch whose samples stay one block along one
@@ -612,6 +913,21 @@ impl MovementOp {
                     (None, None) => one(None),
                 }
             }
+            MovementOp::Pad { .. } => {
+                let pairs = self.pad_pairs(dims.len())?;
+                match batch[0] {
+                    Some(b) if pairs.get(b).is_some_and(|&p| p != (0, 0)) => Err(format!(
+                        "{name} pads axis {b}, the batch axis, adding or dropping samples"
+                    )),
+                    other => one(other),
+                }
+            }
+            MovementOp::Blocks { .. } => match batch[0] {
+                Some(0) | None => one(batch[0]),
+                Some(b) => Err(format!(
+                    "{name} moves elements across axis {b}, the batch axis"
+                )),
+            },
         }
     }
 
@@ -637,16 +953,37 @@ impl MovementOp {
                 ("axes", len(axes)),
                 ("steps", len(steps)),
             ],
+            MovementOp::Pad { pads, axes, .. } => vec![("pads", pads.len()), ("axes", len(axes))],
             MovementOp::Flatten { .. }
             | MovementOp::Identity { .. }
             | MovementOp::Concat { .. }
-            | MovementOp::Gather { .. } => Vec::new(),
+            | MovementOp::Gather { .. }
+            | MovementOp::Blocks { .. } => Vec::new(),
         }
     }
 
     /// Checks what parsing guarantees beyond list lengths: a split has 1 to
     /// [`MAX_SPLIT_PARTS`] parts, one per size when sizes are given.
     pub fn validate(&self) -> Result<(), String> {
+        if let MovementOp::Pad {
+            pads,
+            constant_value,
+            ..
+        } = self
+        {
+            if pads.iter().any(|p| p.unsigned_abs() > MAX_SIZE as u64)
+                || !constant_value.is_finite()
+            {
+                return Err(format!(
+                    "pad: pads {pads:?} or constant {constant_value} out of range"
+                ));
+            }
+        }
+        if let MovementOp::Blocks { blocksize, .. } = self {
+            if *blocksize == 0 || *blocksize > MAX_SIZE as usize {
+                return Err(format!("{}: blocksize {blocksize}", self.name()));
+            }
+        }
         if let MovementOp::Split { sizes, parts, .. } = self {
             let sizes_fit = sizes.as_ref().is_none_or(|s| s.len() == *parts);
             if *parts == 0 || *parts > MAX_SPLIT_PARTS || !sizes_fit {
@@ -928,7 +1265,9 @@ impl MovementOp {
     /// Gradient rule. Views: dy reshaped back; transpose: the inverse permutation; concat:
     /// slices of dy; split: the parts' gradients concatenated (zeros for parts none
     /// reaches); slice: dy spread `step` apart (reversed for a negative step) and padded
-    /// with zeros; expand: broadcasting undone; gather: `gather_grad` (a scatter-add).
+    /// with zeros; expand: broadcasting undone; gather: `gather_grad` (a scatter-add);
+    /// depth_to_space and space_to_depth: each other with the same block and mode; pad:
+    /// see [`MovementOp::pad_grad`].
     pub(crate) fn grad(&self, g: &mut dyn GradContext) -> Result<(), String> {
         if !g.needs(0) && !matches!(self, MovementOp::Concat { .. }) {
             return Ok(());
@@ -1061,8 +1400,117 @@ impl MovementOp {
                 let a = shape::existing_axis(*axis, rank)?;
                 g.emit("gather_grad", json!({ "axis": a }), &[&x, &indices, &dy])?
             }
+            MovementOp::Pad { .. } => return self.pad_grad(g, &xs),
+            MovementOp::Blocks {
+                to_space,
+                blocksize,
+                crd,
+            } => {
+                let dy = g.dy()?;
+                let inverse = if *to_space {
+                    "space_to_depth"
+                } else {
+                    "depth_to_space"
+                };
+                let mode = if *crd { "CRD" } else { "DCR" };
+                g.emit(
+                    inverse,
+                    json!({ "blocksize": blocksize, "mode": mode }),
+                    &[&dy],
+                )?
+            }
         };
         g.input_grad(0, dx)
+    }
+}
+
+impl MovementOp {
+    /// pad's gradient. Constant mode: dy cropped by the opposite pads (a pad with the
+    /// pads negated: cropped elements had zero gradient). The other modes add, axis by
+    /// axis, each padding region's gradient onto the input elements it copied: edge sums
+    /// a region onto the end element, reflect reverses it onto the elements after (or
+    /// before) the end one, wrap moves it to the other end; a region longer than what it
+    /// copies (reflect: the axis less one; wrap: the axis) and negative pads are refused.
+    fn pad_grad(&self, g: &mut dyn GradContext, xs: &[usize]) -> Result<(), String> {
+        let MovementOp::Pad { mode, .. } = self else {
+            return Err("internal: not a pad".into());
+        };
+        let pairs = self.pad_pairs(xs.len())?;
+        let dy = g.dy()?;
+        if *mode == PadMode::Constant {
+            let begins: Vec<i64> = pairs.iter().map(|p| -p.0).collect();
+            let ends: Vec<i64> = pairs.iter().map(|p| -p.1).collect();
+            let pads: Vec<i64> = begins.into_iter().chain(ends).collect();
+            let dx = g.emit("pad", json!({ "pads": pads }), &[&dy])?;
+            return g.input_grad(0, dx);
+        }
+        let mut v = dy;
+        for (a, &(begin, end)) in pairs.iter().enumerate() {
+            if begin == 0 && end == 0 {
+                continue;
+            }
+            let len = xs[a];
+            let too_long = |p: i64| match mode {
+                PadMode::Reflect => p >= len as i64,
+                PadMode::Wrap => p > len as i64,
+                _ => false,
+            };
+            if begin < 0 || end < 0 || too_long(begin) || too_long(end) {
+                return Err(format!(
+                    "pad's gradient in {mode:?} mode needs pads within 0..{} on axis {a}, got {begin}, {end}",
+                    if *mode == PadMode::Reflect { len } else { len + 1 }
+                ));
+            }
+            let (b, e) = (begin as usize, end as usize);
+            let total = (b + len + e) as i64;
+            let slice = |g: &mut dyn GradContext, v: &str, from: usize, to: usize, rev: bool| {
+                // Reversed: from to − 1 down to from (an end of −total − 1 is before 0).
+                let (starts, ends, steps) = match (rev, from) {
+                    (true, 0) => (to as i64 - 1, -total - 1, -1),
+                    (true, _) => (to as i64 - 1, from as i64 - 1, -1),
+                    (false, _) => (from as i64, to as i64, 1),
+                };
+                g.emit(
+                    "slice",
+                    json!({ "starts": [starts], "ends": [ends], "axes": [a], "steps": [steps] }),
+                    &[v],
+                )
+            };
+            // Zero-pad a piece along the axis to land at `at` of the input's length.
+            let place = |g: &mut dyn GradContext, v: &str, at: usize, size: usize| {
+                let after = len - at - size;
+                let mut pads = vec![0i64; 2];
+                pads[0] = at as i64;
+                pads[1] = after as i64;
+                g.emit("pad", json!({ "pads": pads, "axes": [a] }), &[v])
+            };
+            let mut acc = slice(g, &v, b, b + len, false)?;
+            for (start, size, left) in [(0, b, true), (b + len, e, false)] {
+                if size == 0 {
+                    continue;
+                }
+                let piece = match mode {
+                    PadMode::Edge => {
+                        let region = slice(g, &v, start, start + size, false)?;
+                        let s = g.sum(&region, &[a], true)?;
+                        place(g, &s, if left { 0 } else { len - 1 }, 1)?
+                    }
+                    PadMode::Reflect => {
+                        let region = slice(g, &v, start, start + size, true)?;
+                        let at = if left { 1 } else { len - 1 - size };
+                        place(g, &region, at, size)?
+                    }
+                    _ => {
+                        let region = slice(g, &v, start, start + size, false)?;
+                        let at = if left { len - size } else { 0 };
+                        place(g, &region, at, size)?
+                    }
+                };
+                acc = g.binary("add", &acc, &piece)?;
+            }
+            v = acc;
+        }
+        g.input_grad(0, v)
     }
 }
 
@@ -1345,6 +1793,109 @@ mod tests {
         assert_eq!(slice(all, ("N,4", Some(0))), Ok(vec![Some(0)]));
         let rows = json!({ "starts": [0], "ends": [2], "axes": [0] });
         couples(slice(rows, ("8,4", Some(0))), &["slice along axis 0"]);
+    }
+
+    #[test]
+    fn pad_modes_map_positions_as_numpy_does() {
+        // Axis [a b c d] (len 4) at positions -3..7.
+        let map = |m: PadMode| (-3..7).map(|p| m.source(p, 4)).collect::<Vec<_>>();
+        let some = |v: &[i64]| v.iter().map(|&i| Some(i)).collect::<Vec<_>>();
+        assert_eq!(map(PadMode::Reflect), some(&[3, 2, 1, 0, 1, 2, 3, 2, 1, 0]));
+        assert_eq!(map(PadMode::Edge), some(&[0, 0, 0, 0, 1, 2, 3, 3, 3, 3]));
+        assert_eq!(map(PadMode::Wrap), some(&[1, 2, 3, 0, 1, 2, 3, 0, 1, 2]));
+        let c = map(PadMode::Constant);
+        assert_eq!(c[3..7], some(&[0, 1, 2, 3])[..]);
+        assert!(c[..3].iter().chain(&c[7..]).all(Option::is_none));
+        assert_eq!(PadMode::Reflect.source(-2, 1), Some(0));
+    }
+
+    #[test]
+    fn pad_and_block_shapes_and_errors() {
+        let infer = |op: &str, attrs: serde_json::Value, x: &str| {
+            let op =
+                crate::ops::parse(op, attrs.as_object().unwrap()).map_err(|e| e[0].0.clone())?;
+            op.infer(&[crate::ops::testing::tensor(x)])
+                .map(|t| show(&t[0].shape))
+        };
+        // Without axes, the pads must cover every axis (checked against the rank).
+        let e = infer("pad", json!({ "pads": [1, -1, 2, 3] }), "N,3,4").unwrap_err();
+        assert!(e.contains("4 pads for 3 axes"), "{e}");
+        assert_eq!(
+            infer("pad", json!({ "pads": [1, 2, 3], "axes": [0] }), "3"),
+            Err("pads".into())
+        );
+        assert_eq!(
+            infer(
+                "pad",
+                json!({ "pads": [1, -1, 2, 3], "axes": [1, -1] }),
+                "N,3,4"
+            )
+            .unwrap(),
+            "[N, 6, 6]"
+        );
+        assert!(infer("pad", json!({ "pads": [0, -5], "axes": [1] }), "2,3").is_err());
+        assert!(infer("pad", json!({ "pads": [1, 1], "axes": [0, 0] }), "2,3").is_err());
+        assert!(infer(
+            "pad",
+            json!({ "pads": [1, 0], "mode": "edge", "axes": [1] }),
+            "2,0"
+        )
+        .is_err());
+        assert_eq!(
+            infer("depth_to_space", json!({ "blocksize": 2 }), "N,8,2,3").unwrap(),
+            "[N, 2, 4, 6]"
+        );
+        assert_eq!(
+            infer(
+                "space_to_depth",
+                json!({ "blocksize": 2, "mode": "CRD" }),
+                "N,2,4,6"
+            )
+            .unwrap(),
+            "[N, 8, 2, 3]"
+        );
+        assert!(infer("depth_to_space", json!({ "blocksize": 3 }), "1,8,2,3").is_err());
+        assert!(infer("space_to_depth", json!({ "blocksize": 4 }), "1,8,2,3").is_err());
+        assert_eq!(
+            infer("space_to_depth", json!({ "blocksize": 0 }), "1,8,2,3"),
+            Err("blocksize".into())
+        );
+        assert_eq!(
+            infer("pad", json!({ "pads": [0, 0], "mode": "mirror" }), "1,8"),
+            Err("mode".into())
+        );
+    }
+
+    #[test]
+    fn pad_couples_only_when_it_pads_the_batch_axis() {
+        assert_eq!(
+            rule("pad", json!({ "pads": [0, 1, 0, 2] }), &[("N,4", Some(0))]),
+            Ok(vec![Some(0)])
+        );
+        couples(
+            rule(
+                "pad",
+                json!({ "pads": [1, 1], "axes": [0] }),
+                &[("4,3", Some(0))],
+            ),
+            &["pad pads axis 0, the batch axis"],
+        );
+        assert_eq!(
+            rule(
+                "depth_to_space",
+                json!({ "blocksize": 2 }),
+                &[("N,4,2,2", Some(0))]
+            ),
+            Ok(vec![Some(0)])
+        );
+        couples(
+            rule(
+                "space_to_depth",
+                json!({ "blocksize": 2 }),
+                &[("2,3,4,4", Some(2))],
+            ),
+            &["space_to_depth", "axis 2"],
+        );
     }
 
     #[test]

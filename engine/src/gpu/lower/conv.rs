@@ -5,25 +5,102 @@ use crate::gpu::kernel::*;
 use crate::ops::conv::*;
 
 const SHADER: &str = include_str!("../../../../shaders/conv.wgsl");
+/// conv_transpose2d runs conv2d's input-gradient kernel.
+const GRAD_SHADER: &str = include_str!("../../../../shaders/grad.wgsl");
 
 impl Lower for ConvOp {
     /// GPU kernel; a convolution applies the epilogue to each result.
     fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
         let (input, output) = (&ctx.inputs[0], &ctx.outputs[0]);
-        let x = &input.shape;
-        let o = &output.shape;
+        // 1-D operators compute on [N, C, 1, L].
+        let x = &as_2d(&input.shape, 1);
+        let o = &as_2d(&output.shape, 1);
         let n_out = output.numel();
         if let ConvOp::GlobalAvgPool = self {
+            let spatial: Vec<usize> = (2..input.shape.len()).collect();
             let k = super::reduce::reduce_kernel(
                 "global_avg_pool",
                 input,
                 output,
-                &[2, 3],
+                &spatial,
                 crate::ops::reduce::ReduceKind::Mean,
                 false,
                 ctx.f16_compute,
             )?;
             return Ok(Lowering::Kernels(vec![k]));
+        }
+        let param = |k: usize| ctx.params.get(k).map_or(Storage::F32, |c| c.storage);
+        if let ConvOp::Resize(r) = self {
+            let (shape, taps) = r.plan(&input.shape)?;
+            let rank = shape.len();
+            if rank > MAX_RESIZE_RANK {
+                return Err(format!(
+                    "resize: rank {rank} is above {MAX_RESIZE_RANK} on the GPU"
+                ));
+            }
+            // info = [n, rank, output shape, input shape, table offsets, tables of
+            // (low, high, weight bits) per output index].
+            let mut info = vec![word(n_out)?, word(rank)?];
+            for &d in shape.iter().chain(&input.shape) {
+                info.push(word(d)?);
+            }
+            let mut at = info.len() + rank;
+            for t in &taps {
+                info.push(word(at)?);
+                at = at
+                    .checked_add(3 * t.len())
+                    .ok_or("resize tables overflow")?;
+            }
+            for &(lo, hi, w) in taps.iter().flatten() {
+                info.extend([word(lo)?, word(hi)?, w.to_bits()]);
+            }
+            let mut b = Bindings::new();
+            b.add("dst", Slot::Output(0), output.storage, true);
+            b.add("src", Slot::Input(0), input.storage, false);
+            let (main, threads) = per_element_main(output.storage, n_out);
+            return Ok(Lowering::Kernels(vec![Kernel {
+                label: "resize".into(),
+                source: format!("{}\n{}\n{main}", b.wgsl(), variant(SHADER, "resize")),
+                slots: b.slots(),
+                info,
+                workgroups: dispatch_1d(threads, WG)?,
+            }]));
+        }
+        if let ConvOp::ConvTranspose2d { groups, bias, .. } = self {
+            // conv2d's input-gradient kernel is the transposed convolution: x plays dy.
+            let (_, window) = self.transpose_geometry([x[2], x[3]])?;
+            let mut info = [o[0], o[1], o[2], o[3], x[1], x[2], x[3]]
+                .iter()
+                .map(|&v| word(v))
+                .collect::<Result<Vec<_>, _>>()?;
+            info.extend(window_info(&window)?);
+            info.extend([word(*groups)?, word(window.pads[2])?, word(window.pads[3])?]);
+            let mut b = Bindings::new();
+            b.add("dst", Slot::Output(0), output.storage, true);
+            b.add("weight", Slot::Param(0), param(0), false);
+            b.add("dy", Slot::Input(0), input.storage, false);
+            let bias = if *bias {
+                b.add("bias", Slot::Param(1), param(1), false);
+                " + ld_bias(ci)"
+            } else {
+                ""
+            };
+            let (main, threads) = per_element_main(output.storage, n_out);
+            return Ok(Lowering::Kernels(vec![Kernel {
+                label: "conv_transpose2d".into(),
+                source: format!(
+                    "{}\n{}\n{}\n{main}",
+                    b.wgsl(),
+                    variant(GRAD_SHADER, "window_taps"),
+                    fill(
+                        variant(GRAD_SHADER, "conv2d_grad_input_value"),
+                        &[("BIAS", bias.into())]
+                    )
+                ),
+                slots: b.slots(),
+                info,
+                workgroups: dispatch_1d(threads, WG)?,
+            }]));
         }
         let mut b = Bindings::new();
         b.add("dst", Slot::Output(0), output.storage, true);
@@ -41,7 +118,6 @@ impl Lower for ConvOp {
                     .collect::<Result<_, _>>()?;
                 info.extend(window_info(window)?);
                 info.push(word(*groups)?);
-                let param = |k: usize| ctx.params.get(k).map_or(Storage::F32, |c| c.storage);
                 b.add("weight", Slot::Param(0), param(0), false);
                 let out = if *bias {
                     b.add("bias", Slot::Param(1), param(1), false);
@@ -93,8 +169,8 @@ impl Lower for ConvOp {
                     info,
                 )
             }
-            ConvOp::GlobalAvgPool => {
-                return Err("internal: global_avg_pool lowers through reduce".into())
+            ConvOp::GlobalAvgPool | ConvOp::ConvTranspose2d { .. } | ConvOp::Resize(_) => {
+                return Err("internal: lowered above".into())
             }
         };
         let mut slots = b.slots();
@@ -111,6 +187,9 @@ impl Lower for ConvOp {
         }]))
     }
 }
+
+/// The largest rank `resize` takes on the GPU (the kernel's per-axis arrays).
+const MAX_RESIZE_RANK: usize = 8;
 
 /// The window's geometry as kernel words (the conv family's backwards use it too).
 pub(super) fn window_info(w: &Window) -> Result<Vec<u32>, String> {

@@ -12,6 +12,8 @@ use crate::ops::elementwise::{Unary, HARD_SWISH_ALPHA};
 use crate::ops::grad::GradOp;
 use crate::shape;
 
+/// conv_transpose2d_grad_input runs conv2d's kernel.
+const CONV_SHADER: &str = include_str!("../../../../shaders/conv.wgsl");
 const SHADER: &str = include_str!("../../../../shaders/grad.wgsl");
 
 /// The WGSL expression of dy × f′(x) (f32 expressions `x`, `dy`).
@@ -99,6 +101,7 @@ impl Lower for GradOp {
             GradOp::SoftmaxGrad { axis, log } => return softmax_grad(ctx, *axis, *log),
             GradOp::GatherGrad { axis } => return gather_grad(ctx, *axis),
             GradOp::UnaryGrad(_) => {}
+            GradOp::ConvTransposeGradInput { .. } => return transpose_grad_input(self, ctx),
             _ => return window_grad(self, ctx),
         }
         let (inputs, outputs) = (ctx.inputs, ctx.outputs);
@@ -233,6 +236,45 @@ fn gather_grad(ctx: &LowerCtx, axis: i64) -> Result<Lowering, String> {
     }]))
 }
 
+/// `conv_transpose2d_grad_input`: conv2d's kernel over dy with the weight read from an
+/// input, at x's shape.
+fn transpose_grad_input(op: &GradOp, ctx: &LowerCtx) -> Result<Lowering, String> {
+    let (Some(weight), Some(dy), Some(out)) =
+        (ctx.inputs.get(1), ctx.inputs.get(2), ctx.outputs.first())
+    else {
+        return Err("internal: conv_transpose2d_grad_input takes x, weight and dy".into());
+    };
+    let (d, o) = (&dy.shape, &out.shape);
+    let ([n, c, h, w], [_, oc, oh, ow]) = (&d[..], &o[..]) else {
+        return Err(format!("internal: conv_transpose2d_grad_input over {d:?}"));
+    };
+    let GradOp::ConvTransposeGradInput { window, groups } = op else {
+        return Err("internal: not conv_transpose2d_grad_input".into());
+    };
+    let mut info = [*n, *c, *h, *w, *oc, *oh, *ow]
+        .iter()
+        .map(|&v| word(v))
+        .collect::<Result<Vec<_>, _>>()?;
+    info.extend(super::conv::window_info(window)?);
+    info.push(word(*groups)?);
+    let mut b = Bindings::new();
+    b.add("dst", Slot::Output(0), out.storage, true);
+    b.add("src", Slot::Input(2), dy.storage, false);
+    b.add("weight", Slot::Input(1), weight.storage, false);
+    let value = fill(
+        variant(CONV_SHADER, "conv2d"),
+        &[("ACC", "f32".into()), ("OUT", "acc".into())],
+    );
+    let (main, threads) = per_element_main(out.storage, out.numel());
+    Ok(Lowering::Kernels(vec![Kernel {
+        label: op.name().into(),
+        source: format!("{}\n{value}\n{main}", b.wgsl()),
+        slots: b.slots(),
+        info,
+        workgroups: dispatch_1d(threads, WG)?,
+    }]))
+}
+
 /// The conv family's backwards: one pass over the elements of the output, each summing
 /// over the windows that meet it (the weight gradient over samples and positions).
 fn window_grad(op: &GradOp, ctx: &LowerCtx) -> Result<Lowering, String> {
@@ -282,7 +324,10 @@ fn window_grad(op: &GradOp, ctx: &LowerCtx) -> Result<Lowering, String> {
             "{}\n{}\n{}\n{main}",
             b.wgsl(),
             variant(SHADER, "window_taps"),
-            variant(SHADER, &format!("{name}_value"))
+            fill(
+                variant(SHADER, &format!("{name}_value")),
+                &[("BIAS", String::new())]
+            )
         ),
         slots: b.slots(),
         info,

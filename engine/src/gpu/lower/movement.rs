@@ -25,6 +25,69 @@ impl Lower for MovementOp {
             dst_storage: outputs[output].storage,
         };
         let kernels = match self {
+            MovementOp::Blocks { .. } => {
+                let (domain, src) = self.block_view(&shape::known(x))?;
+                vec![copy_kernel(
+                    self.name(),
+                    io(0, 0),
+                    &domain,
+                    0,
+                    &signed(&src)?,
+                    0,
+                    &contiguous(&domain)?,
+                )?]
+            }
+            MovementOp::Pad {
+                mode,
+                constant_value,
+                ..
+            } => {
+                let pairs = self.pad_pairs(x.len())?;
+                let n = outputs[0].numel();
+                let constant = if inputs[0].storage == Storage::I32 {
+                    // Rust's `as`: truncation toward zero, saturating (as the CPU).
+                    (*constant_value as i32).cast_unsigned()
+                } else {
+                    constant_value.to_bits()
+                };
+                let mut info = vec![word(n)?, word(x.len())?, mode.code(), constant];
+                for &d in out.iter().chain(x.iter()) {
+                    info.push(word(d)?);
+                }
+                for &(begin, _) in &pairs {
+                    info.push(signed_word(begin)?);
+                }
+                let index = variant(SHADER, "pad_index");
+                let (source, slots, threads) = if outputs[0].storage.is_half() {
+                    let mut b = Bindings::new();
+                    b.add("dst", Slot::Output(0), outputs[0].storage, true);
+                    b.add("src", Slot::Input(0), inputs[0].storage, false);
+                    let (main, threads) = per_element_main(outputs[0].storage, n);
+                    (
+                        format!(
+                            "{}\n{index}\n{}\n{main}",
+                            b.wgsl(),
+                            variant(SHADER, "pad_value")
+                        ),
+                        b.slots(),
+                        threads,
+                    )
+                } else {
+                    let body = fill(variant(SHADER, "pad_words"), &[("WG", WG.to_string())]);
+                    (
+                        format!("{}\n{index}\n{body}", words_decls()),
+                        vec![Slot::Output(0), Slot::Input(0)],
+                        n,
+                    )
+                };
+                vec![Kernel {
+                    label: "pad".into(),
+                    source,
+                    slots,
+                    info,
+                    workgroups: dispatch_1d(threads, WG)?,
+                }]
+            }
             MovementOp::Reshape { .. }
             | MovementOp::Flatten { .. }
             | MovementOp::Squeeze { .. }

@@ -91,34 +91,55 @@ impl Lower for NormOp {
                     workgroups: dispatch_1d(rows, WG)?,
                 }]))
             }
-            NormOp::LayerNorm { axis, epsilon } => {
-                let a = shape::axis(*axis, x.len())?;
-                let len: usize = x[a..].iter().product();
-                let rows = n.checked_div(len).unwrap_or(0);
+            NormOp::LayerNorm { .. }
+            | NormOp::RmsNorm { .. }
+            | NormOp::InstanceNorm { .. }
+            | NormOp::GroupNorm { .. } => {
+                let rows = self
+                    .rows(x)?
+                    .ok_or("internal: not a row-wise normalisation")?;
                 b.add("scale", Slot::Param(0), param(0), false);
-                b.add("bias", Slot::Param(1), param(1), false);
-                let info = vec![word(rows)?, word(len)?, epsilon.to_bits()];
+                let bias = if rows.bias {
+                    b.add("bias", Slot::Param(1), param(1), false);
+                    " + ld_bias(p)"
+                } else {
+                    ""
+                };
+                let bias = ("BIAS", bias.to_string());
+                let info = vec![
+                    word(rows.rows)?,
+                    word(rows.len)?,
+                    self.epsilon().to_bits(),
+                    word(rows.param_div)?,
+                    word(rows.param_mod)?,
+                    u32::from(rows.center),
+                ];
                 if packed {
                     return two_pass(
                         b,
-                        rows,
+                        rows.rows,
                         info,
                         variant(SHADER, "layer_norm_common"),
                         "layer_norm_stats",
-                        variant(SHADER, "layer_norm_value").to_string(),
+                        format!(
+                            "{}\n{}",
+                            variant(SHADER, "weight_index"),
+                            fill(variant(SHADER, "layer_norm_value"), &[bias])
+                        ),
                     );
                 }
                 Ok(Lowering::Kernels(vec![Kernel {
-                    label: "layer_norm".into(),
+                    label: self.name().into(),
                     source: format!(
-                        "{}\n{}\n{}",
+                        "{}\n{}\n{}\n{}",
                         b.wgsl(),
                         variant(SHADER, "layer_norm_common"),
-                        fill(variant(SHADER, "layer_norm_rows"), &[wg()])
+                        variant(SHADER, "weight_index"),
+                        fill(variant(SHADER, "layer_norm_rows"), &[wg(), bias])
                     ),
                     slots: b.slots(),
                     info,
-                    workgroups: dispatch_1d(rows, WG)?,
+                    workgroups: dispatch_1d(rows.rows, WG)?,
                 }]))
             }
             NormOp::BatchNorm { epsilon, .. } => {
