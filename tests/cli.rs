@@ -1,7 +1,7 @@
 //! The `sluice` CLI end to end: examples on the GPU and the CPU, .npy inputs and outputs,
 //! safetensors weights, devices and the operator listing, and bad arguments.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use sluice_engine::{npy, Tensor};
 use sluice_tests::{compare, root, sluice};
 use std::path::PathBuf;
@@ -422,5 +422,125 @@ fn plan_train_prints_the_joint_graph_and_its_gradients() {
             !out.status.success() && err.contains(says),
             "{args:?}: {err}"
         );
+    }
+}
+
+#[test]
+fn onnx_models_import_export_and_run_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = root().join("tests/data/onnx-models/resnet18_style/model.onnx");
+    let out = dir.path().join("imported");
+    let ok = sluice()
+        .args([
+            "import",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let said = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        said.contains("opset 17") && said.contains("69 ONNX nodes"),
+        "{said}"
+    );
+    let graph = out.join("model.json");
+    assert!(graph.exists() && out.join("model.safetensors").exists());
+    // Importing again does not replace what is there, unless asked to.
+    let again = sluice()
+        .args([
+            "import",
+            model.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    // The written graph and the model itself run, with the same outputs.
+    let input = root().join("tests/data/onnx-models/resnet18_style/input_0.npy");
+    let mut outputs = Vec::new();
+    for (k, source) in [graph.clone(), model.clone()].iter().enumerate() {
+        let o = dir.path().join(format!("out{k}"));
+        let run = sluice()
+            .args([
+                "run",
+                source.to_str().unwrap(),
+                "--device",
+                "cpu",
+                "--input",
+            ])
+            .arg(format!("image={}", input.display()))
+            .args(["--output", o.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let file = std::fs::read_dir(&o)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        outputs.push(sluice_engine::npy::parse(&std::fs::read(file).unwrap()).unwrap());
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    let want = sluice_engine::npy::parse(
+        &std::fs::read(root().join("tests/data/onnx-models/resnet18_style/output_0.npy")).unwrap(),
+    )
+    .unwrap();
+    compare("resnet18_style via the CLI", &outputs[0], &want, 1e-4, 1e-4).unwrap();
+    // Export writes a model; validate reads .onnx directly.
+    let exported = dir.path().join("re.onnx");
+    let ex = sluice()
+        .args([
+            "export",
+            graph.to_str().unwrap(),
+            "-o",
+            exported.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        ex.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ex.stderr)
+    );
+    let v = run_json(&["validate", exported.to_str().unwrap()]);
+    assert_eq!(v["valid"], json!(true), "{v}");
+}
+
+#[test]
+fn hostile_onnx_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(root().join("tests/data/onnx-models/mlp_tiny/model.onnx")).unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage.onnx", b"\xff\xff\xff\xff not a model".to_vec()),
+        ("truncated.onnx", bytes[..bytes.len() / 2].to_vec()),
+        ("empty.onnx", Vec::new()),
+    ];
+    for (name, content) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        let out = sluice()
+            .args(["validate", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name} was accepted");
+        assert!(
+            err.contains(name),
+            "{name}: the error does not name the file: {err}"
+        );
+        assert!(!err.contains("panicked"), "{name}: {err}");
     }
 }

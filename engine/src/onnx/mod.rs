@@ -94,3 +94,49 @@ pub fn import(
     let model = proto::ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
     import::import_model(&model, external, limits)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MLP: &[u8] = include_bytes!("../../../tests/data/onnx-models/mlp_tiny/model.onnx");
+
+    #[test]
+    fn a_real_model_imports() {
+        let m = import(MLP, &NoExternalData, &Limits::default()).unwrap();
+        assert_eq!(m.opset, 17);
+        assert_eq!(m.doc.nodes.len(), 3);
+    }
+
+    #[test]
+    fn truncated_and_corrupted_models_are_errors_never_panics() {
+        let limits = Limits::default();
+        for cut in 0..MLP.len() {
+            let _ = import(&MLP[..cut], &NoExternalData, &limits);
+        }
+        let mut rng = crate::rng::Rng::new(7);
+        for _ in 0..2000 {
+            let mut bytes = MLP.to_vec();
+            for _ in 0..1 + (rng.next_u64() % 4) {
+                let i = (rng.next_u64() % bytes.len() as u64) as usize;
+                bytes[i] = rng.next_u64() as u8;
+            }
+            let _ = import(&bytes, &NoExternalData, &limits);
+        }
+    }
+
+    #[test]
+    fn unsupported_operators_are_all_named_once() {
+        let mut model = proto::ModelProto::decode(MLP).unwrap();
+        let graph = model.graph.as_mut().unwrap();
+        for node in &mut graph.node {
+            node.op_type = format!("Frobnicate{}", node.op_type);
+        }
+        let err = import(&model.encode_to_vec(), &NoExternalData, &Limits::default())
+            .unwrap_err()
+            .to_string();
+        // The first node fails, the rest depend on it: one problem, naming the node.
+        assert!(err.contains("FrobnicateGemm"), "{err}");
+        assert_eq!(err.matches("node '").count(), 1, "{err}");
+    }
+}
