@@ -97,7 +97,12 @@ fn convert(dir: &Path, c: &Case) -> Result<Converted, String> {
             };
             g.initializer.push(onnx::tensor::encode(&input.name, t));
         }
-        match onnx::import::import_model(&m, &onnx::NoExternalData, &Limits::default()) {
+        match onnx::import::import_model(
+            &m,
+            &onnx::NoExternalData,
+            &Limits::default(),
+            &Default::default(),
+        ) {
             Ok(imported) => {
                 let inputs = c
                     .inputs

@@ -190,6 +190,8 @@ enum Value {
 struct Importer<'a> {
     limits: &'a Limits,
     external: &'a dyn ExternalData,
+    /// Sizes given for the model's named dimensions (the rest stay symbols).
+    dims: &'a BTreeMap<String, usize>,
     opset: i64,
     values: HashMap<String, Value>,
     /// Sluice references of known values already written as graph nodes.
@@ -198,6 +200,8 @@ struct Importer<'a> {
     inputs: BTreeMap<String, InputDecl>,
     weights: Weights,
     used_ids: HashSet<String>,
+    /// The graph inputs: (ONNX name, Sluice name).
+    input_names: Vec<(String, String)>,
     /// ONNX values some node or graph output consumes.
     used: HashSet<String>,
     /// Types of the Sluice graph's values by reference.
@@ -211,6 +215,7 @@ pub fn import_model(
     model: &proto::ModelProto,
     external: &dyn ExternalData,
     limits: &Limits,
+    dims: &BTreeMap<String, usize>,
 ) -> Result<Imported, ImportError> {
     let opset = model
         .opset_import
@@ -239,6 +244,7 @@ pub fn import_model(
     let mut im = Importer {
         limits,
         external,
+        dims,
         opset,
         values: HashMap::new(),
         materialised: HashMap::new(),
@@ -246,6 +252,7 @@ pub fn import_model(
         inputs: BTreeMap::new(),
         weights: Weights::new(),
         used_ids: HashSet::new(),
+        input_names: Vec::new(),
         used: graph
             .node
             .iter()
@@ -287,6 +294,7 @@ pub fn import_model(
         opset,
         onnx_nodes: graph.node.len(),
         folded: im.folded,
+        inputs: im.input_names,
     })
 }
 
@@ -320,6 +328,7 @@ impl Importer<'_> {
                         dtype: decl.dtype,
                     };
                     self.inputs.insert(id.clone(), decl);
+                    self.input_names.push((input.name.clone(), id.clone()));
                     self.values.insert(input.name.clone(), Value::Graph(id, ty));
                 }
                 Err(what) => {
@@ -372,6 +381,7 @@ impl Importer<'_> {
             .enumerate()
             .map(|(axis, d)| match (d.dim_value, &d.dim_param) {
                 (Some(v), _) if v >= 0 => Ok(Dim::Known(v as usize)),
+                (_, Some(p)) if self.dims.contains_key(p) => Ok(Dim::Known(self.dims[p])),
                 (_, Some(p)) if !p.is_empty() => Ok(Dim::Sym(symbol(p))),
                 _ if axis == 0 => Ok(Dim::Sym("N".into())),
                 _ => Err(format!(
@@ -848,6 +858,13 @@ impl Importer<'_> {
             "Sum" | "Mean" => self.variadic(node),
             "Max" | "Min" if node.input.len() != 2 => self.variadic(node),
             "LRN" => self.lrn(node, &attrs),
+            "Clip"
+                if [1, 2]
+                    .iter()
+                    .any(|&i| matches!(self.input(node, i), Some(Value::Graph(..)))) =>
+            {
+                self.computed_clip(node)
+            }
             "Softmax" | "LogSoftmax" if self.opset < 13 => self.coerced_softmax(node, &attrs),
             "GlobalMaxPool" => {
                 let (x, ty) = self.reference(&node.input[0]).map_err(|e| vec![e])?;
@@ -1471,6 +1488,28 @@ impl Importer<'_> {
         let id = self.fresh_id(&format!("{base}_back"));
         let denom = e(self.emit(&id, "reshape", vec![denom], json!({ "shape": back })))?;
         self.write(node, "div", vec![x, denom], json!({}))
+    }
+
+    /// `Clip` with a bound computed by the graph: `min(max(x, lo), hi)`, which is ONNX's
+    /// Clip (a `lo` above `hi` gives `hi`).
+    fn computed_clip(&mut self, node: &NodeProto) -> Result<Vec<Value>, Vec<String>> {
+        let (mut y, _) = self.reference(&node.input[0]).map_err(|e| vec![e])?;
+        let given: Vec<(usize, &str)> = [(1, "max"), (2, "min")]
+            .into_iter()
+            .filter(|(i, _)| node.input.get(*i).is_some_and(|n| !n.is_empty()))
+            .collect();
+        for (k, (i, op)) in given.iter().enumerate() {
+            let (bound, _) = self.reference(&node.input[*i]).map_err(|e| vec![e])?;
+            if k + 1 == given.len() {
+                return self.write(node, op, vec![y, bound], json!({}));
+            }
+            let id = self.fresh_id(&format!("{}_{op}", node.output[0]));
+            y = self
+                .emit(&id, op, vec![y, bound], json!({}))
+                .map_err(|e| vec![e])?
+                .0;
+        }
+        Ok(vec![self.values[&node.input[0]].clone()])
     }
 
     /// Softmax before opset 13: the input coerced to 2-D at `axis` (default 1).

@@ -17,6 +17,7 @@ use crate::graph::doc::GraphDoc;
 use crate::graph::Limits;
 use crate::weights::Weights;
 use prost::Message;
+use std::collections::BTreeMap;
 
 /// An imported model.
 #[derive(Debug, Clone)]
@@ -31,6 +32,9 @@ pub struct Imported {
     pub onnx_nodes: usize,
     /// ONNX nodes computed at import (constants, shape arithmetic).
     pub folded: usize,
+    /// The model's inputs in order: (ONNX name, Sluice input name; they differ where the
+    /// ONNX name holds a `:`).
+    pub inputs: Vec<(String, String)>,
 }
 
 /// Something in a model that Sluice cannot run, with the node it belongs to.
@@ -85,14 +89,26 @@ fn render_unsupported(list: &[Unsupported]) -> String {
 }
 
 /// Imports an ONNX model from its bytes, reading external tensor data through
-/// `external`, within `limits` (the model's size is bounded by the caller).
+/// `external`, within `limits` (the model's size is bounded by the caller). Every named
+/// dynamic dimension stays a symbol.
 pub fn import(
     bytes: &[u8],
     external: &dyn ExternalData,
     limits: &Limits,
 ) -> Result<Imported, ImportError> {
+    import_with_dims(bytes, external, limits, &BTreeMap::new())
+}
+
+/// [`import`] with sizes for some of the model's named dimensions (`samples` = 16000):
+/// what a model needs whose operators need a size that the model leaves open.
+pub fn import_with_dims(
+    bytes: &[u8],
+    external: &dyn ExternalData,
+    limits: &Limits,
+    dims: &BTreeMap<String, usize>,
+) -> Result<Imported, ImportError> {
     let model = proto::ModelProto::decode(bytes).map_err(|e| ImportError::Decode(e.to_string()))?;
-    import::import_model(&model, external, limits)
+    import::import_model(&model, external, limits, dims)
 }
 
 #[cfg(test)]

@@ -58,6 +58,15 @@ impl onnx::ExternalData for ModelFolder<'_> {
 
 /// Imports an ONNX model file.
 pub fn import(path: &Path, limits: &Limits) -> Result<onnx::Imported> {
+    import_with_dims(path, limits, &Default::default())
+}
+
+/// Imports an ONNX model file with sizes for some of its named dimensions.
+pub fn import_with_dims(
+    path: &Path,
+    limits: &Limits,
+    dims: &std::collections::BTreeMap<String, usize>,
+) -> Result<onnx::Imported> {
     let bytes = read_bounded(path, MAX_MODEL_BYTES)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let folder = path.parent().unwrap_or(Path::new("."));
@@ -66,7 +75,7 @@ pub fn import(path: &Path, limits: &Limits) -> Result<onnx::Imported> {
     } else {
         folder
     };
-    onnx::import(&bytes, &ModelFolder(folder), limits)
+    onnx::import_with_dims(&bytes, &ModelFolder(folder), limits, dims)
         .with_context(|| format!("cannot import {}", path.display()))
 }
 

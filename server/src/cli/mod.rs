@@ -86,6 +86,11 @@ enum Command {
         /// Folder for MODEL.json and MODEL.safetensors (default: here).
         #[arg(short, long)]
         out: Option<PathBuf>,
+        /// A size for one of the model's named dimensions, NAME=SIZE (repeatable): for
+        /// models whose operators need a size the model leaves open. The others stay
+        /// symbols (the batch).
+        #[arg(long = "dim", value_name = "NAME=SIZE")]
+        dims: Vec<String>,
         /// Replace files that exist.
         #[arg(long)]
         force: bool,
@@ -482,9 +487,10 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Import {
             model,
             out,
+            dims,
             force,
             limits,
-        } => onnx::import(&model, out.as_deref(), force, &limits.0),
+        } => onnx::import(&model, out.as_deref(), &dims, force, &limits.0),
         Command::Export {
             graph,
             out,

@@ -7,6 +7,7 @@ use crate::files::write_path_durably;
 use anyhow::{bail, Context, Result};
 use sluice_engine::limits::Limits;
 use sluice_engine::train::checkpoint;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -18,9 +19,31 @@ fn check_free(path: &Path, force: bool) -> Result<()> {
     Ok(())
 }
 
+/// `NAME=SIZE` pairs.
+fn parse_dims(pairs: &[String]) -> Result<BTreeMap<String, usize>> {
+    pairs
+        .iter()
+        .map(|p| {
+            let (name, size) = p
+                .split_once('=')
+                .with_context(|| format!("--dim {p}: expected NAME=SIZE"))?;
+            let size: usize = size
+                .parse()
+                .with_context(|| format!("--dim {p}: '{size}' is not a size"))?;
+            Ok((name.to_string(), size))
+        })
+        .collect()
+}
+
 /// Runs `sluice import`.
-pub fn import(model: &Path, out: Option<&Path>, force: bool, limits: &Limits) -> Result<ExitCode> {
-    let imported = load::import(model, limits)?;
+pub fn import(
+    model: &Path,
+    out: Option<&Path>,
+    dims: &[String],
+    force: bool,
+    limits: &Limits,
+) -> Result<ExitCode> {
+    let imported = load::import_with_dims(model, limits, &parse_dims(dims)?)?;
     let stem = model
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
