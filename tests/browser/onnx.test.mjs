@@ -2,8 +2,8 @@
 // Import button (the engine's importer compiled to wasm), edit it in the properties panel,
 // run it in the page with the imported weights, export it with "Export ONNX" and check that
 // onnxruntime (the Python oracle) gives what Sluice's CPU reference gives for the edited
-// graph; refuse a model with an unsupported operator with the importer's message; import
-// the resnet18_style model, screenshot it and time attribute edits on it. The steps share
+// graph; refuse a model with an unsupported operator with the importer's message; drop
+// the resnet18_style model on the canvas, screenshot it and time attribute edits on it. The steps share
 // one page and run in order. Needs `sluice` with `import` (SLUICE_BIN) and the Python
 // oracle (scripts/python-oracle.sh makes its venv: onnxruntime and onnx).
 
@@ -75,6 +75,23 @@ describe('ONNX models in the editor', { timeout: 900_000 }, () => {
   async function importFile(path) {
     await closeNotice();
     await page.setInputFiles('#import-file', path);
+    const text = page.locator('.notice .notice-text');
+    await text.waitFor({ timeout: 60_000 });
+    return text.textContent();
+  }
+
+  /** Drops the file at `path` on the canvas; resolves to the notice it gives. */
+  async function dropFile(path) {
+    await closeNotice();
+    const bytes = readFileSync(path).toString('base64');
+    await page.evaluate(([name, b64]) => {
+      const data = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+      const transfer = new DataTransfer();
+      transfer.items.add(new File([data], name));
+      const wrap = document.querySelector('.canvas-wrap');
+      wrap.dispatchEvent(new DragEvent('dragover', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+      wrap.dispatchEvent(new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+    }, [path.split('/').pop(), bytes]);
     const text = page.locator('.notice .notice-text');
     await text.waitFor({ timeout: 60_000 });
     return text.textContent();
@@ -189,8 +206,8 @@ onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]),
     assert.deepEqual((await draftDoc(page)).nodes, before.nodes, 'the graph is unchanged');
   });
 
-  it('imports resnet18_style.onnx, lays it out, and times edits on it', async () => {
-    const notice = await importFile(join(MODELS, 'resnet18_style/model.onnx'));
+  it('imports resnet18_style.onnx dropped on the canvas, lays it out, and times edits on it', async () => {
+    const notice = await dropFile(join(MODELS, 'resnet18_style/model.onnx'));
     console.log(notice);
     assert.match(notice, /^imported model\.onnx: opset \d+, \d+ ONNX nodes → \d+ nodes/);
     const doc = await draftDoc(page);
