@@ -8,9 +8,11 @@ use crate::model::{self, Clip};
 use crate::schema::OpInfo;
 use leptos::prelude::*;
 use sluice_engine::gpu::AdapterSummary;
+use sluice_engine::graph::Graph;
 use sluice_engine::graph::{Analysis, GraphDoc};
 use sluice_engine::plan::cost::Rates;
 use sluice_engine::telemetry::Event;
+use sluice_engine::weights::Weights;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Pan and zoom of the canvas: canvas point p is drawn at `p * k + (tx, ty)`.
@@ -306,6 +308,10 @@ pub struct EditorState {
     /// The calibrated rates of the server's devices (None: not reported; assumed rates
     /// place the stages then).
     pub server_rates: RwSignal<Option<Rates>>,
+    /// The weights that came with the document (an imported ONNX model's), by key; None:
+    /// the graph's weights are seeded. Edits keep them: [`EditorState::weights_for`]
+    /// uses those that still fit.
+    pub weights: StoredValue<Option<Weights>>,
 }
 
 impl EditorState {
@@ -349,6 +355,7 @@ impl EditorState {
             drag: RwSignal::new(None),
             browser_gpu: RwSignal::new(None),
             server_rates,
+            weights: StoredValue::new(None),
         }
     }
 
@@ -370,8 +377,10 @@ impl EditorState {
         }
     }
 
-    /// Loads a different document (opened or imported): history and selection start over.
-    pub fn load(&self, doc: GraphDoc, saved: Option<GraphDoc>) {
+    /// Loads a different document (opened or imported) with the weights that came with
+    /// it (None: seeded): history and selection start over.
+    pub fn load(&self, doc: GraphDoc, saved: Option<GraphDoc>, weights: Option<Weights>) {
+        self.weights.set_value(weights);
         self.history.update_value(History::clear);
         self.selection.set(BTreeSet::new());
         self.selected_edge.set(None);
@@ -470,6 +479,24 @@ impl EditorState {
             run: self.run,
             serial,
         }
+    }
+
+    /// The weights a run or an export of `graph` uses: the seeded ones (the graph's seed,
+    /// as a server run draws them), each replaced by the document's own weight of that key
+    /// where one came with it and still has the shape and type the graph declares.
+    pub fn weights_for(&self, graph: &Graph) -> Weights {
+        let mut weights =
+            sluice_engine::weights::init_weights(graph, graph.doc.params.seed.unwrap_or(0));
+        self.weights.with_value(|own| {
+            for (key, seeded) in weights.iter_mut() {
+                if let Some(t) = own.as_ref().and_then(|w| w.get(key)) {
+                    if t.shape == seeded.shape && t.dtype() == seeded.dtype() {
+                        *seeded = t.clone();
+                    }
+                }
+            }
+        });
+        weights
     }
 
     /// The palette entry of an operator.

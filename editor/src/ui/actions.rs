@@ -97,7 +97,7 @@ pub fn open_graph(state: EditorState, name: String) {
                     doc.name = name.clone();
                 }
                 let saved = model::for_engine(&doc);
-                state.load(doc, Some(saved));
+                state.load(doc, Some(saved), None);
                 fit(state);
                 state.info(format!("opened '{name}'"));
             }
@@ -111,7 +111,7 @@ pub fn new_graph(state: EditorState) {
     if !confirm_discard(state) {
         return;
     }
-    state.load(model::empty("untitled"), None);
+    state.load(model::empty("untitled"), None, None);
     state.view.set(Viewport::default());
 }
 
@@ -159,31 +159,132 @@ pub fn export(state: EditorState) {
     }
 }
 
-/// Opens a graph file picked from disk.
+/// Opens a graph file or an ONNX model picked from disk.
 pub fn import(state: EditorState, input: web_sys::HtmlInputElement) {
     if !confirm_discard(state) {
         return;
     }
     leptos::task::spawn_local(async move {
         match files::read_picked(&input).await {
-            Ok(Some((file, text))) => match read_doc(&text, &format!("'{file}'")) {
-                Ok(mut doc) => {
-                    if doc.name.is_empty() {
-                        doc.name = file.trim_end_matches(".json").to_string();
-                    }
-                    state.load(doc, None);
-                    fit(state);
-                    state.info(format!(
-                        "imported '{file}' (not saved to the workspace yet)"
-                    ));
-                }
-                Err(e) => state.error(e),
-            },
+            Ok(Some((file, bytes))) => open_file(state, &file, &bytes),
             Ok(None) => {}
             Err(e) => state.error(e),
         }
         input.set_value("");
     });
+}
+
+/// Opens a graph file or an ONNX model dropped on the canvas.
+pub fn import_dropped(state: EditorState, file: web_sys::File) {
+    if !confirm_discard(state) {
+        return;
+    }
+    leptos::task::spawn_local(async move {
+        match files::read_file(&file).await {
+            Ok(bytes) => open_file(state, &file.name(), &bytes),
+            Err(e) => state.error(e),
+        }
+    });
+}
+
+/// Whether a file is an ONNX model rather than a graph file: by its extension, or by its
+/// bytes not being JSON text (a graph file is a JSON object).
+fn is_onnx(file: &str, bytes: &[u8]) -> bool {
+    if file.to_ascii_lowercase().ends_with(".onnx") {
+        return true;
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => !text.trim_start().starts_with('{'),
+        Err(_) => true,
+    }
+}
+
+/// Loads a file's contents as the document: an ONNX model through the engine's importer
+/// (its weights kept with the graph, the graph laid out), or a graph file.
+fn open_file(state: EditorState, file: &str, bytes: &[u8]) {
+    if !is_onnx(file, bytes) {
+        return match read_doc(&String::from_utf8_lossy(bytes), &format!("'{file}'")) {
+            Ok(mut doc) => {
+                if doc.name.is_empty() {
+                    doc.name = file.trim_end_matches(".json").to_string();
+                }
+                state.load(doc, None, None);
+                fit(state);
+                state.info(format!(
+                    "imported '{file}' (not saved to the workspace yet)"
+                ));
+            }
+            Err(e) => state.error(e),
+        };
+    }
+    let limits = sluice_engine::graph::Limits::default();
+    match sluice_engine::onnx::import(bytes, &sluice_engine::onnx::NoExternalData, &limits) {
+        Ok(imported) => {
+            let mut doc = imported.doc;
+            doc.name = model_name(file);
+            doc.layout = laid_out(&doc, &state.ops.get_untracked());
+            let nodes = doc.nodes.len();
+            state.load(doc, None, Some(imported.weights));
+            fit(state);
+            state.info(format!(
+                "imported {file}: opset {}, {} ONNX nodes → {nodes} nodes ({} folded at import)",
+                imported.opset, imported.onnx_nodes, imported.folded
+            ));
+        }
+        Err(e) => state.error(format!("cannot import {file}: {e}")),
+    }
+}
+
+/// An imported model's graph name, as `sluice import` names it: its file's stem (with
+/// what a name cannot hold replaced by `_`).
+fn model_name(file: &str) -> String {
+    let stem = file.rsplit_once('.').map_or(file, |(stem, _)| stem);
+    let name: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "model".into()
+    } else {
+        name
+    }
+}
+
+/// Builds the current graph and downloads it as an ONNX model with the weights a
+/// browser run would use (the imported ones where they still fit, else seeded).
+pub fn export_onnx(state: EditorState) {
+    let doc = model::for_engine(&state.doc.get_untracked());
+    let name = if doc.name.is_empty() {
+        "graph".to_string()
+    } else {
+        doc.name.clone()
+    };
+    let graph = match sluice_engine::graph::Graph::build(doc) {
+        Ok(g) => g,
+        Err(p) => {
+            return state.error(format!(
+                "cannot export '{name}' as ONNX: the graph has problems:\n{}",
+                p.render()
+            ))
+        }
+    };
+    let weights = state.weights_for(&graph);
+    match sluice_engine::onnx::export(&graph, &weights) {
+        Ok(bytes) => {
+            match files::download(&format!("{name}.onnx"), "application/octet-stream", &bytes) {
+                Ok(()) => state.info(format!("exported {name}.onnx ({} bytes)", bytes.len())),
+                Err(e) => state.error(format!("export failed: {e}")),
+            }
+        }
+        Err(e) => state.error(format!("'{name}': {e}")),
+    }
 }
 
 /// Deletes the selected nodes, or else the selected edge.
@@ -232,20 +333,27 @@ pub fn paste(state: EditorState) {
 pub fn auto_layout(state: EditorState) {
     let ops = state.ops.get_untracked();
     state.edit(|d| {
-        let snapshot = d.clone();
-        let rows = |id: &str| -> usize {
-            match model::node(&snapshot, id) {
-                Some(n) => ops
-                    .iter()
-                    .find(|o| o.name == n.op)
-                    .map_or(n.inputs.len(), |o| o.input_ports(n.inputs.len()).len()),
-                None => 1,
-            }
-        };
-        d.layout = layout::auto_layout(&snapshot, &rows);
+        d.layout = laid_out(d, &ops);
         Ok(())
     });
     fit(state);
+}
+
+/// A layered, left-to-right layout of `doc`, each node as tall as its input ports.
+fn laid_out(
+    doc: &GraphDoc,
+    ops: &[schema::OpInfo],
+) -> std::collections::BTreeMap<String, [f64; 2]> {
+    let rows = |id: &str| -> usize {
+        match model::node(doc, id) {
+            Some(n) => ops
+                .iter()
+                .find(|o| o.name == n.op)
+                .map_or(n.inputs.len(), |o| o.input_ports(n.inputs.len()).len()),
+            None => 1,
+        }
+    };
+    layout::auto_layout(doc, &rows)
 }
 
 /// Zooms and pans so that the whole graph is in view.
@@ -275,5 +383,30 @@ pub fn run(state: EditorState) {
     match state.settings.with_untracked(|s| s.target) {
         Target::Server => server_run::start(state),
         Target::Browser => browser_run::start(state),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{is_onnx, model_name};
+
+    #[test]
+    fn onnx_models_are_told_from_graph_files_by_extension_or_bytes() {
+        assert!(is_onnx("model.ONNX", b"{}"));
+        assert!(is_onnx("model.bin", &[0x08, 0x08, 0x12, 0x00]));
+        assert!(is_onnx("model", &[0xff, 0xfe]));
+        assert!(!is_onnx(
+            "graph.json",
+            b"  {\"format\": \"sluice/graph@1\"}"
+        ));
+        assert!(!is_onnx("graph", b"\n{}"));
+    }
+
+    #[test]
+    fn imported_models_are_named_after_their_file() {
+        assert_eq!(model_name("model.onnx"), "model");
+        assert_eq!(model_name("my model.v2.onnx"), "my_model_v2");
+        assert_eq!(model_name(".onnx"), "model");
+        assert_eq!(model_name(&format!("{}.onnx", "a".repeat(80))).len(), 64);
     }
 }

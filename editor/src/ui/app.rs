@@ -25,7 +25,7 @@ fn restore(state: EditorState) {
     match storage::load_draft() {
         Some(draft) => {
             let name = draft.doc.name.clone();
-            state.load(draft.doc, draft.saved);
+            state.load(draft.doc, draft.saved, None);
             if state.dirty() {
                 state.info(format!(
                     "restored your unsaved changes to '{name}' from the last visit"
@@ -35,7 +35,7 @@ fn restore(state: EditorState) {
             request_animation_frame(move || actions::fit(state));
         }
         None => {
-            state.load(model::empty("untitled"), None);
+            state.load(model::empty("untitled"), None, None);
         }
     }
 }

@@ -190,6 +190,20 @@ fn on_up(state: EditorState, ev: web_sys::PointerEvent) {
     }
 }
 
+/// A file dropped on the canvas: opened as a graph file or an ONNX model (the first file,
+/// when several are dropped).
+fn on_file_drop(state: EditorState, ev: web_sys::DragEvent) {
+    let Some(file) = ev
+        .data_transfer()
+        .and_then(|d| d.files())
+        .and_then(|f| f.get(0))
+    else {
+        return;
+    };
+    ev.prevent_default();
+    super::actions::import_dropped(state, file);
+}
+
 fn on_wheel(state: EditorState, ev: web_sys::WheelEvent) {
     ev.prevent_default();
     let r = super::canvas_rect().unwrap_or([0.0; 4]);
@@ -606,7 +620,9 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
         })
     };
     view! {
-        <div class="canvas-wrap">
+        <div class="canvas-wrap"
+            on:dragover=|ev: web_sys::DragEvent| ev.prevent_default()
+            on:drop=move |ev| on_file_drop(state, ev)>
             <svg id="canvas" class="canvas"
                 on:pointerdown=move |ev| on_background_down(state, ev)
                 on:wheel=move |ev| on_wheel(state, ev)>
@@ -629,7 +645,7 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
                 </g>
             </svg>
             {move || state.doc.with(|d| d.layout.is_empty()).then(|| view! {
-                <div class="empty-hint">"Drag operators here from the palette — start with an input."</div>
+                <div class="empty-hint">"Drag operators here from the palette — start with an input — or drop a graph file or an ONNX model."</div>
             })}
             {problems}
             <div class="zoom">

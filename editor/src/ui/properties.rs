@@ -322,10 +322,20 @@ fn op_props(
             .collect_view()
     });
     let params = info.as_ref().filter(|o| !o.params.is_empty()).map(|o| {
-        format!(
-            "Weights: {} (seeded from the graph's seed)",
-            o.params.join(", ")
-        )
+        // Keys of weights that came with an imported model are `node.param`.
+        let imported = state.weights.with_value(|w| {
+            w.as_ref().is_some_and(|w| {
+                o.params
+                    .iter()
+                    .any(|p| w.contains_key(&format!("{id}.{p}")))
+            })
+        });
+        let source = if imported {
+            "imported with the model; one an edit reshapes is seeded"
+        } else {
+            "seeded from the graph's seed"
+        };
+        format!("Weights: {} ({source})", o.params.join(", "))
     });
     view! {
         <div class="props">

@@ -1,5 +1,6 @@
-//! The toolbar: the graph's name, new, open from the workspace, save, import and export
-//! the file, undo and redo, layout, fit, heat map, help; an unsaved-changes marker.
+//! The toolbar: the graph's name, new, open from the workspace, save, import (a graph
+//! file or an ONNX model) and export the file or an ONNX model, undo and redo, layout,
+//! fit, heat map, help; an unsaved-changes marker.
 
 use super::actions;
 use crate::state::EditorState;
@@ -56,12 +57,14 @@ pub fn Toolbar(state: EditorState) -> impl IntoView {
             <button id="save" on:click=move |_| actions::save(state) title="Save to the workspace (Ctrl+S)">"Save"</button>
             <button on:click=move |_| {
                 if let Some(input) = file_input.get() { input.click(); }
-            } title="Open a graph file from disk">"Import"</button>
-            <input type="file" accept=".json,application/json" class="hidden" node_ref=file_input
+            } title="Open a graph file or an ONNX model from disk (or drop one on the canvas)">"Import"</button>
+            <input id="import-file" type="file" accept=".json,application/json,.onnx" class="hidden" node_ref=file_input
                 on:change=move |_| {
                     if let Some(input) = file_input.get() { actions::import(state, input); }
                 } />
             <button id="export" on:click=move |_| actions::export(state) title="Download the graph file">"Export"</button>
+            <button id="export-onnx" on:click=move |_| actions::export_onnx(state)
+                title="Download the graph with its weights as an ONNX model">"Export ONNX"</button>
             <span class="sep"></span>
             <button id="undo" on:click=move |_| state.undo() title="Undo (Ctrl+Z)"
                 disabled=move || { state.doc.track(); !state.history.with_value(|h| h.can_undo()) }>"Undo"</button>

@@ -1,7 +1,8 @@
 //! Runs in this page on WebGPU: the engine compiled to wasm plans the same graph, opens
 //! one device per stage on the browser's adapter and runs it through the same session and
 //! driver as the server, every stage on the page's event loop, with the same seeded
-//! weights and inputs as a server run, so the outputs agree with the server's.
+//! inputs as a server run and its seeded weights — or the weights imported with the
+//! graph — so the outputs agree with the server's.
 
 use crate::model;
 use crate::state::{EditorState, OutputView, RunStatus, RunView, Target, UpdateRun};
@@ -94,13 +95,14 @@ pub fn start(state: EditorState) {
         .unwrap_or_else(|| "WebGPU adapter".into());
     let update = move |f: &dyn Fn(&mut RunView)| updater.update(f);
     leptos::task::spawn_local(async move {
-        if let Err(e) = run(&doc, &settings, &adapter, &update).await {
+        if let Err(e) = run(state, &doc, &settings, &adapter, &update).await {
             update(&|r| r.status = RunStatus::Failed(e.clone()));
         }
     });
 }
 
 async fn run(
+    state: EditorState,
     doc: &sluice_engine::graph::GraphDoc,
     settings: &crate::state::RunSettings,
     adapter: &str,
@@ -117,7 +119,7 @@ async fn run(
         precision,
         ..RunConfig::default()
     };
-    let weights = sluice_engine::weights::init_weights(&graph, graph.doc.params.seed.unwrap_or(0));
+    let weights = state.weights_for(&graph);
     let data = dataset::seeded(&graph, settings.batch, settings.seed).map_err(|e| e.to_string())?;
     let progress = |what: &str| {
         let what = what.to_string();

@@ -1,5 +1,5 @@
 //! Files the user takes away or brings: downloads made from bytes in the page, and the
-//! text of a file picked in an `<input type="file">`.
+//! bytes of a file picked in an `<input type="file">` or dropped on the canvas.
 
 use super::api::js_error;
 use wasm_bindgen::JsCast;
@@ -40,15 +40,20 @@ fn click_link(href: &str, name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The text of the first file chosen in a file input.
+/// The name and bytes of the first file chosen in a file input.
 pub async fn read_picked(
     input: &web_sys::HtmlInputElement,
-) -> Result<Option<(String, String)>, String> {
+) -> Result<Option<(String, Vec<u8>)>, String> {
     let Some(file) = input.files().and_then(|f| f.get(0)) else {
         return Ok(None);
     };
-    let text = JsFuture::from(file.text())
+    Ok(Some((file.name(), read_file(&file).await?)))
+}
+
+/// The bytes of a file the user gave the page (picked or dropped).
+pub async fn read_file(file: &web_sys::File) -> Result<Vec<u8>, String> {
+    let buffer = JsFuture::from(file.array_buffer())
         .await
         .map_err(|e| format!("cannot read {}: {}", file.name(), js_error(&e)))?;
-    Ok(Some((file.name(), text.as_string().unwrap_or_default())))
+    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }

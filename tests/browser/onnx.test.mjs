@@ -1,0 +1,243 @@
+// ONNX models in the editor, in a real headless Chromium: import mlp_tiny through the
+// Import button (the engine's importer compiled to wasm), edit it in the properties panel,
+// run it in the page with the imported weights, export it with "Export ONNX" and check that
+// onnxruntime (the Python oracle) gives what Sluice's CPU reference gives for the edited
+// graph; refuse a model with an unsupported operator with the importer's message; drop
+// the resnet18_style model on the canvas, screenshot it and time attribute edits on it. The steps share
+// one page and run in order. Needs `sluice` with `import` (SLUICE_BIN) and the Python
+// oracle (scripts/python-oracle.sh makes its venv: onnxruntime and onnx).
+
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, it } from 'node:test';
+import {
+  dragBetween, draftDoc, launchChromium, readNpy, screenshotDir, selectNode, startServer,
+} from './support.mjs';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
+const MODELS = join(ROOT, 'tests/data/onnx-models');
+const RUN_TIMEOUT = 240_000;
+
+/** The Python with onnxruntime and onnx (scripts/python-oracle.sh makes its venv). */
+function oraclePython() {
+  return execFileSync('bash', [join(ROOT, 'scripts/python-oracle.sh'), '--python'], { encoding: 'utf8' }).trim();
+}
+
+/** The one .npy file a run wrote into `dir`. */
+function onlyNpy(dir) {
+  const files = readdirSync(dir).filter((f) => f.endsWith('.npy'));
+  assert.equal(files.length, 1, `one output in ${dir}: ${files}`);
+  return readNpy(readFileSync(join(dir, files[0])));
+}
+
+function maxAbsDifference(a, b) {
+  assert.deepEqual(a.shape, b.shape);
+  let worst = 0;
+  for (let i = 0; i < a.values.length; i += 1) worst = Math.max(worst, Math.abs(a.values[i] - b.values[i]));
+  return worst;
+}
+
+describe('ONNX models in the editor', { timeout: 900_000 }, () => {
+  let server;
+  let browser;
+  let page;
+  const work = mkdtempSync(join(tmpdir(), 'sluice-onnx-'));
+  const shots = screenshotDir();
+  const pageErrors = [];
+
+  before(async () => {
+    server = await startServer();
+    browser = await launchChromium();
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true });
+    page = await context.newPage();
+    page.on('pageerror', (e) => pageErrors.push(String(e)));
+    page.on('dialog', (d) => d.accept());
+    await page.goto(server.url);
+    await page.waitForSelector('body[data-ready-ms]', { timeout: 60_000 });
+  });
+
+  after(async () => {
+    await browser?.close();
+    server?.stop();
+  });
+
+  /** Closes the notice, if one shows. */
+  async function closeNotice() {
+    const close = page.locator('.notice-close');
+    if (await close.count()) await close.click();
+  }
+
+  /** Picks `path` in the Import button's file input; resolves to the notice it gives. */
+  async function importFile(path) {
+    await closeNotice();
+    await page.setInputFiles('#import-file', path);
+    const text = page.locator('.notice .notice-text');
+    await text.waitFor({ timeout: 60_000 });
+    return text.textContent();
+  }
+
+  /** Drops the file at `path` on the canvas; resolves to the notice it gives. */
+  async function dropFile(path) {
+    await closeNotice();
+    const bytes = readFileSync(path).toString('base64');
+    await page.evaluate(([name, b64]) => {
+      const data = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+      const transfer = new DataTransfer();
+      transfer.items.add(new File([data], name));
+      const wrap = document.querySelector('.canvas-wrap');
+      wrap.dispatchEvent(new DragEvent('dragover', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+      wrap.dispatchEvent(new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+    }, [path.split('/').pop(), bytes]);
+    const text = page.locator('.notice .notice-text');
+    await text.waitFor({ timeout: 60_000 });
+    return text.textContent();
+  }
+
+  /** The ids of the document's nodes with operator `op`. */
+  async function nodesOf(op) {
+    return (await draftDoc(page)).nodes.filter((n) => n.op === op).map((n) => n.id);
+  }
+
+  /** Pans the canvas (dragging its empty top strip) until node `id` is in view. */
+  async function bringIntoView(id) {
+    const canvas = await page.locator('#canvas').boundingBox();
+    for (let i = 0; i < 10; i += 1) {
+      const box = await page.locator(`g.node[data-id="${id}"] rect.body`).boundingBox();
+      const dx = canvas.x + canvas.width / 2 - (box.x + box.width / 2);
+      const dy = canvas.y + canvas.height / 2 - (box.y + box.height / 2);
+      if (Math.abs(dx) < canvas.width / 3 && Math.abs(dy) < canvas.height / 3) return;
+      const step = (d, limit) => Math.max(-limit, Math.min(limit, d));
+      const from = { x: canvas.x + canvas.width / 2, y: canvas.y + 12 };
+      await dragBetween(page, from, { x: from.x + step(dx, canvas.width * 0.4), y: from.y + step(dy, canvas.height * 0.4) });
+    }
+    throw new Error(`cannot bring ${id} into view`);
+  }
+
+  /** Waits until the page has handled what was queued and painted a frame. */
+  async function settled() {
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0))));
+  }
+
+  it('imports mlp_tiny.onnx, drops the first bias, runs it with the imported weights and exports what onnxruntime computes alike', async () => {
+    const notice = await importFile(join(MODELS, 'mlp_tiny/model.onnx'));
+    assert.match(notice, /^imported model\.onnx: opset 17, \d+ ONNX nodes → \d+ nodes/);
+    console.log(notice);
+    const linears = await nodesOf('linear');
+    assert.equal(linears.length, 2, `two linear layers: ${JSON.stringify(await draftDoc(page))}`);
+    assert.equal(await page.locator('.problems summary').textContent(), 'graph valid');
+
+    // The edit: the first layer loses its bias (its weight keeps the imported values).
+    await selectNode(page, linears[0]);
+    const bias = page.locator('input[type="checkbox"][data-attr="bias"]');
+    assert.equal(await bias.isChecked(), true);
+    await bias.uncheck();
+    await settled();
+    const edited = await draftDoc(page);
+    assert.equal(edited.nodes.find((n) => n.id === linears[0]).attrs.bias, false);
+
+    // Sluice's CPU reference on the edited graph with the imported weights (the CLI's
+    // importer writes them next to the graph it makes).
+    const sluice = process.env.SLUICE_BIN;
+    const dir = join(work, 'mlp');
+    execFileSync(sluice, ['import', join(MODELS, 'mlp_tiny/model.onnx'), '--out', dir]);
+    const imported = JSON.parse(readFileSync(join(dir, 'model.json'), 'utf8'));
+    writeFileSync(join(dir, 'edited.json'), JSON.stringify({ ...edited, params: imported.params }));
+    const input = join(MODELS, 'mlp_tiny/input_0.npy');
+    execFileSync(sluice, ['run', join(dir, 'edited.json'), '--device', 'cpu', '--batch', '2',
+      '--input', `x=${input}`, '--output', join(dir, 'sluice')]);
+    const reference = onlyNpy(join(dir, 'sluice'));
+
+    // The editor's browser run uses the imported weights: same answer as the CLI on the
+    // same seeded inputs (seed 0, batch 8, the run panel's defaults).
+    execFileSync(sluice, ['run', join(dir, 'edited.json'), '--device', 'cpu', '--batch', '8',
+      '--output', join(dir, 'seeded')]);
+    await page.locator('button[data-tab="Run"]').click();
+    await page.locator('#run-target').selectOption('browser');
+    await page.locator('#run-button').click();
+    await page.waitForSelector('#run-status[data-status="succeeded"], #run-status[data-status="failed"]', { timeout: RUN_TIMEOUT });
+    assert.equal(await page.getAttribute('#run-status', 'data-status'), 'succeeded', await page.locator('#run-status').textContent());
+    const [npyDownload] = await Promise.all([
+      page.waitForEvent('download'),
+      page.locator('.output .download-npy').first().click(),
+    ]);
+    const browserRun = readNpy(readFileSync(await npyDownload.path()));
+    const browserWorst = maxAbsDifference(browserRun, onlyNpy(join(dir, 'seeded')));
+    console.log(`browser run with the imported weights vs sluice run: max abs difference ${browserWorst.toExponential(2)}`);
+    assert.ok(browserWorst <= 1e-4, `browser run differs by ${browserWorst}`);
+
+    // Export ONNX and run the download in onnxruntime on the fixture's input.
+    const [download] = await Promise.all([page.waitForEvent('download'), page.locator('#export-onnx').click()]);
+    assert.equal(download.suggestedFilename(), 'model.onnx');
+    const model = join(dir, 'exported.onnx');
+    await download.saveAs(model);
+    mkdirSync(join(dir, 'ort'));
+    execFileSync(oraclePython(), [join(ROOT, 'scripts/onnx_run.py'), model, join(dir, 'ort'), `x=${input}`]);
+    const ort = readNpy(readFileSync(join(dir, 'ort/output_0.npy')));
+    const worst = maxAbsDifference(ort, reference);
+    console.log(`exported edited mlp_tiny: onnxruntime vs Sluice's CPU reference, ${ort.values.length} values: max abs difference ${worst.toExponential(2)}`);
+    assert.ok(worst <= 1e-5, `onnxruntime differs from Sluice by ${worst}`);
+    // The edit is in the exported model: the unedited model's outputs differ.
+    const original = readNpy(readFileSync(join(MODELS, 'mlp_tiny/output_0.npy')));
+    assert.ok(maxAbsDifference(ort, original) > 1e-3, 'the exported model is the edited one');
+  });
+
+  it('refuses a model with operators Sluice cannot run, naming every one', async () => {
+    const model = join(work, 'unsupported.onnx');
+    execFileSync(oraclePython(), ['-c', `
+import onnx, sys
+from onnx import helper, TensorProto
+nodes = [helper.make_node('Relu', ['x'], ['a']),
+         helper.make_node('NoSuchOp', ['a'], ['y1'], name='first_bad'),
+         helper.make_node('AlsoMissing', ['a'], ['y2'], name='second_bad')]
+out = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4])
+graph = helper.make_graph(nodes, 'g', [out('x')], [out('y1'), out('y2')])
+onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]), sys.argv[1])
+`, model]);
+    const before = await draftDoc(page);
+    const notice = await importFile(model);
+    assert.equal(await page.locator('.notice.error').count(), 1, notice);
+    assert.match(notice, /cannot import unsupported\.onnx/);
+    assert.match(notice, /first_bad/);
+    assert.match(notice, /second_bad/);
+    assert.deepEqual((await draftDoc(page)).nodes, before.nodes, 'the graph is unchanged');
+  });
+
+  it('imports resnet18_style.onnx dropped on the canvas, lays it out, and times edits on it', async () => {
+    const notice = await dropFile(join(MODELS, 'resnet18_style/model.onnx'));
+    console.log(notice);
+    assert.match(notice, /^imported model\.onnx: opset \d+, \d+ ONNX nodes → \d+ nodes/);
+    const doc = await draftDoc(page);
+    assert.equal(await page.locator('g.node').count(), doc.nodes.length + Object.keys(doc.inputs).length);
+    assert.equal(await page.locator('.problems summary').textContent(), 'graph valid');
+    await closeNotice();
+    await page.locator('button[data-tab="Properties"]').click();
+    await page.screenshot({ path: join(shots, 'editor-onnx-resnet18.png') });
+
+    // Ten edits: the classifier's bias off and on again, each until the page settles.
+    const [linear] = await nodesOf('linear');
+    await bringIntoView(linear);
+    await selectNode(page, linear);
+    // A closer look at the classifier's end of the network (the wheel zooms at the pointer).
+    const body = await page.locator(`g.node[data-id="${linear}"] rect.body`).boundingBox();
+    await page.mouse.move(body.x + body.width / 2, body.y + body.height / 2);
+    await page.mouse.wheel(0, -1000);
+    await settled();
+    await page.screenshot({ path: join(shots, 'editor-onnx-resnet18-classifier.png') });
+    const bias = page.locator('input[type="checkbox"][data-attr="bias"]');
+    const times = [];
+    for (let i = 0; i < 10; i += 1) {
+      const start = performance.now();
+      await bias.click();
+      await settled();
+      times.push(performance.now() - start);
+    }
+    const mean = times.reduce((a, b) => a + b, 0) / times.length;
+    console.log(`resnet18_style (${doc.nodes.length} nodes): ${mean.toFixed(1)} ms per edit (bias toggled 10 times; each: ${times.map((t) => t.toFixed(0)).join(', ')} ms)`);
+    assert.equal((await draftDoc(page)).nodes.find((n) => n.id === linear).attrs.bias ?? true, true);
+    assert.deepEqual(pageErrors, []);
+  });
+});
