@@ -20,10 +20,12 @@ use crate::weights::Weights;
 use serde_json::{json, Map, Value as Json};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// Oldest and newest standard opsets the importer reads (the operators it maps are
-/// followed through opset 23; 24 and 25 changed none of their semantics for the types
-/// Sluice reads).
-pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=25;
+/// Oldest and newest standard opsets the importer reads. Operators follow their newest
+/// versions; where an older version means something else, the importer translates it
+/// (Softmax before 13, Clip's attributes before 11, Slice's before 10, axes as attributes
+/// before 13 and 18), and attributes a version added are checked like any other, so a
+/// value Sluice does not implement is refused by name.
+pub const OPSETS: std::ops::RangeInclusive<i64> = 7..=28;
 
 /// Constants (`constant` nodes) up to this many elements stay in the graph file; larger
 /// float tensors become weights read by `param`.
