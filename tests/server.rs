@@ -476,7 +476,7 @@ fn bad_requests_get_clear_json_errors_and_the_server_stays_up() {
         ("POST", "/api/runs", Some(br#"{"graph": {"format": "sluice/graph@1", "inputs": {}, "nodes": [], "outputs": ["z"]}}"#.to_vec()), 422, "problem"),
         ("POST", "/api/runs", Some(big.clone()), 413, "larger than the limit"),
         ("PUT", "/api/graphs/big", Some(big), 413, "larger than the limit"),
-        ("POST", "/api/runs", Some(br#"{"graph": {"format": "sluice/graph@1", "inputs": {"x": {"shape": [2]}}, "nodes": [{"id": "y", "op": "relu", "inputs": ["x"]}], "outputs": ["y"], "params": {"file": "w.safetensors"}}}"#.to_vec()), 422, "which the server cannot read yet"),
+        ("POST", "/api/runs", Some(br#"{"graph": {"format": "sluice/graph@1", "inputs": {"x": {"shape": [2]}}, "nodes": [{"id": "y", "op": "relu", "inputs": ["x"]}], "outputs": ["y"], "params": {"file": "w.safetensors"}}}"#.to_vec()), 422, "an inline graph cannot take its weights"),
         ("PUT", "/api/graphs/..%2Fx", Some(b"{}".to_vec()), 400, "not a valid name"),
         ("GET", "/api/graphs/..%2F..%2Fetc%2Fpasswd", None, 400, "not a valid name"),
         ("GET", "/api/graphs/a%20b", None, 400, "not a valid name"),
