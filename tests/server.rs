@@ -476,7 +476,7 @@ fn bad_requests_get_clear_json_errors_and_the_server_stays_up() {
         ("POST", "/api/runs", Some(br#"{"graph": {"format": "sluice/graph@1", "inputs": {}, "nodes": [], "outputs": ["z"]}}"#.to_vec()), 422, "problem"),
         ("POST", "/api/runs", Some(big.clone()), 413, "larger than the limit"),
         ("PUT", "/api/graphs/big", Some(big), 413, "larger than the limit"),
-        ("POST", "/api/runs", Some(br#"{"graph": {"format": "sluice/graph@1", "inputs": {"x": {"shape": [2]}}, "nodes": [{"id": "y", "op": "relu", "inputs": ["x"]}], "outputs": ["y"], "params": {"file": "w.safetensors"}}}"#.to_vec()), 422, "which the server cannot read yet"),
+        ("POST", "/api/runs", Some(br#"{"graph": {"format": "sluice/graph@1", "inputs": {"x": {"shape": [2]}}, "nodes": [{"id": "y", "op": "relu", "inputs": ["x"]}], "outputs": ["y"], "params": {"file": "w.safetensors"}}}"#.to_vec()), 422, "an inline graph cannot take its weights"),
         ("PUT", "/api/graphs/..%2Fx", Some(b"{}".to_vec()), 400, "not a valid name"),
         ("GET", "/api/graphs/..%2F..%2Fetc%2Fpasswd", None, 400, "not a valid name"),
         ("GET", "/api/graphs/a%20b", None, 400, "not a valid name"),
@@ -1676,4 +1676,197 @@ fn the_workspace_holds_at_most_max_graphs() {
         "replacing is fine"
     );
     assert_eq!(s.req("GET", "/api/graphs/fifth", None).0, 404);
+}
+
+/// The fixture models of `tests/onnx_models.rs`: a model file, or one of its `.npy` files.
+fn onnx_fixture(model: &str, file: &str) -> Vec<u8> {
+    std::fs::read(
+        sluice_tests::root()
+            .join("tests/data/onnx-models")
+            .join(model)
+            .join(file),
+    )
+    .unwrap()
+}
+
+impl Server {
+    /// Runs a stored graph with one uploaded input and returns its output `name`.
+    fn run_output(
+        &self,
+        body: Value,
+        input: &str,
+        npy: &[u8],
+        output: &str,
+    ) -> sluice_engine::Tensor {
+        use base64::Engine;
+        let mut body = body;
+        body["inputs"] = json!({ input: base64::engine::general_purpose::STANDARD.encode(npy) });
+        let (code, accepted) = self.json("POST", "/api/runs", Some(body.clone()));
+        assert_eq!(code, 202, "{body}: {accepted}");
+        let run = self.wait_run(accepted["id"].as_str().unwrap());
+        assert_eq!(run["status"], "succeeded", "{run}");
+        let id = run["id"].as_str().unwrap();
+        let (code, bytes) = self.req("GET", &format!("/api/runs/{id}/outputs/{output}"), None);
+        assert_eq!(code, 200);
+        sluice_engine::npy::parse(&bytes).unwrap()
+    }
+}
+
+#[test]
+fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_workers() {
+    let ws = workspace("onnx");
+    let s = start(&ws, None, &[]);
+    let onnx = [("Content-Type", "application/onnx")];
+    let tiny = onnx_fixture("mlp_tiny", "model.onnx");
+    let (code, b) = s.req_with("PUT", "/api/graphs/tiny", Some(&tiny), &onnx);
+    let saved: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(code, 201, "{saved}");
+    assert_eq!(saved["valid"], true, "{saved}");
+    // Stored as a graph document naming its weights file, which lies next to it.
+    let (code, g) = s.json("GET", "/api/graphs/tiny", None);
+    assert_eq!(code, 200);
+    assert_eq!(g["params"]["file"], "tiny.safetensors", "{g}");
+    assert!(ws.join("graphs/tiny.safetensors").is_file());
+    assert!(s.json("GET", "/api/graphs", None).1["graphs"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("tiny")));
+    // Run by name on the server: onnxruntime's outputs for the fixture's input.
+    let input = onnx_fixture("mlp_tiny", "input_0.npy");
+    let want = sluice_engine::npy::parse(&onnx_fixture("mlp_tiny", "output_0.npy")).unwrap();
+    let got = s.run_output(
+        json!({ "graph": "tiny", "batch": 2 }),
+        "x",
+        &input,
+        "logits",
+    );
+    sluice_tests::compare("mlp_tiny on the server", &got, &want, 1e-4, 1e-4).unwrap();
+    // The graph saved back as JSON (as the editor does) keeps its weights.
+    let (code, _) = s.req("PUT", "/api/graphs/tiny", Some(g.to_string().as_bytes()));
+    assert_eq!(code, 200);
+    let again = s.run_output(
+        json!({ "graph": "tiny", "batch": 2 }),
+        "x",
+        &input,
+        "logits",
+    );
+    assert_eq!(
+        again, got,
+        "the graph saved again runs with the same weights"
+    );
+    // On two workers, a stage each: the same outputs.
+    let _w1 = worker(&s);
+    let _w2 = worker(&s);
+    wait_workers(&s, 2);
+    let body = json!({ "graph": "tiny", "batch": 2, "stages": 2, "microbatches": 1 });
+    let remote = s.run_output(body, "x", &input, "logits");
+    sluice_tests::compare("mlp_tiny on two workers", &remote, &want, 1e-4, 1e-4).unwrap();
+    // An inline graph cannot bring a weights file; a stored one naming another path is refused.
+    let (code, v) = s.json("POST", "/api/runs", Some(json!({ "graph": g.clone() })));
+    assert_eq!(code, 422, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("inline graph cannot take its weights"),
+        "{v}"
+    );
+    let mut outside = g.clone();
+    outside["params"]["file"] = json!("../tiny.safetensors");
+    assert_eq!(
+        s.req(
+            "PUT",
+            "/api/graphs/outside",
+            Some(outside.to_string().as_bytes())
+        )
+        .0,
+        201
+    );
+    let (code, v) = s.json("POST", "/api/runs", Some(json!({ "graph": "outside" })));
+    assert_eq!(code, 422, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a weights file of the workspace"),
+        "{v}"
+    );
+    // A larger model, as application/octet-stream.
+    let resnet = onnx_fixture("resnet18_style", "model.onnx");
+    let octet = [("Content-Type", "application/octet-stream")];
+    let (code, b) = s.req_with("PUT", "/api/graphs/resnet", Some(&resnet), &octet);
+    assert_eq!(code, 201, "{}", String::from_utf8_lossy(&b));
+    let input = onnx_fixture("resnet18_style", "input_0.npy");
+    let want = sluice_engine::npy::parse(&onnx_fixture("resnet18_style", "output_0.npy")).unwrap();
+    let got = s.run_output(
+        json!({ "graph": "resnet", "batch": 2 }),
+        "image",
+        &input,
+        "logits",
+    );
+    sluice_tests::compare("resnet18_style on the server", &got, &want, 1e-3, 1e-3).unwrap();
+    // Deleting a graph deletes its weights.
+    assert_eq!(s.req("DELETE", "/api/graphs/tiny", None).0, 204);
+    assert!(!ws.join("graphs/tiny.safetensors").exists());
+    assert_eq!(s.req("GET", "/api/graphs/tiny", None).0, 404);
+}
+
+#[test]
+fn hostile_onnx_bodies_get_clear_errors_and_store_nothing() {
+    let ws = workspace("onnx-hostile");
+    let s = start(&ws, None, &[]);
+    let onnx = [("Content-Type", "application/onnx")];
+    let tiny = onnx_fixture("mlp_tiny", "model.onnx");
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let random: Vec<u8> = (0..4096)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    // Every `Relu` renamed `Relz` (same length, so the protobuf stays well formed).
+    let mut unsupported = tiny.clone();
+    for i in 0..unsupported.len().saturating_sub(3) {
+        if &unsupported[i..i + 4] == b"Relu" {
+            unsupported[i + 3] = b'z';
+        }
+    }
+    let mlp = std::fs::read(sluice_tests::root().join("assets/graphs/mlp.json")).unwrap();
+    for (label, body, says) in [
+        ("random bytes", random.clone(), "cannot import the model"),
+        (
+            "a truncated model",
+            tiny[..tiny.len() / 2].to_vec(),
+            "cannot import the model",
+        ),
+        (
+            "a JSON graph sent as a model",
+            mlp,
+            "cannot import the model",
+        ),
+        ("an unsupported operator", unsupported, "Relz"),
+    ] {
+        let (code, b) = s.req_with("PUT", "/api/graphs/hostile", Some(&body), &onnx);
+        let v: Value = serde_json::from_slice(&b)
+            .unwrap_or_else(|_| panic!("{label}: not JSON: {}", String::from_utf8_lossy(&b)));
+        assert_eq!(code, 422, "{label}: {v}");
+        let e = v["error"].as_str().unwrap();
+        assert!(e.contains(says), "{label}: {e}");
+    }
+    // A model under another content type is not read as one.
+    let (code, _) = s.req_with(
+        "PUT",
+        "/api/graphs/hostile",
+        Some(&tiny),
+        &[("Content-Type", "text/plain")],
+    );
+    assert_eq!(code, 415);
+    // Models are taken by PUT /api/graphs only.
+    let (code, _) = s.req_with("POST", "/api/validate", Some(&tiny), &onnx);
+    assert_eq!(code, 415);
+    assert_eq!(s.req("GET", "/api/graphs/hostile", None).0, 404);
+    assert!(!ws.join("graphs/hostile.safetensors").exists());
+    assert_eq!(s.req("GET", "/api/graphs", None).0, 200, "the server is up");
 }

@@ -3,12 +3,13 @@
 //! CPU work runs on blocking threads behind turns, database and file work on blocking
 //! threads; every error is a JSON [`AppError`] with the right status.
 
+use super::body::Received;
 use super::error::{json_errors, ApiResult, AppError};
 use super::events::{forward_finished, forward_live};
-use super::guard::{check_host_and_origin, require_json, require_token};
+use super::guard::{check_host_and_origin, media_type, require_json, require_token, MODEL_TYPES};
 use super::prepare::{parse_json, prepare_run};
 use super::state::AppState;
-use super::workspace::valid_run_id;
+use super::workspace::{valid_run_id, weights_file};
 use super::{metrics, openapi, page};
 use axum::body::Body;
 use axum::extract::ws::WebSocketUpgrade;
@@ -153,9 +154,60 @@ async fn get_graph(State(state): State<AppState>, Path(name): Path<String>) -> A
     }
 }
 
+/// What a `PUT /api/graphs/{name}` stores: a graph file as sent, or an imported model.
+enum Put {
+    /// A graph file, as received (holding its share of the body budget).
+    Graph(Received),
+    /// An imported model: the graph document's text and its weights file.
+    Model { graph: Vec<u8>, weights: Vec<u8> },
+}
+
+/// External tensor data of a model sent as a body: there is none.
+struct BodyOnly;
+
+impl sluice_engine::onnx::ExternalData for BodyOnly {
+    fn read(&self, location: &str, _: u64, _: Option<u64>) -> Result<Vec<u8>, String> {
+        Err(format!(
+            "the model keeps tensor data in an external file '{}'; the server takes \
+             self-contained models only (import it with `sluice import` next to its data)",
+            location.chars().take(100).collect::<String>()
+        ))
+    }
+}
+
+/// Imports an ONNX model as the graph `name`: its document (named after the graph when the
+/// model names none, `params.file` naming `NAME.safetensors`), checked against the limits,
+/// and its weights as safetensors. 422 with the importer's message for a model Sluice
+/// cannot import.
+fn import_model(
+    name: &str,
+    bytes: &[u8],
+    limits: &sluice_engine::limits::Limits,
+) -> ApiResult<Put> {
+    let imported = sluice_engine::onnx::import(bytes, &BodyOnly, limits)
+        .map_err(|e| AppError::unprocessable(format!("cannot import the model: {e}")))?;
+    let mut doc = imported.doc;
+    if doc.name.is_empty() || doc.name == "imported" {
+        doc.name = name.to_string();
+    }
+    doc.params.file = Some(weights_file(name));
+    let graph = sluice_engine::Graph::build_with(doc, limits)
+        .map_err(|p| AppError::unprocessable(format!("the imported graph does not check: {p}")))?;
+    let weights = sluice_engine::train::checkpoint::encode_weights(&imported.weights)
+        .map_err(|e| AppError::unprocessable(format!("cannot store the model's weights: {e}")))?;
+    let text = serde_json::to_string_pretty(&graph.doc)
+        .map_err(|e| AppError::unprocessable(format!("cannot write the imported graph: {e}")))?;
+    Ok(Put::Model {
+        graph: text.into_bytes(),
+        weights,
+    })
+}
+
 /// Stores a graph file as sent (a draft may still have problems, which are reported) —
 /// after checking it against the limits and analysing it, so a graph that cannot be
-/// checked is never stored.
+/// checked is never stored. A body sent as an ONNX model (`application/onnx` or
+/// `application/octet-stream`) is imported and stored as a graph with its weights file
+/// `NAME.safetensors` next to it; a graph file put later leaves that file alone.
 async fn put_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -163,27 +215,30 @@ async fn put_graph(
     body: Body,
 ) -> ApiResult<Response> {
     check_name(&name)?;
+    let model =
+        media_type(&headers).is_some_and(|t| MODEL_TYPES.iter().any(|m| t.eq_ignore_ascii_case(m)));
     let body = state.bodies.read(&headers, body).await?;
     let limits = state.limits.clone();
-    let problems = state
+    let n = name.clone();
+    let (problems, put) = state
         .work
         .heavy("checking the graph", move || {
+            if model {
+                return Ok((Vec::new(), import_model(&n, &body.bytes, &limits)?));
+            }
             let value = parse_json(&body.bytes, limits.max_json_values)?;
             if !value.is_object() {
                 return Err(AppError::bad("a graph file must be a JSON object"));
             }
             let text = std::str::from_utf8(&body.bytes)
                 .map_err(|_| AppError::bad("a graph file must be UTF-8 text"))?;
-            Ok((
-                match sluice_engine::load_graph_with(text, &limits) {
-                    Ok(_) => Vec::new(),
-                    Err(p) => p.0,
-                },
-                body,
-            ))
+            let problems = match sluice_engine::load_graph_with(text, &limits) {
+                Ok(_) => Vec::new(),
+                Err(p) => p.0,
+            };
+            Ok((problems, Put::Graph(body)))
         })
         .await?;
-    let (problems, body) = problems;
     let s = state.clone();
     let n = name.clone();
     let existed = state
@@ -198,7 +253,10 @@ async fn put_graph(
                     s.max_graphs
                 )));
             }
-            s.workspace.write_graph(&n, &body.bytes)?;
+            match &put {
+                Put::Graph(body) => s.workspace.write_graph(&n, &body.bytes)?,
+                Put::Model { graph, weights } => s.workspace.write_model(&n, graph, weights)?,
+            }
             Ok(existed)
         })
         .await?;

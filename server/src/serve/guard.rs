@@ -237,20 +237,34 @@ fn has_body(headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.to_str().map_or(true, |s| s.trim() != "0"))
 }
 
-/// Refuses a POST or PUT body that is not `application/json` (415).
+/// The content types of an ONNX model body, taken by `PUT /api/graphs/{name}` only.
+/// Neither is one a cross-site form can send without a CORS preflight.
+pub const MODEL_TYPES: [&str; 2] = ["application/onnx", "application/octet-stream"];
+
+/// A request's media type (its `Content-Type` without parameters), if it has one.
+pub fn media_type(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::trim)
+}
+
+/// Refuses a POST or PUT body that is not `application/json` (415) — but for an ONNX model
+/// ([`MODEL_TYPES`]) put as a graph.
 pub async fn require_json(req: Request, next: Next) -> Response {
     let writes = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH);
     if writes && has_body(req.headers()) {
-        let json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
-        if !json {
+        let media = media_type(req.headers());
+        let json = media.is_some_and(|t| t.eq_ignore_ascii_case("application/json"));
+        let model = *req.method() == Method::PUT
+            && req.uri().path().starts_with("/api/graphs/")
+            && media.is_some_and(|t| MODEL_TYPES.iter().any(|m| t.eq_ignore_ascii_case(m)));
+        if !json && !model {
             return AppError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "request bodies must be sent as 'Content-Type: application/json'",
+                "request bodies must be sent as 'Content-Type: application/json' \
+                 (an ONNX model put as a graph: 'application/onnx' or 'application/octet-stream')",
             )
             .into_response();
         }

@@ -5,12 +5,13 @@
 //! runtime.
 
 use super::error::{ApiResult, AppError};
-use super::workspace::Workspace;
+use super::workspace::{valid_weights_file, Workspace, MAX_WEIGHTS_FILE};
 use serde_json::Value;
 use sluice_api::{GraphRef, Kept, RunRequest, Upload};
 use sluice_engine::exec::RunConfig;
 use sluice_engine::graph::json::JsonError;
 use sluice_engine::limits::Limits;
+use sluice_engine::weights::Weights;
 use sluice_engine::Graph;
 
 /// Parses a JSON body of at most `max_values` values (counted while parsing by the
@@ -30,15 +31,75 @@ pub fn parse_json(bytes: &[u8], max_values: usize) -> ApiResult<Value> {
     })
 }
 
-/// What the server can run: a graph whose weights it can make, within the run limits
-/// for `config` (one batch).
-pub fn check_runnable(graph: &Graph, config: &RunConfig, limits: &Limits) -> Result<(), String> {
-    if let Some(file) = &graph.doc.params.file {
-        return Err(format!(
-            "the graph takes its weights from the file '{file}', which the server cannot read yet; \
-             use seeded weights (\"params\": {{\"seed\": ...}}) or `sluice run` on the command line"
-        ));
+/// Where a run's graph came from, which decides where its weights may come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A graph stored in the workspace: its `params.file` names a weights file there.
+    Stored,
+    /// A graph sent with the request, which cannot bring a weights file.
+    Inline,
+}
+
+/// The weights file a graph names, if it may run with it: a stored graph's `params.file`
+/// must name a weights file of the workspace (`NAME.safetensors`); an inline graph must not
+/// name one.
+pub fn weights_file(graph: &Graph, source: Source) -> Result<Option<&str>, String> {
+    let Some(file) = graph.doc.params.file.as_deref() else {
+        return Ok(None);
+    };
+    match source {
+        Source::Inline => Err(format!(
+            "an inline graph cannot take its weights from the file '{}'; store the graph with \
+             its weights (PUT /api/graphs/NAME with the ONNX model) and run it by name, or use \
+             seeded weights (\"params\": {{\"seed\": ...}})",
+            clip(file)
+        )),
+        Source::Stored if !valid_weights_file(file) => Err(format!(
+            "the graph takes its weights from '{}', which is not a weights file of the \
+             workspace (NAME.safetensors, stored by putting an ONNX model as the graph NAME)",
+            clip(file)
+        )),
+        Source::Stored => Ok(Some(file)),
     }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(100).collect()
+}
+
+/// The weights a run of `graph` uses: seeded, or its weights file read from the workspace
+/// and checked against the graph. Also returns the file's bytes (empty for seeded
+/// weights), which tell compiled sessions apart.
+pub fn run_weights(
+    ws: &Workspace,
+    graph: &Graph,
+    source: Source,
+) -> Result<(Weights, Vec<u8>), String> {
+    let Some(file) = weights_file(graph, source)? else {
+        let seed = graph.doc.params.seed.unwrap_or(0);
+        return Ok((
+            sluice_engine::weights::init_weights(graph, seed),
+            Vec::new(),
+        ));
+    };
+    let bytes = ws
+        .read_weights(file)
+        .map_err(|e| format!("{e:#}"))?
+        .ok_or_else(|| format!("the graph's weights file '{file}' does not exist"))?;
+    let weights = sluice_engine::weights::load_safetensors(graph, &bytes)
+        .map_err(|e| format!("in the weights file '{file}': {e}"))?;
+    Ok((weights, bytes))
+}
+
+/// What the server can run: a graph whose weights it can make or read (see
+/// [`weights_file`]), within the run limits for `config` (one batch).
+pub fn check_runnable(
+    graph: &Graph,
+    source: Source,
+    config: &RunConfig,
+    limits: &Limits,
+) -> Result<(), String> {
+    weights_file(graph, source)?;
     sluice_engine::exec::check_run(graph, config, None, limits)
         .map(|_| ())
         .map_err(|e| e.to_string())
@@ -102,14 +163,19 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], limits: &Limits) -> ApiResult<Pr
             .map_err(|e| AppError::unprocessable(format!("input '{name}': {e}")))?;
         uploads.push(bytes);
     }
-    let (label, text, inline) = match &request.graph {
+    let (label, text, inline, source) = match &request.graph {
         GraphRef::Stored(name) => match ws.read_graph(name)? {
-            Some(t) => (name.clone(), t, None),
+            Some(t) => (name.clone(), t, None, Source::Stored),
             None => return Err(AppError::not_found(format!("no graph named '{name}'"))),
         },
         GraphRef::Inline(doc) => {
             let text = doc.to_string();
-            ("inline".to_string(), text.clone(), Some(text.into_bytes()))
+            (
+                "inline".to_string(),
+                text.clone(),
+                Some(text.into_bytes()),
+                Source::Inline,
+            )
         }
         GraphRef::Kept(_) => {
             return Err(AppError::unprocessable(
@@ -130,7 +196,14 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], limits: &Limits) -> ApiResult<Pr
             known.join(", ")
         )));
     }
-    check_runnable(&graph, &request.config(), limits).map_err(AppError::unprocessable)?;
+    check_runnable(&graph, source, &request.config(), limits).map_err(AppError::unprocessable)?;
+    if let Some(file) = weights_file(&graph, source).map_err(AppError::unprocessable)? {
+        if !ws.has_weights(file)? {
+            return Err(AppError::unprocessable(format!(
+                "the graph's weights file '{file}' does not exist or is over {MAX_WEIGHTS_FILE} bytes"
+            )));
+        }
+    }
     // Configurations that would change the answer are refused now, not after queueing.
     sluice_engine::exec::config::check_batching(&graph.batch_semantics(), &request.config(), None)
         .map_err(|e| AppError::unprocessable(e.to_string()))?;

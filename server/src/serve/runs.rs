@@ -8,7 +8,7 @@
 
 use super::db::Db;
 use super::events::{EventLog, Watch};
-use super::prepare::{check_runnable, Prepared};
+use super::prepare::{check_runnable, run_weights, Prepared, Source};
 use super::workers::{RemoteDevice, WorkerHandle, Workers};
 use super::workspace::Workspace;
 use sluice_api::{
@@ -68,9 +68,11 @@ struct PlanCache {
 }
 
 impl PlanCache {
-    fn key(&self, devices: &str, config: &RunConfig, text: &str) -> u64 {
+    /// A compiled session's key: its devices, configuration, graph text and weights file
+    /// (a model put again under the same name has the same text but other weights).
+    fn key(&self, devices: &str, config: &RunConfig, text: &str, weights: &[u8]) -> u64 {
         let config = serde_json::to_string(config).unwrap_or_default();
-        self.hasher.hash_one((devices, config, text))
+        self.hasher.hash_one((devices, config, text, weights))
     }
 
     fn take(&mut self, key: u64) -> Option<Session> {
@@ -467,13 +469,17 @@ impl Runs {
         let limits = &self.settings.limits;
         let graph = sluice_engine::load_graph_with(&text, limits).map_err(|p| p.render())?;
         let config: RunConfig = req.config();
-        check_runnable(&graph, &config, limits)?;
-        let weights =
-            sluice_engine::weights::init_weights(&graph, graph.doc.params.seed.unwrap_or(0));
+        let source = match &req.graph {
+            GraphRef::Stored(_) => Source::Stored,
+            _ => Source::Inline,
+        };
+        check_runnable(&graph, source, &config, limits)?;
+        let (weights, weights_bytes) = run_weights(ws, &graph, source)?;
         let data =
             dataset::complete(&graph, uploaded, req.seed, req.batch).map_err(|e| e.to_string())?;
         let (devices, device_key) = self.devices(&req, &row.id, cancel)?;
-        let cache_key = device_key.map(|d| lock(&self.cache).key(&d, &config, &text));
+        let cache_key =
+            device_key.map(|d| lock(&self.cache).key(&d, &config, &text, &weights_bytes));
         let cached = cache_key.and_then(|k| lock(&self.cache).take(k));
         let was_cached = cached.is_some();
         let mut session = match cached {

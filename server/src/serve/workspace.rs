@@ -1,5 +1,6 @@
 //! The workspace folder, and the only code that turns names into paths in it:
-//! `graphs/NAME.json`; per run `runs/ID/` with its kept request files (`graph.json` for an
+//! `graphs/NAME.json` (with `graphs/NAME.safetensors`, the weights of a graph imported
+//! from an ONNX model, which its `params.file` names); per run `runs/ID/` with its kept request files (`graph.json` for an
 //! inline graph, `inputs/K.npy` for uploads), its outputs (`FILE.npy`) and its events
 //! (`events.json`, replayed to late watchers and made into its trace); `sluice.db`; and
 //! `.lock`, held by the one server using the workspace. Graph names and output file names
@@ -30,12 +31,26 @@ const EXAMPLES: &[(&str, &str)] = &[
 /// Largest graph file read from the workspace (a graph is stored only after its body
 /// passed `--body-limit`; this bounds files put there by hand).
 const MAX_GRAPH_FILE: u64 = 64 << 20;
+/// Largest weights file read from the workspace (and so the largest model's weights the
+/// server runs; each tensor is also bounded by the worker frame limit when sent).
+pub const MAX_WEIGHTS_FILE: u64 = 2 << 30;
 /// Largest events file replayed or made into a trace.
 const MAX_EVENTS_FILE: u64 = 256 << 20;
 /// Most events kept per run (the rest are counted): about 30 MB of JSON.
 pub const MAX_KEPT_EVENTS: usize = 200_000;
 /// Largest kept upload read back (uploads arrive in bodies under `--body-limit`).
 const MAX_KEPT_FILE: u64 = 4 << 30;
+
+/// Whether a graph's `params.file` names a weights file the server keeps: `NAME.safetensors`
+/// with a valid graph name, in the graphs folder.
+pub fn valid_weights_file(file: &str) -> bool {
+    file.strip_suffix(".safetensors").is_some_and(valid_name)
+}
+
+/// The weights file of the graph `name`.
+pub fn weights_file(name: &str) -> String {
+    format!("{name}.safetensors")
+}
 
 /// Whether a string is a run id as the server makes them: 16 lowercase hex digits.
 pub fn valid_run_id(id: &str) -> bool {
@@ -194,13 +209,54 @@ impl Workspace {
         write_durably(&self.graphs(), &Workspace::graph_file(name)?, bytes)
     }
 
-    /// Deletes a graph; false if it did not exist.
-    pub fn delete_graph(&self, name: &str) -> Result<bool> {
-        match std::fs::remove_file(self.graphs().join(Workspace::graph_file(name)?)) {
-            Ok(()) => sync_dir(&self.graphs()).map(|()| true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e).context("cannot delete the graph"),
+    /// Stores an imported graph and its weights durably: the weights file (which the graph
+    /// names) first, then the graph, so the graph never names weights not yet written.
+    pub fn write_model(&self, name: &str, graph: &[u8], weights: &[u8]) -> Result<()> {
+        Workspace::graph_file(name)?;
+        write_durably(&self.graphs(), &weights_file(name), weights)?;
+        self.write_graph(name, graph)
+    }
+
+    /// A weights file's bytes (at most [`MAX_WEIGHTS_FILE`]), if it exists.
+    pub fn read_weights(&self, file: &str) -> Result<Option<Vec<u8>>> {
+        if !valid_weights_file(file) {
+            bail!("'{file}' is not a weights file of the workspace");
         }
+        let p = self.graphs().join(file);
+        match read_bounded(&p, MAX_WEIGHTS_FILE) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot read the weights file '{file}'")),
+        }
+    }
+
+    /// Whether a weights file exists as a regular file of at most [`MAX_WEIGHTS_FILE`].
+    pub fn has_weights(&self, file: &str) -> Result<bool> {
+        if !valid_weights_file(file) {
+            bail!("'{file}' is not a weights file of the workspace");
+        }
+        match std::fs::metadata(self.graphs().join(file)) {
+            Ok(m) => Ok(m.is_file() && m.len() <= MAX_WEIGHTS_FILE),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("cannot read the weights file '{file}'")),
+        }
+    }
+
+    /// Deletes a graph and its weights file (`NAME.safetensors`, if any); false if the
+    /// graph did not exist.
+    pub fn delete_graph(&self, name: &str) -> Result<bool> {
+        let deleted = match std::fs::remove_file(self.graphs().join(Workspace::graph_file(name)?)) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(e).context("cannot delete the graph"),
+        };
+        match std::fs::remove_file(self.graphs().join(weights_file(name))) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).context("cannot delete the graph's weights"),
+        }
+        sync_dir(&self.graphs())?;
+        Ok(deleted)
     }
 
     /// A run's folder.
@@ -355,13 +411,46 @@ mod tests {
     }
 
     #[test]
+    fn a_model_is_stored_with_its_weights_and_deleted_with_them() {
+        let root = temp("model");
+        let (ws, _held) = Workspace::open(&root).unwrap();
+        ws.write_model("m", b"{}", b"weights").unwrap();
+        assert_eq!(ws.read_graph("m").unwrap().as_deref(), Some("{}"));
+        assert_eq!(
+            ws.read_weights("m.safetensors").unwrap().unwrap(),
+            b"weights"
+        );
+        assert!(ws.has_weights("m.safetensors").unwrap());
+        assert!(ws.list_graphs().unwrap().contains(&"m".to_string()));
+        assert!(ws.delete_graph("m").unwrap());
+        assert!(ws.read_weights("m.safetensors").unwrap().is_none());
+        assert!(!ws.has_weights("m.safetensors").unwrap());
+        assert!(!ws.delete_graph("m").unwrap());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
     fn names_that_are_not_the_servers_own_never_become_paths() {
         let root = temp("names");
         let (ws, _held) = Workspace::open(&root).unwrap();
         for bad in ["../x", "", "a/b", ".hidden", "x.json"] {
             assert!(ws.write_graph(bad, b"{}").is_err(), "{bad}");
             assert!(ws.read_graph(bad).is_err(), "{bad}");
+            assert!(ws.write_model(bad, b"{}", b"").is_err(), "{bad}");
         }
+        for bad in [
+            "../x.safetensors",
+            "x",
+            "/etc/x.safetensors",
+            ".safetensors",
+            "a/b.safetensors",
+            "x.json",
+        ] {
+            assert!(!valid_weights_file(bad), "{bad}");
+            assert!(ws.read_weights(bad).is_err(), "{bad}");
+            assert!(ws.has_weights(bad).is_err(), "{bad}");
+        }
+        assert!(valid_weights_file(&weights_file("m-1")));
         for bad in ["../../../../tmp", "0123456789ABCDEF", "0123"] {
             assert!(ws.keep_request(bad, Some(b"{}"), &[]).is_err(), "{bad}");
             assert!(ws.write_output(bad, "y", b"").is_err(), "{bad}");
