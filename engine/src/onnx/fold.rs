@@ -118,13 +118,13 @@ pub fn slice(data: &SymInts, start: i64, end: i64, step: i64) -> Result<SymInts,
         let (mut i, e) = (norm(start, 0, n), norm(end, 0, n));
         while i < e {
             items.push(data.items[i as usize].clone());
-            i += step;
+            i = i.saturating_add(step);
         }
     } else {
         let (mut i, e) = (norm(start, -1, n - 1), norm(end, -1, n - 1));
         while i > e {
             items.push(data.items[i as usize].clone());
-            i += step;
+            i = i.saturating_add(step);
         }
     }
     Ok(SymInts {

@@ -843,6 +843,9 @@ impl Importer<'_> {
     fn translate(&mut self, node: &NodeProto) -> Result<Vec<Value>, Vec<String>> {
         let attrs = Attrs(&node.attribute);
         let one = |s: &str| vec![s.to_string()];
+        if node.input.first().is_none_or(String::is_empty) || node.output.is_empty() {
+            return Err(one("a node needs its first input and an output"));
+        }
         match node.op_type.as_str() {
             "Identity" => Ok(vec![self.values[&node.input[0]].clone()]),
             "Dropout" => {
@@ -855,6 +858,9 @@ impl Importer<'_> {
                     }
                 }
                 Ok(vec![self.values[&node.input[0]].clone()])
+            }
+            "Gemm" if node.input.get(1).is_none_or(String::is_empty) => {
+                Err(one("Gemm needs inputs A and B"))
             }
             "Gemm" => self.gemm(node, &attrs),
             "Sum" | "Mean" => self.variadic(node),
@@ -1732,9 +1738,18 @@ fn explicit_pads(node: &NodeProto, x: &[Dim], attrs: &mut Map<String, Json>) -> 
                     strides.get(a).copied().unwrap_or(1).max(1),
                     dilations.get(a).copied().unwrap_or(1),
                 );
+                if [k, s, d].iter().any(|v| !(1..=1 << 20).contains(v)) {
+                    return Err(format!(
+                        "auto_pad with kernel {k}, stride {s}, dilation {d} out of range"
+                    ));
+                }
                 let total = if transposed {
                     // ConvTranspose: the output is input × stride; the pads make it so.
-                    let extra = output_padding.get(a).copied().unwrap_or(0);
+                    let extra = output_padding
+                        .get(a)
+                        .copied()
+                        .unwrap_or(0)
+                        .clamp(0, 1 << 20);
                     (s * (size - 1) + extra + (k - 1) * d + 1 - size * s).max(0)
                 } else {
                     let out = (size + s - 1) / s;
@@ -1814,7 +1829,11 @@ fn range(
         }
     } else {
         let (s, d) = (start.as_i64()[0], delta.as_i64()[0]);
-        HostTensor::ints(vec![n], (0..n as i64).map(|i| s + i * d).collect())
+        let values = (0..n as i64)
+            .map(|i| i.checked_mul(d).and_then(|x| x.checked_add(s)))
+            .collect::<Option<Vec<_>>>()
+            .ok_or("Range overflows 64-bit integers")?;
+        HostTensor::ints(vec![n], values)
     })
 }
 
@@ -1866,7 +1885,10 @@ fn reshape_known(t: &HostTensor, target: &[i64]) -> Result<HostTensor, String> {
             _ => return Err(format!("reshape target {target:?} is not valid")),
         }
     }
-    let known: usize = dims.iter().product();
+    let known = dims
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| format!("reshape target {target:?} is too large"))?;
     if let Some(i) = infer {
         if known == 0 || !n.is_multiple_of(known) {
             return Err(format!("cannot reshape {n} elements to {target:?}"));

@@ -142,6 +142,33 @@ mod tests {
     }
 
     #[test]
+    fn malformed_nodes_are_errors_never_panics() {
+        let base = proto::ModelProto::decode(MLP).unwrap();
+        let limits = Limits::default();
+        for (op, inputs, outputs) in [
+            ("Identity", vec![], vec!["y"]),
+            ("Gemm", vec!["x"], vec!["y"]),
+            ("Relu", vec!["x"], vec![]),
+            ("Sum", vec![], vec!["y"]),
+            ("LRN", vec!["x"], vec!["y"]),
+            ("Slice", vec!["x", "", "", "", ""], vec!["y"]),
+        ] {
+            let mut model = base.clone();
+            let graph = model.graph.as_mut().unwrap();
+            graph.node.insert(
+                0,
+                proto::NodeProto {
+                    op_type: op.into(),
+                    input: inputs.iter().map(|s| s.to_string()).collect(),
+                    output: outputs.iter().map(|s| s.to_string()).collect(),
+                    ..Default::default()
+                },
+            );
+            let _ = import(&model.encode_to_vec(), &NoExternalData, &limits);
+        }
+    }
+
+    #[test]
     fn unsupported_operators_are_all_named_once() {
         let mut model = proto::ModelProto::decode(MLP).unwrap();
         let graph = model.graph.as_mut().unwrap();
