@@ -32,7 +32,11 @@ it('every portable generated kernel builds a compute pipeline in Chromium\'s Web
   const result = await page.evaluate(async (list) => {
     const adapter = await navigator.gpu.requestAdapter();
     if (!adapter) return { adapter: null, failures: [] };
-    const device = await adapter.requestDevice({ requiredFeatures: [...adapter.features] });
+    // The engine asks for the adapter's own limits (gpu/context.rs); so does this test.
+    const device = await adapter.requestDevice({
+      requiredFeatures: [...adapter.features],
+      requiredLimits: { maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage },
+    });
     const failures = [];
     for (const k of list) {
       device.pushErrorScope('validation');

@@ -245,7 +245,9 @@ pub fn reduce_kernel(
             return Err(format!("{label} over an empty axis has no value"));
         }
         ReduceKind::Max => ("f32", "max", "ld_src(base + red_offset(0u))"),
-        ReduceKind::Min => ("f32", "min", "bitcast<f32>(0x7f800000u)"),
+        // +∞, read through `info` so that no compiler folds it into a constant (Tint
+        // refuses an infinite f32 constant).
+        ReduceKind::Min => ("f32", "min", "bitcast<f32>(0x7f800000u | (info[0] & 0u))"),
         ReduceKind::Prod => ("f32", "prod", "f32(1.0)"),
         ReduceKind::L2 => ("f32", "sum", "f32(0.0)"),
         _ if f16_compute => ("f16", "sum", "f16(0.0)"),
