@@ -347,7 +347,7 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<IndexingOp> {
         "trilu" => {
             let upper = r.bool("upper");
             let k = r.int("k");
-            if k.abs() > MAX_SIZE {
+            if k.unsigned_abs() > MAX_SIZE.unsigned_abs() {
                 r.reject("k", format!("k must be within ±{MAX_SIZE}, got {k}"));
             }
             IndexingOp::Trilu { upper, k }
@@ -489,7 +489,7 @@ impl IndexingOp {
             IndexingOp::GatherNd { batch_dims } if *batch_dims > 64 => Err(format!(
                 "gather_nd: batch_dims {batch_dims} is out of range"
             )),
-            IndexingOp::Trilu { k, .. } if k.abs() > MAX_SIZE => {
+            IndexingOp::Trilu { k, .. } if k.unsigned_abs() > MAX_SIZE.unsigned_abs() => {
                 Err(format!("trilu: k {k} is out of range"))
             }
             IndexingOp::Range {
@@ -881,6 +881,14 @@ fn nd_depth(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn trilu_k_of_i64_min_is_refused_not_an_overflow() {
+        let attrs = serde_json::json!({ "k": i64::MIN });
+        let err = crate::ops::parse("trilu", attrs.as_object().unwrap()).unwrap_err();
+        assert!(err.iter().any(|(a, _)| a == "k"), "{err:?}");
+    }
+
     use crate::ops::testing::{couples, rule, tensor};
     use serde_json::json;
 
