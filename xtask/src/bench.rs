@@ -47,8 +47,7 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
     };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(&cargo, &["build", "--release", "-p", "sluice-server"])?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| root.join(t));
+    let target = crate::target_dir(root);
     let bin = target.join("release/sluice");
     let s = bin.to_str().context("non-UTF-8 path")?;
     let devices = sluice_json(s, &["devices"])?;

@@ -66,7 +66,7 @@ pub fn run_tests(root: &Path, built: &Path, bundle: &Path) -> Result<(u64, u64)>
             );
         }
     }
-    let kernels = root.join("target/browser-kernels.json");
+    let kernels = crate::target_dir(root).join("browser-kernels.json");
     crate::run(
         lister.to_str().context("non-UTF-8 path")?,
         &[kernels.to_str().context("non-UTF-8 path")?],
@@ -92,7 +92,10 @@ pub fn run_tests(root: &Path, built: &Path, bundle: &Path) -> Result<(u64, u64)>
         .env("SLUICE_BIN", &sluice)
         .env("SLUICE_KERNELS", &kernels)
         .env("SLUICE_EDITOR", bundle)
-        .env("SLUICE_SCREENSHOTS", root.join("target/screenshots"))
+        .env(
+            "SLUICE_SCREENSHOTS",
+            crate::target_dir(root).join("screenshots"),
+        )
         .stdout(Stdio::piped())
         .spawn()
         .context("cannot start node")?;

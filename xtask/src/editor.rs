@@ -82,7 +82,8 @@ pub fn build(root: &Path) -> Result<PathBuf> {
             "wasm-release",
         ],
     )?;
-    let wasm = root.join("target/wasm32-unknown-unknown/wasm-release/sluice_editor.wasm");
+    let wasm =
+        crate::target_dir(root).join("wasm32-unknown-unknown/wasm-release/sluice_editor.wasm");
     let out = root.join(BUNDLE_DIR);
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("cannot clear {}", out.display()))?;

@@ -75,6 +75,12 @@ pub fn run(program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Cargo's target folder: `CARGO_TARGET_DIR` where set (relative to the workspace root,
+/// as cargo reads it), else `target/` in the workspace.
+pub fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| root.join(t))
+}
+
 fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
@@ -103,7 +109,7 @@ fn test(root: &Path) -> Result<()> {
     let (mut passed, mut failed) = run_tests(&cargo)?;
     // `cargo test --workspace` built `sluice` and the examples with the workspace's
     // features; building them again by package would recompile the engine.
-    let (p, f) = browser::run_tests(root, &root.join("target/debug"), &bundle)?;
+    let (p, f) = browser::run_tests(root, &target_dir(root).join("debug"), &bundle)?;
     passed += p;
     failed += f;
     println!(
@@ -167,7 +173,7 @@ fn demo(root: &Path) -> Result<()> {
     let bundle = editor::build(root)?;
     let cargo = cargo();
     run(&cargo, &["build", "-p", "sluice-server"])?;
-    let sluice = root.join("target/debug/sluice");
+    let sluice = target_dir(root).join("debug/sluice");
     let sluice = sluice.to_str().context("non-UTF-8 path")?;
     run(sluice, &["devices"])?;
     // A new workspace gets the example graphs; an existing one (earlier demo) is kept as is.
