@@ -10,7 +10,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import {
-  draftDoc, dropFromPalette, edgeLabel, launchChromium, readNpy, screenshotDir, selectNode,
+  draftDoc, dropFromPalette, edgeLabel, launchChromium, noticeAfter, readNpy, screenshotDir, selectNode,
   setField, startServer, wire,
 } from './support.mjs';
 
@@ -112,9 +112,8 @@ describe('the editor', { timeout: 900_000 }, () => {
     // Name it, save with Ctrl+S, reload.
     await setField(page.locator('#graph-name'), 'mlp_drawn');
     await leaveFields();
-    await page.keyboard.press('Control+s');
+    assert.match(await noticeAfter(page, () => page.keyboard.press('Control+s')), /saved 'mlp_drawn'/);
     await page.waitForSelector('.dirty[data-dirty="false"]');
-    assert.match(await notice(), /saved 'mlp_drawn'/);
     const stored = await (await fetch(`${server.url}/api/graphs/mlp_drawn`)).json();
     assert.deepEqual(stored.nodes.map((n) => n.op), ['linear', 'relu', 'linear', 'softmax']);
     assert.deepEqual(stored.outputs, ['softmax1']);

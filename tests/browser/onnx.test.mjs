@@ -15,7 +15,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import {
-  dragBetween, draftDoc, launchChromium, readNpy, screenshotDir, selectNode, startServer,
+  dragBetween, draftDoc, launchChromium, noticeAfter, readNpy, screenshotDir, selectNode, startServer,
 } from './support.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -72,29 +72,21 @@ describe('ONNX models in the editor', { timeout: 900_000 }, () => {
   }
 
   /** Picks `path` in the Import button's file input; resolves to the notice it gives. */
-  async function importFile(path) {
-    await closeNotice();
-    await page.setInputFiles('#import-file', path);
-    const text = page.locator('.notice .notice-text');
-    await text.waitFor({ timeout: 60_000 });
-    return text.textContent();
+  function importFile(path) {
+    return noticeAfter(page, () => page.setInputFiles('#import-file', path));
   }
 
   /** Drops the file at `path` on the canvas; resolves to the notice it gives. */
-  async function dropFile(path) {
-    await closeNotice();
+  function dropFile(path) {
     const bytes = readFileSync(path).toString('base64');
-    await page.evaluate(([name, b64]) => {
+    return noticeAfter(page, () => page.evaluate(([name, b64]) => {
       const data = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
       const transfer = new DataTransfer();
       transfer.items.add(new File([data], name));
       const wrap = document.querySelector('.canvas-wrap');
       wrap.dispatchEvent(new DragEvent('dragover', { dataTransfer: transfer, bubbles: true, cancelable: true }));
       wrap.dispatchEvent(new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true }));
-    }, [path.split('/').pop(), bytes]);
-    const text = page.locator('.notice .notice-text');
-    await text.waitFor({ timeout: 60_000 });
-    return text.textContent();
+    }, [path.split('/').pop(), bytes]));
   }
 
   /** The ids of the document's nodes with operator `op`. */

@@ -107,6 +107,31 @@ export async function setField(locator, text) {
 }
 
 /** The document the editor holds, from its draft in local storage (kept after every edit). */
+/**
+ * Runs `action` and resolves to the text of the first notice shown after it started.
+ * Information notices fade after a few seconds, so a MutationObserver records every
+ * notice as it appears instead of polling for one (a busy page could show and fade a
+ * notice between two polls). A notice already showing is closed first.
+ */
+export async function noticeAfter(page, action, timeout = 60_000) {
+  const close = page.locator('.notice-close');
+  if (await close.count()) {
+    await close.click();
+    await page.locator('.notice').waitFor({ state: 'detached' });
+  }
+  await page.evaluate(() => {
+    window.sluiceNotices = [];
+    const observer = new MutationObserver(() => {
+      const text = document.querySelector('.notice .notice-text')?.textContent;
+      if (text !== undefined && window.sluiceNotices.at(-1) !== text) window.sluiceNotices.push(text);
+    });
+    observer.observe(document.body, { childList: true, subtree: true, characterData: true });
+  });
+  await action();
+  const handle = await page.waitForFunction(() => window.sluiceNotices[0], null, { timeout });
+  return handle.jsonValue();
+}
+
 export async function draftDoc(page) {
   const text = await page.evaluate(() => localStorage.getItem('sluice.draft'));
   if (!text) throw new Error('the editor kept no draft');
