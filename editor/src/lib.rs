@@ -5,6 +5,7 @@
 //!
 //! Pure modules (tested natively): [`model`] (the document and its edits), [`history`]
 //! (undo/redo), [`schema`] (operator schemas), [`layout`] (geometry, auto-layout),
+//! [`route`] (edge routing and label placement),
 //! [`check`] (the engine's analysis, connection checks, stage placement), [`charts`]
 //! (chart data from events). Browser-side: [`state`] (signals), [`web`] (HTTP,
 //! WebSocket, storage, files, runs) and [`ui`] (components).
@@ -14,6 +15,7 @@ pub mod check;
 pub mod history;
 pub mod layout;
 pub mod model;
+pub mod route;
 pub mod schema;
 pub mod state;
 pub mod ui;

@@ -119,6 +119,48 @@ impl OpInfo {
     }
 }
 
+/// The port names of node or graph input `id` as drawn: (inputs, outputs). A node has its
+/// operator's input ports and as many outputs as the analysis inferred (`inferred`), else
+/// as its operator names; a graph input has one output, named after it.
+pub fn port_names(
+    ops: &[OpInfo],
+    doc: &sluice_engine::graph::GraphDoc,
+    id: &str,
+    inferred: Option<usize>,
+) -> (Vec<String>, Vec<String>) {
+    let Some(n) = doc.nodes.iter().find(|n| n.id == id) else {
+        return (Vec::new(), vec![id.to_string()]);
+    };
+    let info = ops.iter().find(|o| o.name == n.op);
+    let inputs = match info {
+        Some(o) => o.input_ports(n.inputs.len()),
+        None => (0..n.inputs.len()).map(|k| format!("in{k}")).collect(),
+    };
+    let names = info.map(|o| o.outputs.clone()).unwrap_or_default();
+    let count = inferred.unwrap_or(names.len()).max(1);
+    let outputs = (0..count)
+        .map(|k| {
+            if count == names.len() {
+                names[k].clone()
+            } else {
+                format!("{}{k}", names.first().map_or("out", String::as_str))
+            }
+        })
+        .collect();
+    (inputs, outputs)
+}
+
+/// The port counts of `id` (see [`port_names`]).
+pub fn port_counts(
+    ops: &[OpInfo],
+    doc: &sluice_engine::graph::GraphDoc,
+    id: &str,
+    inferred: Option<usize>,
+) -> (usize, usize) {
+    let (i, o) = port_names(ops, doc, id, inferred);
+    (i.len(), o.len())
+}
+
 /// Families in palette order, each with its operators.
 pub fn by_family(ops: &[OpInfo]) -> Vec<(String, Vec<&OpInfo>)> {
     let mut out: Vec<(String, Vec<&OpInfo>)> = Vec::new();

@@ -10,7 +10,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import {
-  draftDoc, dropFromPalette, edgeLabel, launchChromium, noticeAfter, readNpy, screenshotDir, selectNode,
+  assertReadable, draftDoc, dropFromPalette, edgeLabel, launchChromium, layoutReport, noticeAfter, readNpy,
+  screenshotDir, selectNode,
   setField, startServer, wire,
 } from './support.mjs';
 
@@ -266,6 +267,19 @@ describe('the editor', { timeout: 900_000 }, () => {
     }
     console.log(`browser vs server, ${serverNpy.values.length} values: max abs difference ${worst.toExponential(2)}`);
     assert.ok(worst <= 1e-4, `max abs difference ${worst}`);
+  });
+
+  it('opens the three examples readably: titles legible, edges around nodes, labels clear', async () => {
+    const examples = ['mlp', 'cnn', 'transformer_block'];
+    for (const name of examples) {
+      await page.locator('#open-graph').selectOption(name);
+      await page.waitForFunction((n) => document.querySelector('#graph-name')?.value === n, name);
+      await page.waitForSelector('g.node');
+      const report = await layoutReport(page);
+      console.log(`${name}: ${report.nodes} nodes, ${report.edges} edges; titles ${report.minTitlePx.toFixed(1)} px at ${await page.locator('.zoom-level').textContent()}; ${report.throughNodes.length} edges through nodes, ${report.labelOverlaps.length} label overlaps`);
+      await page.screenshot({ path: join(shots, `editor-example-${name}.png`) });
+      assertReadable(report, name);
+    }
   });
 
   it('shows the help overlay and raised no page errors', async () => {

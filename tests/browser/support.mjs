@@ -93,11 +93,12 @@ export async function wire(page, from, fromPort, to, toPort) {
   await dragBetween(page, a, b);
 }
 
-/** Clicks a node's body (selects it and shows its properties). */
+/** Clicks a node's body (selects it and shows its properties), left of its title, away
+ * from the ports along its top and bottom edges. */
 export async function selectNode(page, id) {
   const body = page.locator(`g.node[data-id="${id}"] rect.body`);
   const box = await body.boundingBox();
-  await page.mouse.click(box.x + box.width / 2, box.y + 10);
+  await page.mouse.click(box.x + 5, box.y + box.height / 2);
 }
 
 /** Types into a field and commits it (the editor applies fields on change). */
@@ -106,7 +107,6 @@ export async function setField(locator, text) {
   await locator.press('Enter');
 }
 
-/** The document the editor holds, from its draft in local storage (kept after every edit). */
 /**
  * Runs `action` and resolves to the text of the first notice shown after it started.
  * Information notices fade after a few seconds, so a MutationObserver records every
@@ -132,6 +132,7 @@ export async function noticeAfter(page, action, timeout = 60_000) {
   return handle.jsonValue();
 }
 
+/** The document the editor holds, from its draft in local storage (kept after every edit). */
 export async function draftDoc(page) {
   const text = await page.evaluate(() => localStorage.getItem('sluice.draft'));
   if (!text) throw new Error('the editor kept no draft');
@@ -156,4 +157,62 @@ export function readNpy(bytes) {
   const data = buf.subarray(start + headerLen);
   const values = new Float32Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.length));
   return { shape, values };
+}
+
+/**
+ * Checks the canvas as drawn, in screen pixels: the smallest node title, every place an
+ * edge passes through a node it does not connect (its path sampled every 3 px), and every
+ * edge label that overlaps a node or another label. Resolves to
+ * { nodes, edges, labels, minTitlePx, throughNodes: [...], labelOverlaps: [...] }.
+ */
+export async function layoutReport(page) {
+  return page.evaluate(() => {
+    const nodes = [...document.querySelectorAll('g.node')].map((g) => ({
+      id: g.dataset.id,
+      box: g.querySelector('rect.body').getBoundingClientRect(),
+    }));
+    const inside = (p, r) => p.x > r.left + 1 && p.x < r.right - 1 && p.y > r.top + 1 && p.y < r.bottom - 1;
+    const overlap = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+    const throughNodes = [];
+    const edges = [...document.querySelectorAll('g.edge')];
+    for (const e of edges) {
+      const path = e.querySelector('path.edge-line');
+      const m = path.getScreenCTM();
+      const length = path.getTotalLength();
+      const others = nodes.filter((n) => n.id !== e.dataset.from && n.id !== e.dataset.to);
+      for (let s = 0; s <= length; s += 3 / m.a) {
+        const p = new DOMPoint(path.getPointAtLength(s).x, path.getPointAtLength(s).y).matrixTransform(m);
+        const hit = others.find((n) => inside(p, n.box));
+        if (hit) {
+          throughNodes.push(`${e.dataset.edge} passes through ${hit.id}`);
+          break;
+        }
+      }
+    }
+    const labels = [...document.querySelectorAll('text.edge-label')].map((t) => ({ edge: t.dataset.edge, box: t.getBoundingClientRect() }));
+    const labelOverlaps = [];
+    labels.forEach((l, i) => {
+      const node = nodes.find((n) => overlap(l.box, n.box));
+      if (node) labelOverlaps.push(`label of ${l.edge} overlaps node ${node.id}`);
+      const other = labels.slice(0, i).find((o) => overlap(l.box, o.box));
+      if (other) labelOverlaps.push(`label of ${l.edge} overlaps label of ${other.edge}`);
+    });
+    const titles = [...document.querySelectorAll('g.node text.title')]
+      .map((t) => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a);
+    return {
+      nodes: nodes.length,
+      edges: edges.length,
+      labels: labels.length,
+      minTitlePx: Math.min(...titles),
+      throughNodes,
+      labelOverlaps,
+    };
+  });
+}
+
+/** Asserts that `report` (from layoutReport) shows a readable canvas. */
+export function assertReadable(report, what) {
+  if (report.minTitlePx < 11) throw new Error(`${what}: node titles are ${report.minTitlePx.toFixed(1)} px on screen, under 11`);
+  if (report.throughNodes.length) throw new Error(`${what}: ${report.throughNodes.length} edge(s) pass through nodes: ${report.throughNodes.slice(0, 5).join('; ')}`);
+  if (report.labelOverlaps.length) throw new Error(`${what}: ${report.labelOverlaps.length} label overlap(s): ${report.labelOverlaps.slice(0, 5).join('; ')}`);
 }

@@ -49,12 +49,21 @@ pub fn load_server_rates(state: EditorState) {
 }
 
 /// Reads a graph file's text as a document the editor can hold (a file with problems
-/// opens, and its problems show; one whose structure cannot be read is refused).
-pub fn read_doc(text: &str, what: &str) -> Result<GraphDoc, String> {
+/// opens, and its problems show; one whose structure cannot be read is refused). Nodes
+/// the file gives no position are placed by the automatic layout.
+pub fn read_doc(text: &str, what: &str, ops: &[schema::OpInfo]) -> Result<GraphDoc, String> {
     let (doc, problems) = sluice_engine::graph::doc::decode_partial(text);
     match doc {
         Some(mut d) => {
-            layout::place_missing(&mut d);
+            let ports = |id: &str| schema::port_counts(ops, &d, id, None);
+            let placed = if d.layout.is_empty() {
+                layout::auto_layout(&d, &ports)
+            } else {
+                let mut with_missing = d.clone();
+                layout::place_missing(&mut with_missing, &ports);
+                with_missing.layout
+            };
+            d.layout = placed;
             Ok(d)
         }
         None => Err(format!(
@@ -91,14 +100,19 @@ pub fn open_graph(state: EditorState, name: String) {
         if !reply.ok() {
             return state.error(format!("cannot open '{name}': {}", reply.error()));
         }
-        match read_doc(&String::from_utf8_lossy(&reply.body), &format!("'{name}'")) {
+        let ops = state.ops.get_untracked();
+        match read_doc(
+            &String::from_utf8_lossy(&reply.body),
+            &format!("'{name}'"),
+            &ops,
+        ) {
             Ok(mut doc) => {
                 if doc.name.is_empty() {
                     doc.name = name.clone();
                 }
                 let saved = model::for_engine(&doc);
                 state.load(doc, Some(saved), None);
-                fit(state);
+                open_view(state);
                 state.info(format!("opened '{name}'"));
             }
             Err(e) => state.error(e),
@@ -203,13 +217,14 @@ fn is_onnx(file: &str, bytes: &[u8]) -> bool {
 /// (its weights kept with the graph, the graph laid out), or a graph file.
 fn open_file(state: EditorState, file: &str, bytes: &[u8]) {
     if !is_onnx(file, bytes) {
-        return match read_doc(&String::from_utf8_lossy(bytes), &format!("'{file}'")) {
+        let ops = state.ops.get_untracked();
+        return match read_doc(&String::from_utf8_lossy(bytes), &format!("'{file}'"), &ops) {
             Ok(mut doc) => {
                 if doc.name.is_empty() {
                     doc.name = file.trim_end_matches(".json").to_string();
                 }
                 state.load(doc, None, None);
-                fit(state);
+                open_view(state);
                 state.info(format!(
                     "imported '{file}' (not saved to the workspace yet)"
                 ));
@@ -225,7 +240,7 @@ fn open_file(state: EditorState, file: &str, bytes: &[u8]) {
             doc.layout = laid_out(&doc, &state.ops.get_untracked());
             let nodes = doc.nodes.len();
             state.load(doc, None, Some(imported.weights));
-            fit(state);
+            open_view(state);
             state.info(format!(
                 "imported {file}: opset {}, {} ONNX nodes → {nodes} nodes ({} folded at import)",
                 imported.opset, imported.onnx_nodes, imported.folded
@@ -329,49 +344,82 @@ pub fn paste(state: EditorState) {
     state.selection.set(pasted);
 }
 
-/// Lays the graph out in layers, left to right.
+/// Lays the graph out in layers, top to bottom, and shows its top legibly.
 pub fn auto_layout(state: EditorState) {
     let ops = state.ops.get_untracked();
     state.edit(|d| {
         d.layout = laid_out(d, &ops);
         Ok(())
     });
-    fit(state);
+    open_view(state);
 }
 
-/// A layered, left-to-right layout of `doc`, each node as tall as its input ports.
+/// The automatic layout of `doc` with its nodes' ports as drawn.
 fn laid_out(
     doc: &GraphDoc,
     ops: &[schema::OpInfo],
 ) -> std::collections::BTreeMap<String, [f64; 2]> {
-    let rows = |id: &str| -> usize {
-        match model::node(doc, id) {
-            Some(n) => ops
-                .iter()
-                .find(|o| o.name == n.op)
-                .map_or(n.inputs.len(), |o| o.input_ports(n.inputs.len()).len()),
-            None => 1,
-        }
-    };
-    layout::auto_layout(doc, &rows)
+    layout::auto_layout(doc, &|id| schema::port_counts(ops, doc, id, None))
 }
 
-/// Zooms and pans so that the whole graph is in view.
+/// The rectangle (x, y, width, height) holding every node, if any.
+fn graph_bounds(state: EditorState) -> Option<[f64; 4]> {
+    state.ops.with_untracked(|ops| {
+        state.doc.with_untracked(|d| {
+            let inferred = |id: &str| {
+                state
+                    .analysis
+                    .with_untracked(|a| a.types.get(id).map(Vec::len))
+            };
+            layout::bounds(d, &|id| schema::port_counts(ops, d, id, inferred(id)))
+        })
+    })
+}
+
+/// Zooms and pans so that the whole graph is in view, however small that makes it.
 pub fn fit(state: EditorState) {
     let Some(rect) = super::canvas_rect() else {
         return;
     };
-    let Some(b) = state.doc.with_untracked(layout::bounds) else {
+    let Some(b) = graph_bounds(state) else {
         return state.view.set(Viewport::default());
     };
     let margin = 40.0;
     let k = ((rect[2] - 2.0 * margin) / b[2])
         .min((rect[3] - 2.0 * margin) / b[3])
-        .clamp(0.2, 1.25);
+        .clamp(layout::MIN_ZOOM, 1.25);
     state.view.set(Viewport {
         k,
         tx: (rect[2] - b[2] * k) / 2.0 - b[0] * k,
         ty: (rect[3] - b[3] * k) / 2.0 - b[1] * k,
+    });
+}
+
+/// The view a graph opens in: all of it when it fits at a zoom where text is legible,
+/// else its top at [`layout::LEGIBLE_ZOOM`] (scroll for the rest), centred across when it
+/// is narrower than the canvas, from its left edge when wider.
+pub fn open_view(state: EditorState) {
+    let Some(rect) = super::canvas_rect() else {
+        return;
+    };
+    let Some(b) = graph_bounds(state) else {
+        return state.view.set(Viewport::default());
+    };
+    let margin = 40.0;
+    let fits = ((rect[2] - 2.0 * margin) / b[2]).min((rect[3] - 2.0 * margin) / b[3]);
+    if fits >= layout::LEGIBLE_ZOOM {
+        return fit(state);
+    }
+    let k = layout::LEGIBLE_ZOOM;
+    let tx = if b[2] * k <= rect[2] - 2.0 * margin {
+        (rect[2] - b[2] * k) / 2.0 - b[0] * k
+    } else {
+        margin - b[0] * k
+    };
+    state.view.set(Viewport {
+        k,
+        tx,
+        ty: margin - b[1] * k,
     });
 }
 

@@ -32,7 +32,7 @@ fn restore(state: EditorState) {
                 ));
             }
             // Let the canvas get its size before fitting.
-            request_animation_frame(move || actions::fit(state));
+            request_animation_frame(move || actions::open_view(state));
         }
         None => {
             state.load(model::empty("untitled"), None, None);

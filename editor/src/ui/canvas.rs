@@ -1,15 +1,20 @@
-//! The graph canvas (SVG): nodes with named input and output ports, edges labelled with
-//! their inferred shape and dtype, invalid nodes marked with the engine's message, stage
-//! colours and the GPU-time heat map. Pointer gestures: drag a node to move it (with the
-//! rest of the selection), shift-click to add to the selection, shift-drag the
-//! background for a box selection, drag the background to pan, the wheel to zoom, drag
-//! from an output port to an input port to connect, click an edge to select it.
+//! The graph canvas (SVG): nodes with named input ports along their top and output ports
+//! along their bottom, edges routed around the nodes between their ends and labelled
+//! with their inferred shape and dtype, invalid nodes marked with the engine's message,
+//! stage colours and the GPU-time heat map. Pointer gestures: drag a node to move it (with
+//! the rest of the selection), shift-click to add to the selection, shift-drag the
+//! background for a box selection, drag the background or turn the wheel to scroll,
+//! Ctrl+wheel (or pinch) to zoom, drag from an output port to an input port to connect,
+//! click an edge to select it.
 
 use crate::charts::{heat_colour, node_time, stage_colour};
 use crate::check;
-use crate::layout::{self, input_port, output_port, NODE_WIDTH};
+use crate::layout::{
+    input_port, node_width, output_port, Ports, MAX_ZOOM, MIN_NODE_WIDTH, MIN_ZOOM, NODE_HEIGHT,
+};
 use crate::model::{self, output_ref, parse_ref};
-use crate::schema::INPUT;
+use crate::route::{Labels, Rect, Router};
+use crate::schema::{self, INPUT};
 use crate::state::{Drag, EditorState, Viewport};
 use leptos::prelude::*;
 use std::collections::BTreeSet;
@@ -63,7 +68,7 @@ pub fn place_in_view(state: EditorState, op: &str) {
         state,
         op,
         [
-            c[0] - NODE_WIDTH / 2.0 + 12.0 * (n % 5.0),
+            c[0] - MIN_NODE_WIDTH / 2.0 + 12.0 * (n % 5.0),
             c[1] - 30.0 + 12.0 * (n % 5.0),
         ],
     );
@@ -149,7 +154,7 @@ fn on_up(state: EditorState, ev: web_sys::PointerEvent) {
                 place_in_view(state, &op);
             } else if inside_canvas(p) {
                 let c = to_canvas(view, p);
-                place(state, &op, [c[0] - NODE_WIDTH / 2.0, c[1] - 16.0]);
+                place(state, &op, [c[0] - MIN_NODE_WIDTH / 2.0, c[1] - 16.0]);
             }
         }
         Drag::Pan { moved, .. } => {
@@ -176,15 +181,15 @@ fn on_up(state: EditorState, ev: web_sys::PointerEvent) {
         Drag::Select { start, at } => {
             let (x0, x1) = (start[0].min(at[0]), start[0].max(at[0]));
             let (y0, y1) = (start[1].min(at[1]), start[1].max(at[1]));
-            let hits: BTreeSet<String> = state.doc.with_untracked(|d| {
-                d.layout
-                    .iter()
-                    .filter(|(_, q)| {
-                        q[0] + NODE_WIDTH >= x0 && q[0] <= x1 && q[1] + 40.0 >= y0 && q[1] <= y1
-                    })
-                    .map(|(id, _)| id.clone())
-                    .collect()
-            });
+            // A node is selected when the box contains all of it.
+            let hits: BTreeSet<String> = untrack(|| placement(state))
+                .into_iter()
+                .filter(|(_, p)| {
+                    let r = p.rect();
+                    r[0] >= x0 && r[0] + r[2] <= x1 && r[1] >= y0 && r[1] + r[3] <= y1
+                })
+                .map(|(id, _)| id)
+                .collect();
             state.selection.update(|s| s.extend(hits));
         }
     }
@@ -204,15 +209,28 @@ fn on_file_drop(state: EditorState, ev: web_sys::DragEvent) {
     super::actions::import_dropped(state, file);
 }
 
+/// The wheel scrolls the canvas; with Ctrl (or a touchpad pinch, which browsers report
+/// as Ctrl+wheel) it zooms at the pointer.
 fn on_wheel(state: EditorState, ev: web_sys::WheelEvent) {
     ev.prevent_default();
+    if !(ev.ctrl_key() || ev.meta_key()) {
+        let (dx, dy) = if ev.shift_key() && ev.delta_x() == 0.0 {
+            (ev.delta_y(), 0.0)
+        } else {
+            (ev.delta_x(), ev.delta_y())
+        };
+        return state.view.update(|v| {
+            v.tx -= dx;
+            v.ty -= dy;
+        });
+    }
     let r = super::canvas_rect().unwrap_or([0.0; 4]);
     let (px, py) = (
         f64::from(ev.client_x()) - r[0],
         f64::from(ev.client_y()) - r[1],
     );
     state.view.update(|v| {
-        let k = (v.k * (-ev.delta_y() * 0.0015).exp()).clamp(0.2, 3.0);
+        let k = (v.k * (-ev.delta_y() * 0.0015).exp()).clamp(MIN_ZOOM, MAX_ZOOM);
         v.tx = px - (px - v.tx) * k / v.k;
         v.ty = py - (py - v.ty) * k / v.k;
         v.k = k;
@@ -269,20 +287,89 @@ fn on_port_down(state: EditorState, from: String, ev: web_sys::PointerEvent) {
     state.drag.set(Some(Drag::Wire { from, at: c }));
 }
 
-/// A cubic curve from an output port to an input port.
-fn curve(a: [f64; 2], b: [f64; 2]) -> String {
-    let dx = ((b[0] - a[0]).abs() / 2.0).max(40.0);
+/// The wire being drawn from an output port to the pointer: down out of the port, into
+/// the pointer from above.
+fn wire_curve(a: [f64; 2], b: [f64; 2]) -> String {
+    let dy = ((b[1] - a[1]).abs() / 2.0).max(40.0);
     format!(
         "M{:.1},{:.1} C{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}",
         a[0],
         a[1],
-        a[0] + dx,
-        a[1],
-        b[0] - dx,
-        b[1],
+        a[0],
+        a[1] + dy,
+        b[0],
+        b[1] - dy,
         b[0],
         b[1]
     )
+}
+
+/// Where a node (or graph input) is drawn and its ports' names.
+struct Placed {
+    pos: [f64; 2],
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+}
+
+impl Placed {
+    fn ports(&self) -> Ports {
+        (self.inputs.len(), self.outputs.len())
+    }
+
+    fn rect(&self) -> Rect {
+        [
+            self.pos[0],
+            self.pos[1],
+            node_width(self.ports()),
+            NODE_HEIGHT,
+        ]
+    }
+}
+
+/// Every positioned node and graph input with its ports, as drawn.
+fn placement(state: EditorState) -> std::collections::BTreeMap<String, Placed> {
+    state.ops.with(|ops| {
+        state.analysis.with(|a| {
+            state.doc.with(|d| {
+                d.layout
+                    .iter()
+                    .map(|(id, &pos)| {
+                        let inferred = a.types.get(id).map(Vec::len);
+                        let (inputs, outputs) = schema::port_names(ops, d, id, inferred);
+                        (
+                            id.clone(),
+                            Placed {
+                                pos,
+                                inputs,
+                                outputs,
+                            },
+                        )
+                    })
+                    .collect()
+            })
+        })
+    })
+}
+
+/// A node's title cut to `chars` characters when longer, keeping its end (an imported
+/// model's ids are paths, `/layer1/layer1.0/conv1/Conv`, whose end says most).
+fn fit_title(text: &str, chars: usize) -> String {
+    let count = text.chars().count();
+    if count <= chars {
+        text.to_string()
+    } else {
+        let keep = chars.max(2) - 1;
+        format!("…{}", text.chars().skip(count - keep).collect::<String>())
+    }
+}
+
+/// `text` cut to `chars` characters (an ellipsis included) when longer.
+fn fit_text(text: &str, chars: usize) -> String {
+    if text.chars().count() <= chars {
+        text.to_string()
+    } else {
+        super::truncate(text, chars.max(2) - 1)
+    }
 }
 
 /// What one node looks like, worked out from the document and the analysis.
@@ -308,73 +395,68 @@ fn looks(state: EditorState) -> Vec<NodeLook> {
     let hottest = times.values().copied().max().unwrap_or(0).max(1) as f64;
     let stages = state.stages.get().ok();
     let multi_stage = state.settings.with(|s| s.stages > 1);
+    let placed = placement(state);
     state.analysis.with(|a| {
         state.doc.with(|d| {
             let mut out = Vec::new();
-            for (name, decl) in &d.inputs {
-                out.push(NodeLook {
-                    id: name.clone(),
-                    pos: d.layout.get(name).copied().unwrap_or([40.0, 40.0]),
-                    subtitle: format!(
-                        "input · {} [{}]",
-                        decl.dtype,
-                        model::show_shape(&decl.shape)
-                    ),
-                    inputs: Vec::new(),
-                    outputs: vec![(name.clone(), d.outputs.contains(name))],
-                    problem: a.problems_of(name).next().map(|p| p.message.clone()),
-                    fill: "#eef4fb".into(),
-                    band: None,
-                    pinned: false,
-                });
-            }
-            for n in &d.nodes {
-                let info = state.op_info(&n.op);
-                let inputs = match &info {
-                    Some(o) => o.input_ports(n.inputs.len()),
-                    None => (0..n.inputs.len()).map(|k| format!("in{k}")).collect(),
-                };
-                let inputs = inputs
-                    .into_iter()
+            let connected = |id: &str, k: usize| {
+                model::node(d, id).is_some_and(|n| n.inputs.get(k).is_some_and(|r| !r.is_empty()))
+            };
+            for (id, p) in &placed {
+                let node = model::node(d, id);
+                let inputs = p
+                    .inputs
+                    .iter()
                     .enumerate()
-                    .map(|(k, name)| (name, n.inputs.get(k).is_some_and(|r| !r.is_empty())))
+                    .map(|(k, name)| (name.clone(), connected(id, k)))
                     .collect();
-                let names = info.as_ref().map(|o| o.outputs.clone()).unwrap_or_default();
-                let count = a.types.get(&n.id).map_or(names.len().max(1), Vec::len);
-                let outputs = (0..count)
-                    .map(|k| {
-                        let label = if count == names.len() {
-                            names[k].clone()
-                        } else {
-                            format!("{}{k}", names.first().map_or("out", String::as_str))
+                let outputs = p
+                    .outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, name)| (name.clone(), d.outputs.contains(&output_ref(id, k))))
+                    .collect();
+                let problem = a.problems_of(id).map(|p| p.message.clone()).next();
+                let (subtitle, fill, band, pinned) = match node {
+                    None => (
+                        d.inputs.get(id).map_or_else(String::new, |decl| {
+                            format!(
+                                "input · {} [{}]",
+                                decl.dtype,
+                                model::show_shape(&decl.shape)
+                            )
+                        }),
+                        "#eef4fb".to_string(),
+                        None,
+                        false,
+                    ),
+                    Some(n) => {
+                        let fill = match times.get(id) {
+                            Some(&t) if heat => heat_colour(t as f64 / hottest),
+                            _ if heat => "#f4f4f4".into(),
+                            _ => "#ffffff".into(),
                         };
-                        (label, d.outputs.contains(&output_ref(&n.id, k)))
-                    })
-                    .collect();
-                let problem = a.problems_of(&n.id).map(|p| p.message.clone()).next();
-                let fill = match times.get(&n.id) {
-                    Some(&t) if heat => heat_colour(t as f64 / hottest),
-                    _ if heat => "#f4f4f4".into(),
-                    _ => "#ffffff".into(),
-                };
-                let band = if multi_stage {
-                    stages
-                        .as_ref()
-                        .and_then(|s| s.get(&n.id))
-                        .map(|&s| stage_colour(s))
-                } else {
-                    None
+                        let band = if multi_stage {
+                            stages
+                                .as_ref()
+                                .and_then(|s| s.get(id))
+                                .map(|&s| stage_colour(s))
+                        } else {
+                            None
+                        };
+                        (n.op.clone(), fill, band, d.stages.contains_key(id))
+                    }
                 };
                 out.push(NodeLook {
-                    id: n.id.clone(),
-                    pos: d.layout.get(&n.id).copied().unwrap_or([40.0, 40.0]),
-                    subtitle: n.op.clone(),
+                    id: id.clone(),
+                    pos: p.pos,
+                    subtitle,
                     inputs,
                     outputs,
                     problem,
                     fill,
                     band,
-                    pinned: d.stages.contains_key(&n.id),
+                    pinned,
                 });
             }
             out
@@ -394,7 +476,8 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
         band,
         pinned,
     } = look;
-    let h = layout::node_height(inputs.len(), outputs.len());
+    let ports = (inputs.len(), outputs.len());
+    let w = node_width(ports);
     let mut class = String::from("node");
     if selected {
         class.push_str(" selected");
@@ -403,55 +486,81 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
         class.push_str(" invalid");
     }
     let id_down = id.clone();
+    // Characters of a 10 px port label that fit in a port's share of the width.
+    let label_chars = |count: usize| (w / count.max(1) as f64 / 6.0) as usize;
+    let in_chars = label_chars(inputs.len());
     let ports_in = inputs
         .into_iter()
         .enumerate()
         .map(|(k, (name, connected))| {
-            let p = input_port([0.0, 0.0], k);
+            let p = input_port([0.0, 0.0], ports, k);
+            let tip = format!("input {k} '{name}' of {id}");
             view! {
                 <g class="port in" data-node=id.clone() data-in-port=k.to_string()>
+                    <title>{tip}</title>
                     <circle class="hit" cx=p[0] cy=p[1] r="10" />
                     <circle class="dot" class:connected=connected cx=p[0] cy=p[1] r="5" />
-                    <text class="port-label" x=p[0] + 9.0 y=p[1] + 4.0>{name}</text>
+                    <text class="port-label" x=p[0] y=p[1] + 16.0 text-anchor="middle">{fit_text(&name, in_chars)}</text>
                 </g>
             }
         })
         .collect_view();
+    let out_chars = label_chars(outputs.len());
     let ports_out = outputs
         .into_iter()
         .enumerate()
         .map(|(k, (name, is_output))| {
-            let p = output_port([0.0, 0.0], k);
+            let p = output_port([0.0, 0.0], ports, k);
             let from = output_ref(&id, k);
+            let tip = format!(
+                "output {k} '{name}' of {id}{}",
+                if is_output { " (a graph output)" } else { "" }
+            );
+            let label = if is_output { format!("{name} ⇒") } else { name };
             view! {
                 <g class="port out" data-node=id.clone() data-out-port=k.to_string()
                     on:pointerdown=move |ev| on_port_down(state, from.clone(), ev)>
+                    <title>{tip}</title>
                     <circle class="hit" cx=p[0] cy=p[1] r="10" />
                     <circle class="dot" class:graph-output=is_output cx=p[0] cy=p[1] r="5" />
-                    <text class="port-label" x=p[0] - 9.0 y=p[1] + 4.0 text-anchor="end">
-                        {if is_output { format!("{name} ⇒") } else { name }}
-                    </text>
+                    <text class="port-label" x=p[0] y=p[1] - 7.0 text-anchor="middle">{fit_text(&label, out_chars)}</text>
                 </g>
             }
         })
         .collect_view();
-    let badge = problem.clone().map(|m| {
+    let text_chars = ((w - 34.0) / 6.6) as usize;
+    let second_line = match &problem {
+        Some(m) => {
+            view! { <text class="problem-text" x="10" y="48">{fit_text(m, text_chars)}</text> }
+                .into_any()
+        }
+        None => {
+            view! { <text class="subtitle" x="10" y="48">{fit_text(&subtitle, text_chars)}</text> }
+                .into_any()
+        }
+    };
+    let badge = problem.is_some().then(|| {
         view! {
             <g class="badge">
-                <circle cx=NODE_WIDTH - 12.0 cy="12" r="8" />
-                <text x=NODE_WIDTH - 12.0 y="16" text-anchor="middle">"!"</text>
+                <circle cx=w - 14.0 cy="30" r="8" />
+                <text x=w - 14.0 y="34" text-anchor="middle">"!"</text>
             </g>
-            <text class="problem-text" x="0" y=h + 14.0>{super::truncate(&m, 44)}</text>
         }
     });
+    let title = format!("{id}{}", if pinned { " 📌" } else { "" });
+    let tip = match &problem {
+        Some(m) => format!("{id} · {subtitle}\n{m}"),
+        None => format!("{id} · {subtitle}"),
+    };
     view! {
         <g class=class data-id=id.clone() data-problem=problem.unwrap_or_default()
             transform=format!("translate({},{})", pos[0], pos[1])>
-            <rect class="body" width=NODE_WIDTH height=h rx="6" fill=fill
+            <title>{tip}</title>
+            <rect class="body" width=w height=NODE_HEIGHT rx="6" fill=fill
                 on:pointerdown=move |ev| on_node_down(state, &id_down, ev) />
-            {band.map(|c| view! { <rect class="stage-band" width=NODE_WIDTH height="5" rx="2" fill=c /> })}
-            <text class="title" x="10" y="18">{id.clone()}{if pinned { " 📌" } else { "" }}</text>
-            <text class="subtitle" x="10" y="32">{subtitle}</text>
+            {band.map(|c| view! { <rect class="stage-band" width=w height="5" rx="2" fill=c /> })}
+            <text class="title" x="10" y="34">{fit_title(&title, ((w - 34.0) / 7.6) as usize)}</text>
+            {second_line}
             {ports_in}
             {ports_out}
             {badge}
@@ -459,17 +568,29 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
     }
 }
 
-/// One drawn edge: where it runs and its type label.
-struct EdgeLook {
+/// One edge as drawn: its routed path and its type label's place.
+#[derive(Clone, PartialEq)]
+struct DrawnEdge {
     key: (String, usize),
+    from: String,
     name: String,
-    from: [f64; 2],
-    to: [f64; 2],
+    path: String,
     label: String,
+    label_at: [f64; 2],
 }
 
-/// Every edge of the document with the type the engine inferred for it.
-fn edge_looks(state: EditorState) -> Vec<EdgeLook> {
+/// Every edge of the document, routed around the nodes, with the type the engine inferred
+/// for it and where that label goes.
+fn drawn_edges(state: EditorState) -> Vec<DrawnEdge> {
+    let placed = placement(state);
+    let index: std::collections::BTreeMap<&str, usize> = placed
+        .keys()
+        .enumerate()
+        .map(|(i, id)| (id.as_str(), i))
+        .collect();
+    let rects: Vec<Rect> = placed.values().map(Placed::rect).collect();
+    let mut router = Router::new(&rects);
+    let mut labels = Labels::new(&rects);
     state.analysis.with(|a| {
         state.doc.with(|d| {
             let mut out = Vec::new();
@@ -479,19 +600,25 @@ fn edge_looks(state: EditorState) -> Vec<EdgeLook> {
                         continue;
                     }
                     let (src, port) = parse_ref(r);
-                    let (Some(&sp), Some(&dp)) = (d.layout.get(src), d.layout.get(&n.id)) else {
+                    let (Some(sp), Some(dp)) = (placed.get(src), placed.get(&n.id)) else {
                         continue;
                     };
-                    out.push(EdgeLook {
+                    let from = output_port(sp.pos, sp.ports(), port);
+                    let to = input_port(dp.pos, dp.ports(), k);
+                    let path = router.route(from, index[src], to, index[n.id.as_str()]);
+                    let label = a
+                        .types
+                        .get(src)
+                        .and_then(|t| t.get(port))
+                        .map_or_else(|| "?".to_string(), |t| t.to_string());
+                    let label_at = labels.place(&label, to, k);
+                    out.push(DrawnEdge {
                         key: (n.id.clone(), k),
+                        from: src.to_string(),
                         name: format!("{r}>{}:{k}", n.id),
-                        from: output_port(sp, port),
-                        to: input_port(dp, k),
-                        label: a
-                            .types
-                            .get(src)
-                            .and_then(|t| t.get(port))
-                            .map_or_else(|| "?".to_string(), |t| t.to_string()),
+                        path,
+                        label,
+                        label_at,
                     });
                 }
             }
@@ -500,40 +627,44 @@ fn edge_looks(state: EditorState) -> Vec<EdgeLook> {
     })
 }
 
-/// The edges' type labels, drawn above the nodes so a short edge's label stays readable.
-fn edge_labels(state: EditorState) -> impl IntoView {
-    edge_looks(state)
-        .into_iter()
-        .map(|e| {
-            let mid = [(e.from[0] + e.to[0]) / 2.0, (e.from[1] + e.to[1]) / 2.0 - 6.0];
-            view! {
-                <text class="edge-label" data-edge=e.name x=mid[0] y=mid[1] text-anchor="middle">{e.label}</text>
-            }
-        })
-        .collect_view()
+/// The edges' type labels, drawn above the nodes.
+fn edge_labels(drawn: Memo<Vec<DrawnEdge>>) -> impl IntoView {
+    drawn.with(|edges| {
+        edges
+            .iter()
+            .map(|e| {
+                view! {
+                    <text class="edge-label" data-edge=e.name.clone() x=e.label_at[0] y=e.label_at[1]>{e.label.clone()}</text>
+                }
+            })
+            .collect_view()
+    })
 }
 
 /// The edges (their labels are drawn by [`edge_labels`]).
-fn edges(state: EditorState) -> impl IntoView {
+fn edges(state: EditorState, drawn: Memo<Vec<DrawnEdge>>) -> impl IntoView {
     let selected = state.selected_edge.get();
-    edge_looks(state)
-        .into_iter()
-        .map(|e| {
-            let is_selected = selected.as_ref() == Some(&e.key);
-            let key = e.key;
-            view! {
-                <g class="edge" class:selected=is_selected data-edge=e.name
-                    on:pointerdown=move |ev: web_sys::PointerEvent| {
-                        ev.stop_propagation();
-                        state.selection.set(BTreeSet::new());
-                        state.selected_edge.set(Some(key.clone()));
-                    }>
-                    <path class="edge-hit" d=curve(e.from, e.to) />
-                    <path class="edge-line" d=curve(e.from, e.to) />
-                </g>
-            }
-        })
-        .collect_view()
+    drawn.with(|edges| {
+        edges
+            .iter()
+            .map(|e| {
+                let is_selected = selected.as_ref() == Some(&e.key);
+                let key = e.key.clone();
+                view! {
+                    <g class="edge" class:selected=is_selected data-edge=e.name.clone()
+                        data-from=e.from.clone() data-to=e.key.0.clone()
+                        on:pointerdown=move |ev: web_sys::PointerEvent| {
+                            ev.stop_propagation();
+                            state.selection.set(BTreeSet::new());
+                            state.selected_edge.set(Some(key.clone()));
+                        }>
+                        <path class="edge-hit" d=e.path.clone() />
+                        <path class="edge-line" d=e.path.clone() />
+                    </g>
+                }
+            })
+            .collect_view()
+    })
 }
 
 /// The canvas.
@@ -541,6 +672,7 @@ fn edges(state: EditorState) -> impl IntoView {
 pub fn Canvas(state: EditorState) -> impl IntoView {
     let _ = window_event_listener(leptos::ev::pointermove, move |ev| on_move(state, ev));
     let _ = window_event_listener(leptos::ev::pointerup, move |ev| on_up(state, ev));
+    let drawn = Memo::new(move |_| drawn_edges(state));
     let transform = move || {
         let v = state.view.get();
         format!("translate({:.1},{:.1}) scale({:.4})", v.tx, v.ty, v.k)
@@ -548,11 +680,10 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
     let overlay = move || match state.drag.get() {
         Some(Drag::Wire { from, at }) => {
             let (src, port) = parse_ref(&from);
-            let start = state
-                .doc
-                .with(|d| d.layout.get(src).copied())
-                .map(|p| output_port(p, port));
-            start.map(|s| view! { <path class="wire" d=curve(s, at) /> }.into_any())
+            let start = placement(state)
+                .get(src)
+                .map(|p| output_port(p.pos, p.ports(), port));
+            start.map(|s| view! { <path class="wire" d=wire_curve(s, at) /> }.into_any())
         }
         Some(Drag::Select { start, at }) => Some(
             view! {
@@ -627,7 +758,7 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
                 on:pointerdown=move |ev| on_background_down(state, ev)
                 on:wheel=move |ev| on_wheel(state, ev)>
                 <g transform=transform>
-                    <g class="edges">{move || edges(state)}</g>
+                    <g class="edges">{move || edges(state, drawn)}</g>
                     <g class="nodes">
                         {move || {
                             let selection = state.selection.get();
@@ -640,7 +771,7 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
                                 .collect_view()
                         }}
                     </g>
-                    <g class="edge-labels">{move || edge_labels(state)}</g>
+                    <g class="edge-labels">{move || edge_labels(drawn)}</g>
                     {overlay}
                 </g>
             </svg>
@@ -649,8 +780,8 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
             })}
             {problems}
             <div class="zoom">
-                <button title="Zoom in (+)" on:click=move |_| state.view.update(|v| v.k = (v.k * 1.2).min(3.0))>"+"</button>
-                <button title="Zoom out (−)" on:click=move |_| state.view.update(|v| v.k = (v.k / 1.2).max(0.2))>"−"</button>
+                <button title="Zoom in (+)" on:click=move |_| state.view.update(|v| v.k = (v.k * 1.2).min(MAX_ZOOM))>"+"</button>
+                <button title="Zoom out (−)" on:click=move |_| state.view.update(|v| v.k = (v.k / 1.2).max(MIN_ZOOM))>"−"</button>
                 <span class="zoom-level">{move || format!("{:.0}%", state.view.get().k * 100.0)}</span>
             </div>
             {ghost}

@@ -71,7 +71,7 @@ pub fn Toolbar(state: EditorState) -> impl IntoView {
             <button id="redo" on:click=move |_| state.redo() title="Redo (Ctrl+Shift+Z)"
                 disabled=move || { state.doc.track(); !state.history.with_value(|h| h.can_redo()) }>"Redo"</button>
             <span class="sep"></span>
-            <button id="layout" on:click=move |_| actions::auto_layout(state) title="Lay out left to right (L)">"Layout"</button>
+            <button id="layout" on:click=move |_| actions::auto_layout(state) title="Lay out top to bottom (L)">"Layout"</button>
             <button on:click=move |_| actions::fit(state) title="Fit the graph in view (F)">"Fit"</button>
             <label class="toggle" title="Paint GPU time per node on the graph (H)">
                 <input id="heat" type="checkbox" prop:checked=move || state.heat.get()
