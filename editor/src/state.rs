@@ -434,9 +434,10 @@ impl EditorState {
 
     /// Shows a notice; information fades after a few seconds, errors stay until closed.
     fn notify(&self, error: bool, text: String) {
-        let serial = self
-            .notice
-            .with_untracked(|n| n.as_ref().map_or(0, |n| n.serial + 1));
+        // Serials never repeat (a closed notice must not hand its serial on: the fade
+        // timer of an earlier notice would then close a later error).
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.notice.set(Some(Notice {
             error,
             text,

@@ -199,6 +199,9 @@ onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]),
     assert.match(notice, /first_bad/);
     assert.match(notice, /second_bad/);
     assert.deepEqual((await draftDoc(page)).nodes, before.nodes, 'the graph is unchanged');
+    // Errors stay until closed, even past the fade of the information notice just before.
+    await page.waitForTimeout(4500);
+    assert.equal(await page.locator('.notice.error').count(), 1, 'the error is still shown');
   });
 
   /**
