@@ -575,6 +575,75 @@ fn cases() -> Vec<Case> {
             .collect();
         v.push(case("einsum", json!({ "equation": equation }), &inputs));
     }
+    // Recurrent cells, unrolled for backpropagation through time: H = 3, seq 3, batch 2,
+    // input 4; every output read; sequence lengths 0..3 per sequence, so some sequences
+    // stop early (and a reverse direction starts at its own last element).
+    let rnn = |cell: &'static str,
+               attrs: Value,
+               dirs: usize,
+               batch_first: bool,
+               extra: &[&'static str]| {
+        let g = if cell == "lstm" { 4 } else { 3 };
+        let h = 3;
+        let leak = |v: Vec<usize>| -> &'static [usize] { Vec::leak(v) };
+        let x: &'static [usize] = if batch_first { &[2, 3, 4] } else { &[3, 2, 4] };
+        let state: &'static [usize] = leak(if batch_first {
+            vec![2, dirs, h]
+        } else {
+            vec![dirs, 2, h]
+        });
+        let mut inputs: Vec<(&'static str, &'static [usize], Values)> = vec![
+            ("x", x, Any),
+            ("w", leak(vec![dirs, g * h, 4]), Any),
+            ("r", leak(vec![dirs, g * h, h]), Any),
+            ("b", leak(vec![dirs, 2 * g * h]), Any),
+        ];
+        for &e in extra {
+            inputs.push(match e {
+                "lens" => ("lens", &[2], Class(4)),
+                "h0" => ("h0", state, Any),
+                "c0" => ("c0", state, Any),
+                _ => ("p", leak(vec![dirs, 3 * h]), Any),
+            });
+        }
+        let mut c = case(cell, attrs, &inputs);
+        c.outputs = if cell == "lstm" {
+            vec![0, 1, 2]
+        } else {
+            vec![0, 1]
+        };
+        c
+    };
+    v.push(rnn("lstm", json!({ "hidden_size": 3 }), 1, false, &[]));
+    v.push(rnn(
+        "lstm",
+        json!({ "hidden_size": 3, "direction": "bidirectional" }),
+        2,
+        false,
+        &["lens", "h0", "c0", "p"],
+    ));
+    v.push(rnn(
+        "lstm",
+        json!({ "hidden_size": 3, "direction": "reverse", "layout": 1 }),
+        1,
+        true,
+        &["lens", "h0"],
+    ));
+    v.push(rnn("gru", json!({ "hidden_size": 3 }), 1, false, &["lens"]));
+    v.push(rnn(
+        "gru",
+        json!({ "hidden_size": 3, "direction": "bidirectional", "linear_before_reset": 1 }),
+        2,
+        false,
+        &["lens", "h0"],
+    ));
+    v.push(rnn(
+        "gru",
+        json!({ "hidden_size": 3, "direction": "reverse", "layout": 1 }),
+        1,
+        true,
+        &[],
+    ));
     for (attrs, shape) in convs {
         v.push(case("conv2d", attrs, &[x(shape, Any)]));
     }
@@ -878,11 +947,20 @@ fn rule_tolerance(op: &str) -> f64 {
     }
 }
 
+/// `SLUICE_GRADIENT_OPS=lstm,gru` checks only those operators' cases (while working on
+/// them); unset, every case runs.
 #[test]
 fn every_rule_matches_finite_differences() {
     let mut table: Vec<(String, usize, usize, Errors)> = Vec::new();
     let mut failures = Vec::new();
+    let only = std::env::var("SLUICE_GRADIENT_OPS").ok();
     for (i, c) in cases().iter().enumerate() {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|op| op == c.op))
+        {
+            continue;
+        }
         let mut rng = Rng::new(1000 + i as u64);
         let g = loss_graph(c, &mut rng);
         let inputs: HashMap<String, Tensor> = c

@@ -15,7 +15,7 @@
 use crate::dtype::DType;
 use crate::graph::doc::{GraphDoc, NodeDoc};
 use crate::graph::{Graph, NodeKind, Problems};
-use crate::ops::backward::{GradContext, Ref};
+use crate::ops::backward::{Composite, GradContext, Ref};
 use crate::ops::{self, TensorType};
 use crate::shape;
 use petgraph::stable_graph::NodeIndex;
@@ -554,6 +554,150 @@ impl GradContext for NodeContext<'_, '_> {
             ));
         }
         self.state.param_grads.entry(key).or_default().push(v);
+        Ok(())
+    }
+
+    fn composite_grad(&mut self, composite: &Composite) -> Result<(), String> {
+        // The vector-Jacobian product of the composition is the gradient of
+        // Σ output·(its gradient) with respect to the inputs: build that as a graph of its
+        // own, differentiate it with this same transform, and splice the result in.
+        let mut doc = GraphDoc {
+            format: crate::graph::doc::FORMAT.into(),
+            name: format!("{}.unrolled", self.id()),
+            inputs: Default::default(),
+            nodes: Vec::new(),
+            outputs: Vec::new(),
+            params: Default::default(),
+            layout: Default::default(),
+            stages: Default::default(),
+            training: None,
+        };
+        let mut outer: HashMap<String, Ref> = HashMap::new();
+        let mut wrt = Vec::new();
+        let declare = |doc: &mut GraphDoc, name: &str, r: &str, ctx: &Self| -> Result<(), String> {
+            let t = ctx
+                .state
+                .types
+                .get(r)
+                .ok_or_else(|| format!("internal: unknown value '{r}'"))?;
+            doc.inputs.insert(
+                name.to_string(),
+                crate::graph::doc::InputDecl {
+                    shape: t.shape.clone(),
+                    dtype: t.dtype,
+                },
+            );
+            Ok(())
+        };
+        for (k, name) in composite.inputs.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            let r = self.input(k)?;
+            declare(&mut doc, name, &r, self)?;
+            outer.insert(name.clone(), r);
+            if self.needs(k) {
+                wrt.push((k, name.clone()));
+            }
+        }
+        doc.nodes = composite
+            .nodes
+            .iter()
+            .map(|(id, op, attrs, inputs)| NodeDoc {
+                id: id.clone(),
+                op: op.clone(),
+                inputs: inputs.clone(),
+                attrs: attrs.as_object().cloned().unwrap_or_default(),
+            })
+            .collect();
+        let mut terms = Vec::new();
+        for (k, out) in composite.outputs.iter().enumerate() {
+            let Some(dy) = self.output_grad(k) else {
+                continue;
+            };
+            let name = format!("vjp.dy{k}");
+            declare(&mut doc, &name, &dy, self)?;
+            outer.insert(name.clone(), dy);
+            let product = format!("vjp.product{k}");
+            doc.nodes.push(NodeDoc {
+                id: product.clone(),
+                op: "mul".into(),
+                inputs: vec![out.clone(), name],
+                attrs: Default::default(),
+            });
+            let term = format!("vjp.term{k}");
+            doc.nodes.push(NodeDoc {
+                id: term.clone(),
+                op: "reduce_sum".into(),
+                inputs: vec![product],
+                attrs: Default::default(),
+            });
+            terms.push(term);
+        }
+        let Some(mut loss) = terms.first().cloned() else {
+            return Ok(());
+        };
+        for (i, term) in terms.iter().enumerate().skip(1) {
+            let id = format!("vjp.sum{i}");
+            doc.nodes.push(NodeDoc {
+                id: id.clone(),
+                op: "add".into(),
+                inputs: vec![loss, term.clone()],
+                attrs: Default::default(),
+            });
+            loss = id;
+        }
+        doc.outputs = vec![loss.clone()];
+        let inner = Graph::build_with(doc, &self.state.graph.limits)
+            .map_err(|p| format!("internal: the unrolled composition is invalid: {p}"))?;
+        let names: Vec<&str> = wrt.iter().map(|(_, n)| n.as_str()).collect();
+        let joint = backward_wrt(&inner, &loss, &names).map_err(|e| e.to_string())?;
+        // Splice in only what the input gradients need, in the joint graph's order.
+        let by_id: HashMap<&str, &NodeDoc> =
+            joint.doc.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+        let mut needed: HashSet<&str> = HashSet::new();
+        let mut stack: Vec<&str> = joint.inputs.iter().map(|g| g.output.as_str()).collect();
+        while let Some(id) = stack.pop() {
+            let Some(node) = by_id.get(id) else {
+                continue;
+            };
+            if needed.insert(id) {
+                stack.extend(node.inputs.iter().map(|r| r.split(':').next().unwrap_or(r)));
+            }
+        }
+        let map = |r: &str, outer: &HashMap<String, Ref>| -> Result<Ref, String> {
+            let (base, port) = match r.split_once(':') {
+                Some((b, p)) => (b, Some(p)),
+                None => (r, None),
+            };
+            let mapped = outer.get(base).ok_or_else(|| {
+                format!("internal: '{r}' of the unrolled composition is not spliced")
+            })?;
+            Ok(match port {
+                Some(p) => format!("{mapped}:{p}"),
+                None => mapped.clone(),
+            })
+        };
+        for &ix in &joint.graph.order {
+            let id = joint.graph.dag[ix].id.as_str();
+            let Some(node) = by_id.get(id).filter(|_| needed.contains(id)) else {
+                continue;
+            };
+            let inputs: Vec<Ref> = node
+                .inputs
+                .iter()
+                .map(|r| map(r, &outer))
+                .collect::<Result<_, _>>()?;
+            let refs: Vec<&str> = inputs.iter().map(String::as_str).collect();
+            let emitted = self.emit(&node.op, Value::Object(node.attrs.clone()), &refs)?;
+            outer.insert(id.to_string(), emitted);
+        }
+        for (k, name) in wrt {
+            if let Some(g) = joint.inputs.iter().find(|g| g.of == name) {
+                let v = map(&g.output, &outer)?;
+                self.input_grad(k, v)?;
+            }
+        }
         Ok(())
     }
 }

@@ -10,6 +10,19 @@ use serde_json::{json, Value};
 /// `"split1:1"`, or the id of a backward node).
 pub type Ref = String;
 
+/// A node's outputs recomputed by existing operators, for a rule that would rather have
+/// the autodiff differentiate a composition than write the backward pass by hand (a
+/// recurrence unrolled over time). Ids and references are local to the composition.
+#[derive(Debug, Clone, Default)]
+pub struct Composite {
+    /// The name input `k` of the node has in the composition ("" for one it leaves out).
+    pub inputs: Vec<String>,
+    /// The composition's nodes in order: (id, operator, attributes, inputs).
+    pub nodes: Vec<(String, String, Value, Vec<String>)>,
+    /// The reference of each output of the node in the composition.
+    pub outputs: Vec<String>,
+}
+
 /// What a gradient rule sees of one forward node and how it emits its backward nodes.
 /// Shapes are concrete (the transform runs on bound graphs). Every method that can fail
 /// returns a message; the transform names the node and operator around it.
@@ -33,6 +46,10 @@ pub trait GradContext {
     fn param(&mut self, name: &str) -> Result<Ref, String>;
     /// Gives this node's weight `name` gradient `v` (of the weight's shape).
     fn param_grad(&mut self, name: &str, v: Ref) -> Result<(), String>;
+    /// Gives every input that wants one its gradient by differentiating `composite`, which
+    /// must compute this node's outputs from its inputs: the composition is emitted again
+    /// (recomputing what the backward pass reads) with its reverse-mode backward pass.
+    fn composite_grad(&mut self, composite: &Composite) -> Result<(), String>;
 
     /// The one gradient of a single-output node.
     fn dy(&self) -> Result<Ref, String> {

@@ -27,6 +27,7 @@ pub mod matmul;
 pub mod movement;
 pub mod norm;
 pub mod recurrent;
+mod recurrent_unrolled;
 pub mod reduce;
 
 use crate::dtype::DType;
@@ -560,10 +561,7 @@ impl Op {
             Op::Loss(o) => o.grad(g),
             Op::Attention(o) => o.grad(g),
             Op::Einsum(o) => o.grad(g),
-            Op::Recurrent(o) => Err(format!(
-                "{} has no gradient rule yet (backpropagation through time is not implemented)",
-                o.name()
-            )),
+            Op::Recurrent(o) => recurrent_unrolled::grad(o, g),
         }
     }
 
