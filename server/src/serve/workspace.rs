@@ -242,14 +242,36 @@ impl Workspace {
         }
     }
 
-    /// Deletes a graph and its weights file (`NAME.safetensors`, if any); false if the
-    /// graph did not exist.
+    /// Whether a stored graph names `file` as its weights (`params.file`). A graph that
+    /// cannot be read or parsed counts as naming it: keeping a file is always safe.
+    fn weights_in_use(&self, file: &str) -> Result<bool> {
+        for graph in self.list_graphs()? {
+            let named = match self.read_graph(&graph) {
+                Ok(Some(text)) => serde_json::from_str::<serde_json::Value>(&text)
+                    .map_or(true, |doc| doc["params"]["file"].as_str() == Some(file)),
+                Ok(None) => false,
+                Err(_) => true,
+            };
+            if named {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Deletes a graph and its weights file (`NAME.safetensors`, if any, unless another
+    /// graph still names it: one saved under a new name keeps the imported weights);
+    /// false if the graph did not exist.
     pub fn delete_graph(&self, name: &str) -> Result<bool> {
         let deleted = match std::fs::remove_file(self.graphs().join(Workspace::graph_file(name)?)) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(e).context("cannot delete the graph"),
         };
+        if self.weights_in_use(&weights_file(name))? {
+            sync_dir(&self.graphs())?;
+            return Ok(deleted);
+        }
         match std::fs::remove_file(self.graphs().join(weights_file(name))) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -426,6 +448,20 @@ mod tests {
         assert!(ws.read_weights("m.safetensors").unwrap().is_none());
         assert!(!ws.has_weights("m.safetensors").unwrap());
         assert!(!ws.delete_graph("m").unwrap());
+        // A graph saved under another name that still reads the weights keeps them.
+        ws.write_model("m", b"{}", b"weights").unwrap();
+        let copy = br#"{"format": "sluice/graph@1", "params": {"file": "m.safetensors"}}"#;
+        ws.write_graph("copy", copy).unwrap();
+        assert!(ws.delete_graph("m").unwrap());
+        assert!(
+            ws.has_weights("m.safetensors").unwrap(),
+            "'copy' still names them"
+        );
+        // A graph that cannot be parsed might name them too: they stay.
+        ws.write_graph("copy", b"{ not json").unwrap();
+        ws.write_model("m", b"{}", b"weights").unwrap();
+        assert!(ws.delete_graph("m").unwrap());
+        assert!(ws.has_weights("m.safetensors").unwrap());
         let _ = std::fs::remove_dir_all(&root);
     }
 
