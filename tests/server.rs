@@ -298,6 +298,7 @@ fn every_endpoint_works() {
     for route in [
         "/api/ops",
         "/api/graphs/{name}",
+        "/api/weights/{file}",
         "/api/validate",
         "/api/runs",
         "/api/runs/{id}",
@@ -1754,6 +1755,69 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
         again, got,
         "the graph saved again runs with the same weights"
     );
+    // Its weights file read back and stored under another name (as the editor saves an
+    // imported model), with a graph naming it: the same outputs.
+    let (code, bytes) = s.req("GET", "/api/weights/tiny.safetensors", None);
+    assert_eq!(code, 200);
+    assert_eq!(
+        bytes,
+        std::fs::read(ws.join("graphs/tiny.safetensors")).unwrap()
+    );
+    let octets = [("Content-Type", "application/octet-stream")];
+    let (code, b) = s.req_with(
+        "PUT",
+        "/api/weights/copy.safetensors",
+        Some(&bytes),
+        &octets,
+    );
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&b));
+    let mut copy = g.clone();
+    copy["params"]["file"] = json!("copy.safetensors");
+    let (code, _) = s.req("PUT", "/api/graphs/copy", Some(copy.to_string().as_bytes()));
+    assert_eq!(code, 201);
+    let copied = s.run_output(
+        json!({ "graph": "copy", "batch": 2 }),
+        "x",
+        &input,
+        "logits",
+    );
+    assert_eq!(copied, got, "the copy runs with the stored weights");
+    // Hostile weights: not safetensors, a header longer than the file, the wrong media
+    // type, a name that is no weights file: refused, nothing stored.
+    let mut lying = 1u64.to_le_bytes().to_vec();
+    lying[0] = 0xff;
+    for (body, media, file, want) in [
+        (
+            b"not safetensors".to_vec(),
+            "application/octet-stream",
+            "bad.safetensors",
+            400,
+        ),
+        (lying, "application/octet-stream", "bad.safetensors", 400),
+        (bytes.clone(), "application/json", "bad.safetensors", 415),
+        (bytes.clone(), "application/octet-stream", "bad.json", 400),
+        (
+            bytes.clone(),
+            "application/octet-stream",
+            "a.b.safetensors",
+            400,
+        ),
+    ] {
+        let (code, b) = s.req_with(
+            "PUT",
+            &format!("/api/weights/{file}"),
+            Some(&body),
+            &[("Content-Type", media)],
+        );
+        assert_eq!(
+            code,
+            want,
+            "{file} as {media}: {}",
+            String::from_utf8_lossy(&b)
+        );
+    }
+    assert!(!ws.join("graphs/bad.safetensors").exists());
+    assert_eq!(s.req("GET", "/api/weights/none.safetensors", None).0, 404);
     // On two workers, a stage each: the same outputs.
     let _w1 = worker(&s);
     let _w2 = worker(&s);

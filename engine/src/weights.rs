@@ -4,7 +4,7 @@
 //! limits (`Graph::build` checks every weight's elements and their total bytes), and a
 //! safetensors file's header, tensor count and sizes are checked before conversion.
 
-use crate::graph::{Graph, Limit};
+use crate::graph::{Graph, Limit, Limits};
 use crate::ops::{Init, ParamSpec};
 use crate::rng::Rng;
 use crate::shape;
@@ -90,12 +90,13 @@ pub fn init_weights(graph: &Graph, seed: u64) -> Weights {
         .collect()
 }
 
-/// Weights from a safetensors file's bytes; every declared weight must be there. Before
-/// anything is parsed or converted: the header's length against the file and the
-/// graph's `max_document_bytes`, then the tensor count against the graph's nodes, and
-/// each tensor's bytes against its declared shape and dtype.
-pub fn load_safetensors(graph: &Graph, bytes: &[u8]) -> Result<Weights, WeightsError> {
-    let limits = &graph.limits;
+/// A safetensors file's bytes parsed, after checking its header's length against the file
+/// and `limits`' `max_document_bytes` (nothing is read past what the file holds). What a
+/// server checks of a weights file stored before the graph that reads it.
+pub fn parse_safetensors<'a>(
+    bytes: &'a [u8],
+    limits: &Limits,
+) -> Result<safetensors::SafeTensors<'a>, WeightsError> {
     let header = bytes
         .get(..8)
         .and_then(|b| b.try_into().ok())
@@ -108,8 +109,16 @@ pub fn load_safetensors(graph: &Graph, bytes: &[u8]) -> Result<Weights, WeightsE
         )));
     }
     limits.check(Limit::MaxDocumentBytes, "its header", "bytes", Some(header))?;
-    let file = safetensors::SafeTensors::deserialize(bytes)
-        .map_err(|e| WeightsError::Format(e.to_string()))?;
+    safetensors::SafeTensors::deserialize(bytes).map_err(|e| WeightsError::Format(e.to_string()))
+}
+
+/// Weights from a safetensors file's bytes; every declared weight must be there. Before
+/// anything is parsed or converted: the header's length against the file and the
+/// graph's `max_document_bytes`, then the tensor count against the graph's nodes, and
+/// each tensor's bytes against its declared shape and dtype.
+pub fn load_safetensors(graph: &Graph, bytes: &[u8]) -> Result<Weights, WeightsError> {
+    let limits = &graph.limits;
+    let file = parse_safetensors(bytes, limits)?;
     let nodes = u64::try_from(graph.doc.nodes.len().max(1)).unwrap_or(u64::MAX);
     let count = u64::try_from(file.len()).ok();
     if count.is_none_or(|c| c > nodes.saturating_mul(TENSORS_PER_NODE)) {

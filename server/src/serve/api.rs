@@ -9,7 +9,7 @@ use super::events::{forward_finished, forward_live};
 use super::guard::{check_host_and_origin, media_type, require_json, require_token, MODEL_TYPES};
 use super::prepare::{parse_json, prepare_run};
 use super::state::AppState;
-use super::workspace::{valid_run_id, weights_file};
+use super::workspace::{valid_run_id, valid_weights_file, weights_file};
 use super::{metrics, openapi, page};
 use axum::body::Body;
 use axum::extract::ws::WebSocketUpgrade;
@@ -63,6 +63,7 @@ pub fn router(state: AppState) -> Router {
             "/api/graphs/{name}",
             get(get_graph).put(put_graph).delete(delete_graph),
         )
+        .route("/api/weights/{file}", get(get_weights).put(put_weights))
         .route("/api/validate", post(validate))
         .route("/api/runs", get(list_runs).post(create_run))
         .route("/api/runs/{id}", get(get_run))
@@ -152,6 +153,75 @@ async fn get_graph(State(state): State<AppState>, Path(name): Path<String>) -> A
         Some(text) => Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response()),
         None => Err(AppError::not_found(format!("no graph named '{name}'"))),
     }
+}
+
+/// A weights file of the workspace (`NAME.safetensors`), as stored.
+async fn get_weights(
+    State(state): State<AppState>,
+    Path(file): Path<String>,
+) -> ApiResult<Response> {
+    if !valid_weights_file(&file) {
+        return Err(AppError::bad(format!(
+            "'{file}' is not a weights file name (NAME.safetensors, NAME a graph name)"
+        )));
+    }
+    let s = state.clone();
+    let f = file.clone();
+    match state
+        .work
+        .quick("reading the weights", move || {
+            Ok(s.workspace.read_weights(&f)?)
+        })
+        .await?
+    {
+        Some(bytes) => {
+            Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+        }
+        None => Err(AppError::not_found(format!(
+            "no weights file named '{file}'"
+        ))),
+    }
+}
+
+/// Stores a weights file (`application/octet-stream`, safetensors) durably, after checking
+/// that it parses within the limits; a graph naming it in `params.file` then runs with it
+/// (the editor saves an imported model's weights so, before the graph).
+async fn put_weights(
+    State(state): State<AppState>,
+    Path(file): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    if !valid_weights_file(&file) {
+        return Err(AppError::bad(format!(
+            "'{file}' is not a weights file name (NAME.safetensors, NAME a graph name)"
+        )));
+    }
+    if !media_type(&headers).is_some_and(|t| t.eq_ignore_ascii_case("application/octet-stream")) {
+        return Err(AppError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "a weights file is sent as 'Content-Type: application/octet-stream'",
+        ));
+    }
+    let body = state.bodies.read(&headers, body).await?;
+    let limits = state.limits.clone();
+    let body = state
+        .work
+        .heavy("checking the weights", move || {
+            sluice_engine::weights::parse_safetensors(&body.bytes, &limits)
+                .map_err(|e| AppError::bad(format!("not a safetensors file: {e}")))?;
+            Ok(body)
+        })
+        .await?;
+    let s = state.clone();
+    let f = file.clone();
+    state
+        .work
+        .quick("storing the weights", move || {
+            Ok(s.workspace.write_weights(&f, &body.bytes)?)
+        })
+        .await?;
+    Ok((StatusCode::OK, Json(serde_json::json!({ "saved": file }))).into_response())
 }
 
 /// What a `PUT /api/graphs/{name}` stores: a graph file as sent, or an imported model.

@@ -251,7 +251,8 @@ pub fn media_type(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// Refuses a POST or PUT body that is not `application/json` (415) — but for an ONNX model
-/// ([`MODEL_TYPES`]) put as a graph.
+/// ([`MODEL_TYPES`]) put as a graph and a weights file (`application/octet-stream`) put
+/// under `/api/weights/`.
 pub async fn require_json(req: Request, next: Next) -> Response {
     let writes = matches!(*req.method(), Method::POST | Method::PUT | Method::PATCH);
     if writes && has_body(req.headers()) {
@@ -260,11 +261,16 @@ pub async fn require_json(req: Request, next: Next) -> Response {
         let model = *req.method() == Method::PUT
             && req.uri().path().starts_with("/api/graphs/")
             && media.is_some_and(|t| MODEL_TYPES.iter().any(|m| t.eq_ignore_ascii_case(m)));
+        let weights = *req.method() == Method::PUT
+            && req.uri().path().starts_with("/api/weights/")
+            && media.is_some_and(|t| t.eq_ignore_ascii_case("application/octet-stream"));
+        let model = model || weights;
         if !json && !model {
             return AppError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "request bodies must be sent as 'Content-Type: application/json' \
-                 (an ONNX model put as a graph: 'application/onnx' or 'application/octet-stream')",
+                 (an ONNX model put as a graph: 'application/onnx' or 'application/octet-stream'; \
+                 a weights file: 'application/octet-stream')",
             )
             .into_response();
         }

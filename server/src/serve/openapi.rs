@@ -43,14 +43,18 @@ pub fn spec() -> Value {
     json!({
         "openapi": "3.1.0",
         "info": { "title": "Sluice API", "version": env!("CARGO_PKG_VERSION"),
-                  "description": "Graphs, runs, devices and live run events of a Sluice server. With --token, every request but the editor's files needs 'Authorization: Bearer <token>' (or '?token=<token>', for WebSockets and download links): 401 otherwise. Every request: 400 without a Host header, 403 when its Host is not one of the server's names or its Origin not the server's own. POST and PUT bodies must be 'Content-Type: application/json' (415; PUT /api/graphs/{name} also takes an ONNX model as 'application/onnx' or 'application/octet-stream'), at most --body-limit bytes (413), sent within --body-timeout (408). 503: the server is busy (bodies in flight, graph checks, worker places); try again." },
+                  "description": "Graphs, runs, devices and live run events of a Sluice server. With --token, every request but the editor's files needs 'Authorization: Bearer <token>' (or '?token=<token>', for WebSockets and download links): 401 otherwise. Every request: 400 without a Host header, 403 when its Host is not one of the server's names or its Origin not the server's own. POST and PUT bodies must be 'Content-Type: application/json' (415; PUT /api/graphs/{name} also takes an ONNX model as 'application/onnx' or 'application/octet-stream', and PUT /api/weights/{file} a safetensors file as 'application/octet-stream'), at most --body-limit bytes (413), sent within --body-timeout (408). 503: the server is busy (bodies in flight, graph checks, worker places); try again." },
         "paths": {
             "/api/ops": { "get": op("Operator schemas (the editor's palette)", &[("200", "schemas")]) },
             "/api/graphs": { "get": op("Names of the stored graphs", &[("200", "names")]) },
             "/api/graphs/{name}": {
                 "get": path_param(op("A stored graph file", &[("200", "the graph JSON"), ("400", err), ("404", err)]), &["name"]),
                 "put": path_param(with_body(op("Store a graph file (durably, after checking it); reports its problems. An ONNX model body (Content-Type application/onnx or application/octet-stream, self-contained) is imported and stored as the graph with its weights in NAME.safetensors, which the graph's params.file names and runs by name read", &[("200", "replaced"), ("201", "created"), ("400", err), ("413", err), ("415", err), ("422", "over a limit, or a model that cannot be imported (every unsupported node named)")]), "the graph file, or an ONNX model"), &["name"]),
-                "delete": path_param(op("Delete a stored graph and its weights file NAME.safetensors", &[("204", "deleted"), ("400", err), ("404", err)]), &["name"]),
+                "delete": path_param(op("Delete a stored graph and its weights file NAME.safetensors (kept while another graph names it)", &[("204", "deleted"), ("400", err), ("404", err)]), &["name"]),
+            },
+            "/api/weights/{file}": {
+                "get": path_param(op("A weights file of the workspace (NAME.safetensors), as stored", &[("200", "the safetensors bytes"), ("400", err), ("404", err)]), &["file"]),
+                "put": path_param(with_body(op("Store a weights file (Content-Type application/octet-stream, safetensors) durably, after checking that it parses; a graph whose params.file names it runs with it", &[("200", "stored"), ("400", err), ("413", err), ("415", err)]), "the safetensors file"), &["file"]),
             },
             "/api/validate": { "post": with_body(op("Shapes and batch per node and the nodes that couple samples, or every problem", &[("200", "valid: nodes with output types and batch, and the nodes that couple samples"), ("400", err), ("422", "problems")]), "a graph document") },
             "/api/runs": {

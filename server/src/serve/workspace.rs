@@ -209,6 +209,14 @@ impl Workspace {
         write_durably(&self.graphs(), &Workspace::graph_file(name)?, bytes)
     }
 
+    /// Stores a weights file durably (`NAME.safetensors`, [`valid_weights_file`]).
+    pub fn write_weights(&self, file: &str, bytes: &[u8]) -> Result<()> {
+        if !valid_weights_file(file) {
+            bail!("'{file}' is not a weights file of the workspace");
+        }
+        write_durably(&self.graphs(), file, bytes)
+    }
+
     /// Stores an imported graph and its weights durably: the weights file (which the graph
     /// names) first, then the graph, so the graph never names weights not yet written.
     pub fn write_model(&self, name: &str, graph: &[u8], weights: &[u8]) -> Result<()> {
