@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import {
   assertReadable, draftDoc, launchChromium, layoutReport, noticeAfter, readNpy, screenshotDir, selectNode,
-  startServer,
+  setField, startServer,
 } from './support.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -117,7 +117,7 @@ describe('ONNX models in the editor', { timeout: 900_000 }, () => {
     await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0))));
   }
 
-  it('imports mlp_tiny.onnx, drops the first bias, runs it with the imported weights and exports what onnxruntime computes alike', async () => {
+  it('imports mlp_tiny.onnx, drops the first bias, runs it with the imported weights, exports what onnxruntime computes alike, and saves it with its weights', async () => {
     const notice = await importFile(join(MODELS, 'mlp_tiny/model.onnx'));
     assert.match(notice, /^imported model\.onnx: opset 17, \d+ ONNX nodes → \d+ nodes/);
     console.log(notice);
@@ -178,6 +178,36 @@ describe('ONNX models in the editor', { timeout: 900_000 }, () => {
     // The edit is in the exported model: the unedited model's outputs differ.
     const original = readNpy(readFileSync(join(MODELS, 'mlp_tiny/output_0.npy')));
     assert.ok(maxAbsDifference(ort, original) > 1e-3, 'the exported model is the edited one');
+
+    // Saved to the workspace with its weights: a server run gives the same answer, and
+    // the graph opened again from the workspace runs in the browser with those weights.
+    const seeded = onlyNpy(join(dir, 'seeded'));
+    await setField(page.locator('#graph-name'), 'tiny_edited');
+    await page.evaluate(() => document.activeElement?.blur());
+    const saved = await noticeAfter(page, () => page.keyboard.press('Control+s'));
+    assert.match(saved, /saved 'tiny_edited' with its weights \(tiny_edited\.safetensors\)/);
+    const stored = await (await fetch(`${server.url}/api/graphs/tiny_edited`)).json();
+    assert.equal(stored.params.file, 'tiny_edited.safetensors');
+    const runOutput = async (target) => {
+      await page.locator('button[data-tab="Run"]').click();
+      await page.locator('#run-target').selectOption(target);
+      await page.locator('#run-button').click();
+      await page.waitForSelector('#run-status[data-status="succeeded"], #run-status[data-status="failed"]', { timeout: RUN_TIMEOUT });
+      assert.equal(await page.getAttribute('#run-status', 'data-status'), 'succeeded', await page.locator('#run-status').textContent());
+      const [file] = await Promise.all([page.waitForEvent('download'), page.locator('.output .download-npy').first().click()]);
+      return readNpy(readFileSync(await file.path()));
+    };
+    const serverWorst = maxAbsDifference(await runOutput('server'), seeded);
+    console.log(`saved edited mlp_tiny run on the server vs sluice run: max abs difference ${serverWorst.toExponential(2)}`);
+    assert.ok(serverWorst <= 1e-4, `the server run differs by ${serverWorst}`);
+    await page.evaluate(() => localStorage.clear());
+    await page.reload();
+    await page.waitForSelector('body[data-ready-ms]');
+    const opened = await noticeAfter(page, () => page.locator('#open-graph').selectOption('tiny_edited'));
+    assert.match(opened, /opened 'tiny_edited' with its weights/);
+    const reopenedWorst = maxAbsDifference(await runOutput('browser'), seeded);
+    console.log(`reopened from the workspace, run in the browser: max abs difference ${reopenedWorst.toExponential(2)}`);
+    assert.ok(reopenedWorst <= 1e-4, `the reopened graph's browser run differs by ${reopenedWorst}`);
   });
 
   it('refuses a model with operators Sluice cannot run, naming every one', async () => {

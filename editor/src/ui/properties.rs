@@ -379,7 +379,7 @@ fn graph_props(state: EditorState) -> impl IntoView {
                 } />
                 <span class="field-doc">"Weights are initialised deterministically from this seed."</span>
             </label>
-            {doc.params.file.map(|f| view! { <p class="doc">{format!("Weights file: {f} (the server cannot read weight files; the CLI can)")}</p> })}
+            {doc.params.file.map(|f| view! { <p class="doc">{format!("Weights file: {f} (stored with the graph in the workspace; runs here and on the server use it)")}</p> })}
             <p class="hint">"Select a node to edit it. Press ? for the keyboard shortcuts."</p>
         </div>
     }

@@ -71,8 +71,21 @@ impl Reply {
     }
 }
 
+/// A request body: JSON text, or bytes of a media type.
+pub enum Payload<'a> {
+    /// `application/json`.
+    Json(&'a str),
+    /// Bytes sent as `media`.
+    Bytes(&'a [u8], &'a str),
+}
+
 /// Sends a request; `body` is JSON text.
 pub async fn request(method: &str, path: &str, body: Option<&str>) -> Result<Reply, String> {
+    send(method, path, body.map(Payload::Json)).await
+}
+
+/// Sends a request with any payload.
+pub async fn send(method: &str, path: &str, body: Option<Payload<'_>>) -> Result<Reply, String> {
     let what = format!("{method} {path}");
     let window = web_sys::window().ok_or("no window")?;
     let init = RequestInit::new();
@@ -83,11 +96,20 @@ pub async fn request(method: &str, path: &str, body: Option<&str>) -> Result<Rep
             .set("Authorization", &format!("Bearer {t}"))
             .map_err(|e| js_error(&e))?;
     }
-    if let Some(b) = body {
-        headers
-            .set("Content-Type", "application/json")
-            .map_err(|e| js_error(&e))?;
-        init.set_body(&JsValue::from_str(b));
+    match body {
+        Some(Payload::Json(b)) => {
+            headers
+                .set("Content-Type", "application/json")
+                .map_err(|e| js_error(&e))?;
+            init.set_body(&JsValue::from_str(b));
+        }
+        Some(Payload::Bytes(b, media)) => {
+            headers
+                .set("Content-Type", media)
+                .map_err(|e| js_error(&e))?;
+            init.set_body(&js_sys::Uint8Array::from(b).into());
+        }
+        None => {}
     }
     init.set_headers(&headers);
     let req = Request::new_with_str_and_init(path, &init).map_err(|e| js_error(&e))?;
