@@ -299,6 +299,8 @@ fn every_endpoint_works() {
         "/api/ops",
         "/api/graphs/{name}",
         "/api/weights/{file}",
+        "/api/graphs/{name}/versions",
+        "/api/graphs/{name}/versions/{version}/restore",
         "/api/validate",
         "/api/runs",
         "/api/runs/{id}",
@@ -1933,4 +1935,71 @@ fn hostile_onnx_bodies_get_clear_errors_and_store_nothing() {
     assert_eq!(s.req("GET", "/api/graphs/hostile", None).0, 404);
     assert!(!ws.join("graphs/hostile.safetensors").exists());
     assert_eq!(s.req("GET", "/api/graphs", None).0, 200, "the server is up");
+}
+
+/// Saving over a graph or deleting it keeps what it replaced: the versions are listed
+/// newest first, readable, and restorable (the restore keeping what it replaces in turn).
+#[test]
+fn replaced_and_deleted_graphs_can_be_restored_from_their_versions() {
+    let ws = workspace("versions");
+    let s = start(&ws, None, &[]);
+    let (code, original) = s.json("GET", "/api/graphs/mlp", None);
+    assert_eq!(code, 200);
+    let (code, _) = s.json("GET", "/api/graphs/mlp/versions", None);
+    assert_eq!(code, 200);
+    let mut changed = original.clone();
+    changed["name"] = json!("changed");
+    let (code, _) = s.json("PUT", "/api/graphs/mlp", Some(changed.clone()));
+    assert_eq!(code, 200);
+    let (code, list) = s.json("GET", "/api/graphs/mlp/versions", None);
+    assert_eq!(code, 200);
+    let versions = list["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 1, "{list}");
+    let v = versions[0]["version"].as_str().unwrap().to_string();
+    let (code, kept) = s.json("GET", &format!("/api/graphs/mlp/versions/{v}"), None);
+    assert_eq!((code, &kept), (200, &original));
+    // Restore: the original is back, and the changed graph is kept in turn.
+    let (code, r) = s.json(
+        "POST",
+        &format!("/api/graphs/mlp/versions/{v}/restore"),
+        None,
+    );
+    assert_eq!(code, 200, "{r}");
+    assert_eq!(s.json("GET", "/api/graphs/mlp", None).1, original);
+    let (_, list) = s.json("GET", "/api/graphs/mlp/versions", None);
+    let newest = list["versions"][0]["version"].as_str().unwrap().to_string();
+    assert_eq!(
+        s.json("GET", &format!("/api/graphs/mlp/versions/{newest}"), None)
+            .1,
+        changed
+    );
+    // Deleted, then restored from the version the delete kept.
+    assert_eq!(s.req("DELETE", "/api/graphs/mlp", None).0, 204);
+    assert_eq!(s.req("GET", "/api/graphs/mlp", None).0, 404);
+    let (_, list) = s.json("GET", "/api/graphs/mlp/versions", None);
+    let last = list["versions"][0]["version"].as_str().unwrap().to_string();
+    let (code, _) = s.json(
+        "POST",
+        &format!("/api/graphs/mlp/versions/{last}/restore"),
+        None,
+    );
+    assert_eq!(code, 200);
+    assert_eq!(s.json("GET", "/api/graphs/mlp", None).1, original);
+    // Hostile versions and names.
+    for bad in ["abc", "1.json", "99999999999999999999999"] {
+        let (code, _) = s.req("GET", &format!("/api/graphs/mlp/versions/{bad}"), None);
+        assert_eq!(code, 400, "{bad}");
+        let (code, _) = s.req(
+            "POST",
+            &format!("/api/graphs/mlp/versions/{bad}/restore"),
+            None,
+        );
+        assert_eq!(code, 400, "{bad}");
+    }
+    assert_eq!(s.req("GET", "/api/graphs/mlp/versions/1", None).0, 404);
+    assert_eq!(
+        s.req("POST", "/api/graphs/mlp/versions/1/restore", None).0,
+        404
+    );
+    assert_eq!(s.req("GET", "/api/graphs/bad.name/versions", None).0, 400);
 }

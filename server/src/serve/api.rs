@@ -63,6 +63,12 @@ pub fn router(state: AppState) -> Router {
             "/api/graphs/{name}",
             get(get_graph).put(put_graph).delete(delete_graph),
         )
+        .route("/api/graphs/{name}/versions", get(list_versions))
+        .route("/api/graphs/{name}/versions/{version}", get(get_version))
+        .route(
+            "/api/graphs/{name}/versions/{version}/restore",
+            post(restore_version),
+        )
         .route("/api/weights/{file}", get(get_weights).put(put_weights))
         .route("/api/validate", post(validate))
         .route("/api/runs", get(list_runs).post(create_run))
@@ -152,6 +158,80 @@ async fn get_graph(State(state): State<AppState>, Path(name): Path<String>) -> A
     {
         Some(text) => Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response()),
         None => Err(AppError::not_found(format!("no graph named '{name}'"))),
+    }
+}
+
+/// The kept versions of a graph (each save or delete that replaced it kept what it
+/// replaced), newest first; a deleted graph's versions stay listed.
+async fn list_versions(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Response> {
+    check_name(&name)?;
+    let s = state.clone();
+    let versions = state
+        .work
+        .quick("listing the versions", move || {
+            Ok(s.workspace.list_versions(&name)?)
+        })
+        .await?;
+    Ok(Json(serde_json::json!({ "versions": versions })).into_response())
+}
+
+/// One kept version of a graph, as it was stored.
+async fn get_version(
+    State(state): State<AppState>,
+    Path((name, version)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    check_name(&name)?;
+    let s = state.clone();
+    let (n, v) = (name.clone(), version.clone());
+    match state
+        .work
+        .quick("reading the version", move || {
+            s.workspace
+                .read_version(&n, &v)
+                .map_err(|e| AppError::bad(format!("{e:#}")))
+        })
+        .await?
+    {
+        Some(text) => Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response()),
+        None => Err(AppError::not_found(format!(
+            "'{name}' has no version {version}"
+        ))),
+    }
+}
+
+/// Makes a kept version the stored graph again (what it replaces is kept in turn).
+async fn restore_version(
+    State(state): State<AppState>,
+    Path((name, version)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    check_name(&name)?;
+    let s = state.clone();
+    let (n, v) = (name.clone(), version.clone());
+    let restored = state
+        .work
+        .quick("restoring the version", move || {
+            let text = s
+                .workspace
+                .read_version(&n, &v)
+                .map_err(|e| AppError::bad(format!("{e:#}")))?;
+            match text {
+                Some(text) => {
+                    s.workspace.write_graph(&n, text.as_bytes())?;
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        })
+        .await?;
+    if restored {
+        Ok(Json(serde_json::json!({ "restored": name, "version": version })).into_response())
+    } else {
+        Err(AppError::not_found(format!(
+            "'{name}' has no version {version}"
+        )))
     }
 }
 

@@ -52,6 +52,15 @@ pub fn spec() -> Value {
                 "put": path_param(with_body(op("Store a graph file (durably, after checking it); reports its problems. An ONNX model body (Content-Type application/onnx or application/octet-stream, self-contained) is imported and stored as the graph with its weights in NAME.safetensors, which the graph's params.file names and runs by name read", &[("200", "replaced"), ("201", "created"), ("400", err), ("413", err), ("415", err), ("422", "over a limit, or a model that cannot be imported (every unsupported node named)")]), "the graph file, or an ONNX model"), &["name"]),
                 "delete": path_param(op("Delete a stored graph and its weights file NAME.safetensors (kept while another graph names it)", &[("204", "deleted"), ("400", err), ("404", err)]), &["name"]),
             },
+            "/api/graphs/{name}/versions": {
+                "get": path_param(op("The kept versions of a graph, newest first: each save or delete that replaced it kept what it replaced (the last 10)", &[("200", "{versions: [{version, bytes}]}"), ("400", err)]), &["name"]),
+            },
+            "/api/graphs/{name}/versions/{version}": {
+                "get": path_param(op("One kept version of a graph, as stored", &[("200", "the graph JSON"), ("400", err), ("404", err)]), &["name", "version"]),
+            },
+            "/api/graphs/{name}/versions/{version}/restore": {
+                "post": path_param(op("Make a kept version the stored graph again (what it replaces is kept in turn)", &[("200", "{restored, version}"), ("400", err), ("404", err)]), &["name", "version"]),
+            },
             "/api/weights/{file}": {
                 "get": path_param(op("A weights file of the workspace (NAME.safetensors), as stored", &[("200", "the safetensors bytes"), ("400", err), ("404", err)]), &["file"]),
                 "put": path_param(with_body(op("Store a weights file (Content-Type application/octet-stream, safetensors) durably, after checking that it parses; a graph whose params.file names it runs with it", &[("200", "stored"), ("400", err), ("413", err), ("415", err)]), "the safetensors file"), &["file"]),

@@ -1,6 +1,7 @@
 //! The workspace folder, and the only code that turns names into paths in it:
 //! `graphs/NAME.json` (with `graphs/NAME.safetensors`, the weights of a graph imported
-//! from an ONNX model, which its `params.file` names); per run `runs/ID/` with its kept request files (`graph.json` for an
+//! from an ONNX model, which its `params.file` names); `versions/NAME/MILLIS.json`, the
+//! last [`KEPT_VERSIONS`] versions a save or a delete replaced (restorable); per run `runs/ID/` with its kept request files (`graph.json` for an
 //! inline graph, `inputs/K.npy` for uploads), its outputs (`FILE.npy`) and its events
 //! (`events.json`, replayed to late watchers and made into its trace); `sluice.db`; and
 //! `.lock`, held by the one server using the workspace. Graph names and output file names
@@ -27,6 +28,19 @@ const EXAMPLES: &[(&str, &str)] = &[
         include_str!("../../../assets/graphs/transformer_block.json"),
     ),
 ];
+
+/// Earlier versions kept per graph: each save or delete that replaces a stored graph
+/// keeps what it replaced, the oldest beyond this many dropped.
+pub const KEPT_VERSIONS: usize = 10;
+
+/// One kept version of a graph.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Version {
+    /// Its id: when it was replaced, in milliseconds since the Unix epoch.
+    pub version: String,
+    /// Its size.
+    pub bytes: u64,
+}
 
 /// Largest graph file read from the workspace (a graph is stored only after its body
 /// passed `--body-limit`; this bounds files put there by hand).
@@ -123,6 +137,15 @@ fn lock(root: &Path) -> Result<WorkspaceLock> {
 }
 
 /// Creates a folder and makes its entry in the parent durable.
+/// Held while a stored graph is replaced or deleted: the version kept and the write are
+/// one step, so concurrent saves of one graph keep every version they replace.
+fn replacing() -> std::sync::MutexGuard<'static, ()> {
+    static REPLACING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    REPLACING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn create_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     if let Some(parent) = dir.parent() {
@@ -204,9 +227,90 @@ impl Workspace {
         }
     }
 
-    /// Stores a graph durably.
+    /// Stores a graph durably, keeping the version it replaces.
     pub fn write_graph(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let _one_at_a_time = replacing();
+        self.keep_version(name)?;
         write_durably(&self.graphs(), &Workspace::graph_file(name)?, bytes)
+    }
+
+    fn versions(&self, name: &str) -> Result<PathBuf> {
+        Workspace::graph_file(name)?;
+        Ok(self.root.join("versions").join(name))
+    }
+
+    /// Copies the stored graph `name` (if any) into its versions, then drops the oldest
+    /// beyond [`KEPT_VERSIONS`].
+    fn keep_version(&self, name: &str) -> Result<()> {
+        let Some(text) = self.read_graph(name)? else {
+            return Ok(());
+        };
+        let dir = self.versions(name)?;
+        create_dir(&dir)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let newest = self
+            .list_versions(name)?
+            .first()
+            .and_then(|v| v.version.parse().ok());
+        let id = newest.map_or(now, |n: u64| now.max(n.saturating_add(1)));
+        write_durably(&dir, &format!("{id}.json"), text.as_bytes())?;
+        for old in self.list_versions(name)?.iter().skip(KEPT_VERSIONS) {
+            match std::fs::remove_file(dir.join(format!("{}.json", old.version))) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("cannot drop version {} of '{name}'", old.version)
+                    })
+                }
+            }
+        }
+        sync_dir(&dir)
+    }
+
+    /// The kept versions of graph `name`, newest first.
+    pub fn list_versions(&self, name: &str) -> Result<Vec<Version>> {
+        let dir = self.versions(name)?;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+        };
+        let mut out: Vec<(u64, Version)> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let file = e.file_name().to_str()?.to_string();
+                let id: u64 = file.strip_suffix(".json")?.parse().ok()?;
+                let bytes = e.metadata().ok()?.len();
+                Some((
+                    id,
+                    Version {
+                        version: id.to_string(),
+                        bytes,
+                    },
+                ))
+            })
+            .collect();
+        out.sort_by_key(|v| std::cmp::Reverse(v.0));
+        Ok(out.into_iter().map(|(_, v)| v).collect())
+    }
+
+    /// A kept version's text, if it exists (`version` as [`list_versions`] gives it).
+    ///
+    /// [`list_versions`]: Workspace::list_versions
+    pub fn read_version(&self, name: &str, version: &str) -> Result<Option<String>> {
+        if version.is_empty() || version.len() > 20 || !version.bytes().all(|b| b.is_ascii_digit())
+        {
+            bail!("'{version}' is not a version id");
+        }
+        let p = self.versions(name)?.join(format!("{version}.json"));
+        match read_text_bounded(&p, MAX_GRAPH_FILE) {
+            Ok(t) => Ok(Some(t)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", p.display())),
+        }
     }
 
     /// Stores a weights file durably (`NAME.safetensors`, [`valid_weights_file`]).
@@ -267,10 +371,12 @@ impl Workspace {
         Ok(false)
     }
 
-    /// Deletes a graph and its weights file (`NAME.safetensors`, if any, unless another
-    /// graph still names it: one saved under a new name keeps the imported weights);
-    /// false if the graph did not exist.
+    /// Deletes a graph (kept among its versions, so it can be restored) and its weights
+    /// file (`NAME.safetensors`, if any, unless another graph still names it: one saved
+    /// under a new name keeps the imported weights); false if the graph did not exist.
     pub fn delete_graph(&self, name: &str) -> Result<bool> {
+        let _one_at_a_time = replacing();
+        self.keep_version(name)?;
         let deleted = match std::fs::remove_file(self.graphs().join(Workspace::graph_file(name)?)) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
@@ -437,6 +543,43 @@ mod tests {
         );
         drop(held);
         assert!(Workspace::open(&root).is_ok());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn replaced_and_deleted_graphs_are_kept_as_versions_up_to_the_limit() {
+        let root = temp("versions");
+        let (ws, _held) = Workspace::open(&root).unwrap();
+        assert!(ws.list_versions("g").unwrap().is_empty());
+        ws.write_graph("g", b"{\"v\": 0}").unwrap();
+        assert!(
+            ws.list_versions("g").unwrap().is_empty(),
+            "nothing was replaced"
+        );
+        for v in 1..=KEPT_VERSIONS + 2 {
+            ws.write_graph("g", format!("{{\"v\": {v}}}").as_bytes())
+                .unwrap();
+        }
+        let versions = ws.list_versions("g").unwrap();
+        assert_eq!(versions.len(), KEPT_VERSIONS);
+        // Newest first: the one the last save replaced.
+        let newest = ws.read_version("g", &versions[0].version).unwrap().unwrap();
+        assert_eq!(newest, format!("{{\"v\": {}}}", KEPT_VERSIONS + 1));
+        let oldest = ws
+            .read_version("g", &versions[KEPT_VERSIONS - 1].version)
+            .unwrap();
+        assert_eq!(oldest.unwrap(), "{\"v\": 2}");
+        // A delete keeps the deleted graph.
+        assert!(ws.delete_graph("g").unwrap());
+        let after = ws.list_versions("g").unwrap();
+        let kept = ws.read_version("g", &after[0].version).unwrap().unwrap();
+        assert_eq!(kept, format!("{{\"v\": {}}}", KEPT_VERSIONS + 2));
+        // Hostile ids and names.
+        for bad in ["", "../g", "1.json", "12a", "123456789012345678901"] {
+            assert!(ws.read_version("g", bad).is_err(), "{bad}");
+        }
+        assert!(ws.read_version("g", "1").unwrap().is_none());
+        assert!(ws.list_versions("../x").is_err());
         let _ = std::fs::remove_dir_all(&root);
     }
 
