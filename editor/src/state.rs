@@ -299,6 +299,8 @@ pub struct EditorState {
     pub clip: StoredValue<Option<Clip>>,
     /// The help overlay is open.
     pub help: RwSignal<bool>,
+    /// The Versions panel: a graph's name and its kept versions, while open.
+    pub versions: RwSignal<Option<(String, Vec<sluice_api::GraphVersion>)>>,
     /// The side panel's tab.
     pub panel: RwSignal<Panel>,
     /// The pointer gesture in progress.
@@ -351,6 +353,7 @@ impl EditorState {
             heat: RwSignal::new(false),
             clip: StoredValue::new(None),
             help: RwSignal::new(false),
+            versions: RwSignal::new(None),
             panel: RwSignal::new(Panel::Properties),
             drag: RwSignal::new(None),
             browser_gpu: RwSignal::new(None),

@@ -87,11 +87,15 @@ pub fn confirm_discard(state: EditorState) -> bool {
             .unwrap_or(false)
 }
 
-/// Opens a graph of the workspace.
+/// Opens a graph of the workspace (asking first when there are unsaved changes).
 pub fn open_graph(state: EditorState, name: String) {
-    if !confirm_discard(state) {
-        return;
+    if confirm_discard(state) {
+        open_graph_unchecked(state, name);
     }
+}
+
+/// Opens a graph of the workspace, replacing the document without asking.
+pub fn open_graph_unchecked(state: EditorState, name: String) {
     leptos::task::spawn_local(async move {
         let reply = match api::request("GET", &format!("/api/graphs/{name}"), None).await {
             Ok(r) => r,
@@ -157,87 +161,6 @@ pub fn new_graph(state: EditorState) {
     }
     state.load(model::empty("untitled"), None, None);
     state.view.set(Viewport::default());
-}
-
-/// Saves the graph to the workspace under its name.
-pub fn save(state: EditorState) {
-    let mut doc = model::for_engine(&state.doc.get_untracked());
-    let name = doc.name.clone();
-    if !model::valid_id(&name) {
-        return state.error(format!(
-            "'{name}' cannot be saved: name the graph with 1-64 of A-Z a-z 0-9 _ - (the name field in the toolbar)"
-        ));
-    }
-    // Weights that came with the document (an imported model's) are stored first, as
-    // NAME.safetensors, and the graph names them: the server runs it with them.
-    let weights = match weights_file_bytes(state, &doc) {
-        Ok(w) => w,
-        Err(e) => return state.error(format!("saving '{name}' failed: {e}")),
-    };
-    let file = format!("{name}.safetensors");
-    if weights.is_some() {
-        doc.params.file = Some(file.clone());
-    }
-    let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-    leptos::task::spawn_local(async move {
-        if let Some(bytes) = &weights {
-            let body = api::Payload::Bytes(bytes, "application/octet-stream");
-            match api::send("PUT", &format!("/api/weights/{file}"), Some(body)).await {
-                Ok(r) if r.ok() => {}
-                Ok(r) => {
-                    return state.error(format!(
-                        "saving the weights of '{name}' failed: {}",
-                        r.error()
-                    ))
-                }
-                Err(e) => {
-                    return state.error(format!("saving the weights of '{name}' failed: {e}"))
-                }
-            }
-        }
-        match api::request("PUT", &format!("/api/graphs/{name}"), Some(&text)).await {
-            Ok(r) if r.ok() => {
-                if weights.is_some() {
-                    // Not an edit: the stored graph names its weights file.
-                    let named = doc.params.file.clone();
-                    state.doc.update(|d| d.params.file = named);
-                }
-                state.saved.set(Some(doc));
-                let problems = r.json()["problems"].as_array().map_or(0, Vec::len);
-                let with = if weights.is_some() {
-                    format!(" with its weights ({file})")
-                } else {
-                    String::new()
-                };
-                if problems == 0 {
-                    state.info(format!("saved '{name}'{with}"));
-                } else {
-                    state.info(format!(
-                        "saved '{name}'{with} as a draft with {problems} problem(s)"
-                    ));
-                }
-                refresh_graphs(state);
-            }
-            Ok(r) => state.error(format!("saving '{name}' failed: {}", r.error())),
-            Err(e) => state.error(format!("saving '{name}' failed: {e}")),
-        }
-    });
-}
-
-/// The safetensors bytes of the weights that came with the document, as the graph uses
-/// them (its own where they still fit, seeded where an edit reshaped one); all of them
-/// as they came when the graph does not check yet. None when none came with it.
-fn weights_file_bytes(state: EditorState, doc: &GraphDoc) -> Result<Option<Vec<u8>>, String> {
-    if state.weights.with_value(Option::is_none) {
-        return Ok(None);
-    }
-    let weights = match sluice_engine::Graph::build_with(doc.clone(), &Default::default()) {
-        Ok(graph) => state.weights_for(&graph),
-        Err(_) => state.weights.with_value(|w| w.clone().unwrap_or_default()),
-    };
-    sluice_engine::train::checkpoint::encode_weights(&weights)
-        .map(Some)
-        .map_err(|e| format!("cannot write its weights: {e}"))
 }
 
 /// Downloads the graph file.

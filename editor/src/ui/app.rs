@@ -45,13 +45,14 @@ fn on_key(state: EditorState, ev: web_sys::KeyboardEvent) {
     let key = ev.key();
     if key == "Escape" {
         state.help.set(false);
+        state.versions.set(None);
         state.selection.set(BTreeSet::new());
         state.selected_edge.set(None);
         return;
     }
     if ctrl && key.eq_ignore_ascii_case("s") {
         ev.prevent_default();
-        return actions::save(state);
+        return super::saving::save(state);
     }
     if super::typing_in_field(ev.target()) {
         return;
@@ -197,6 +198,7 @@ pub fn App() -> impl IntoView {
                 }
             })}
             <Help state=state />
+            <super::saving::Versions state=state />
         </div>
     }
 }

@@ -24,7 +24,10 @@ const SHORTCUTS: &[(&str, &str)] = &[
     ("Ctrl+Shift+Z or Ctrl+Y", "redo"),
     ("Ctrl+C / Ctrl+X / Ctrl+V", "copy / cut / paste"),
     ("Ctrl+A", "select everything"),
-    ("Ctrl+S", "save to the workspace"),
+    (
+        "Ctrl+S",
+        "save to the workspace (asks before replacing another graph)",
+    ),
     ("Ctrl+Enter", "run"),
     ("L", "lay the graph out top to bottom"),
     ("F", "fit the graph in view"),

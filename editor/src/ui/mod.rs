@@ -1,8 +1,9 @@
 //! The editor's components: the page shell with its keyboard shortcuts ([`app`]), the
 //! toolbar ([`toolbar`]), the operator palette ([`palette`]), the graph canvas
 //! ([`canvas`]), the property panel ([`properties`]), the run panel ([`run_panel`]), the
-//! live charts ([`charts_view`]), the devices view ([`devices`]) and the help overlay
-//! ([`help`]). [`actions`] holds what several of them trigger.
+//! live charts ([`charts_view`]), the devices view ([`devices`]), the help overlay
+//! ([`help`]) and saving to the workspace with its versions ([`saving`]). [`actions`]
+//! holds what several of them trigger.
 
 pub mod actions;
 pub mod app;
@@ -13,6 +14,7 @@ pub mod help;
 pub mod palette;
 pub mod properties;
 pub mod run_panel;
+pub mod saving;
 pub mod toolbar;
 
 /// Client coordinates of the canvas element's top-left corner and its size.

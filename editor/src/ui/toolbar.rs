@@ -1,8 +1,8 @@
-//! The toolbar: the graph's name, new, open from the workspace, save, import (a graph
-//! file or an ONNX model) and export the file or an ONNX model, undo and redo, layout,
+//! The toolbar: the graph's name, new, open from the workspace, save (and the Graph menu:
+//! save as, rename, delete, versions), import (a graph file or an ONNX model) and export the file or an ONNX model, undo and redo, layout,
 //! fit, heat map, help; an unsaved-changes marker.
 
-use super::actions;
+use super::{actions, saving};
 use crate::state::EditorState;
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
@@ -54,7 +54,23 @@ pub fn Toolbar(state: EditorState) -> impl IntoView {
                     view! { <option value=g.clone()>{g.clone()}</option> }
                 }).collect_view()}
             </select>
-            <button id="save" on:click=move |_| actions::save(state) title="Save to the workspace (Ctrl+S)">"Save"</button>
+            <button id="save" on:click=move |_| saving::save(state) title="Save to the workspace (Ctrl+S); asks before replacing another graph">"Save"</button>
+            <details class="menu" id="graph-menu">
+                <summary title="Save as, rename, delete, earlier versions">"Graph ▾"</summary>
+                <div class="menu-items" on:click=|ev| {
+                    // A pick closes the menu.
+                    if let Some(menu) = ev.current_target()
+                        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+                        .and_then(|e| e.parent_element()) {
+                        let _ = menu.remove_attribute("open");
+                    }
+                }>
+                    <button id="save-as" on:click=move |_| saving::save_as(state)>"Save as…"</button>
+                    <button id="rename" on:click=move |_| saving::rename(state)>"Rename…"</button>
+                    <button id="delete-graph" on:click=move |_| saving::delete(state)>"Delete"</button>
+                    <button id="versions-button" on:click=move |_| saving::show_versions(state)>"Versions…"</button>
+                </div>
+            </details>
             <button on:click=move |_| {
                 if let Some(input) = file_input.get() { input.click(); }
             } title="Open a graph file or an ONNX model from disk (or drop one on the canvas)">"Import"</button>

@@ -482,6 +482,22 @@ pub struct GraphList {
     pub graphs: Vec<String>,
 }
 
+/// One kept version of a graph (`GET /api/graphs/{name}/versions`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphVersion {
+    /// Its id: when it was replaced, in milliseconds since the Unix epoch.
+    pub version: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// `GET /api/graphs/{name}/versions`: newest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionList {
+    /// The kept versions.
+    pub versions: Vec<GraphVersion>,
+}
+
 /// The answer to `PUT /api/graphs/{name}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GraphSaved {

@@ -175,7 +175,7 @@ async fn list_versions(
             Ok(s.workspace.list_versions(&name)?)
         })
         .await?;
-    Ok(Json(serde_json::json!({ "versions": versions })).into_response())
+    Ok(Json(sluice_api::VersionList { versions }).into_response())
 }
 
 /// One kept version of a graph, as it was stored.

@@ -13,7 +13,7 @@
 use crate::files::{read_bounded, read_text_bounded, sync_dir, write_durably};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use sluice_api::valid_name;
+use sluice_api::{valid_name, GraphVersion as Version};
 use sluice_engine::telemetry::Event;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
@@ -32,15 +32,6 @@ const EXAMPLES: &[(&str, &str)] = &[
 /// Earlier versions kept per graph: each save or delete that replaces a stored graph
 /// keeps what it replaced, the oldest beyond this many dropped.
 pub const KEPT_VERSIONS: usize = 10;
-
-/// One kept version of a graph.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Version {
-    /// Its id: when it was replaced, in milliseconds since the Unix epoch.
-    pub version: String,
-    /// Its size.
-    pub bytes: u64,
-}
 
 /// Largest graph file read from the workspace (a graph is stored only after its body
 /// passed `--body-limit`; this bounds files put there by hand).
