@@ -384,6 +384,16 @@ impl EditorState {
     /// it (None: seeded): history and selection start over.
     pub fn load(&self, doc: GraphDoc, saved: Option<GraphDoc>, weights: Option<Weights>) {
         self.weights.set_value(weights);
+        // The last run's charts and outputs belong to the graph being replaced (a run
+        // still going keeps showing until it ends).
+        self.run.update(|r| {
+            if !r.is_active() {
+                *r = RunView {
+                    serial: r.serial + 1,
+                    ..RunView::default()
+                };
+            }
+        });
         self.history.update_value(History::clear);
         self.selection.set(BTreeSet::new());
         self.selected_edge.set(None);

@@ -295,5 +295,24 @@ onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]),
     execFileSync(oraclePython(), [join(ROOT, 'scripts/onnx_deep_resnet.py'), model]);
     await openReadably(model, 'deep-resnet');
     assert.ok((await draftDoc(page)).nodes.length >= 300, 'a few hundred nodes');
+
+    // Find (Ctrl+F) jumps to a node deep in the model: selected, and in the view.
+    await page.keyboard.press('Control+f');
+    await page.keyboard.type('layer3.17.b.conv');
+    await page.keyboard.press('Enter');
+    await settled();
+    assert.equal(await page.locator('.find-count').textContent(), '1 of 1');
+    const found = page.locator('g.node.selected');
+    assert.equal(await found.getAttribute('data-id'), 'layer3.17.b.conv');
+    const canvas = await page.locator('#canvas').boundingBox();
+    const box = await found.locator('rect.body').boundingBox();
+    assert.ok(box.x >= canvas.x && box.x + box.width <= canvas.x + canvas.width
+      && box.y >= canvas.y && box.y + box.height <= canvas.y + canvas.height, 'the found node is in view');
+    await page.screenshot({ path: join(shots, 'editor-find.png') });
+    // By operator, stepping through the matches.
+    await page.locator('#find').fill('global_avg');
+    await page.keyboard.press('Enter');
+    assert.match(await page.locator('.find-count').textContent(), /^1 of 1$/);
+    assert.equal(await page.locator('g.node.selected').getAttribute('data-id'), 'pool');
   });
 });

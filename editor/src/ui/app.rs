@@ -54,6 +54,18 @@ fn on_key(state: EditorState, ev: web_sys::KeyboardEvent) {
         ev.prevent_default();
         return super::saving::save(state);
     }
+    if ctrl && key.eq_ignore_ascii_case("f") {
+        ev.prevent_default();
+        if let Some(field) = web_sys::window()
+            .and_then(|w| w.document())
+            .and_then(|d| d.get_element_by_id("find"))
+            .and_then(|e| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlInputElement>(e).ok())
+        {
+            let _ = field.focus();
+            field.select();
+        }
+        return;
+    }
     if super::typing_in_field(ev.target()) {
         return;
     }

@@ -779,6 +779,7 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
                 <div class="empty-hint">"Drag operators here from the palette — start with an input — or drop a graph file or an ONNX model."</div>
             })}
             {problems}
+            <super::find::Find state=state />
             <div class="zoom">
                 <button title="Zoom in (+)" on:click=move |_| state.view.update(|v| v.k = (v.k * 1.2).min(MAX_ZOOM))>"+"</button>
                 <button title="Zoom out (−)" on:click=move |_| state.view.update(|v| v.k = (v.k / 1.2).max(MIN_ZOOM))>"−"</button>

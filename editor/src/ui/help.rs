@@ -25,6 +25,10 @@ const SHORTCUTS: &[(&str, &str)] = &[
     ("Ctrl+C / Ctrl+X / Ctrl+V", "copy / cut / paste"),
     ("Ctrl+A", "select everything"),
     (
+        "Ctrl+F",
+        "find a node by id or operator (Enter: next, Shift+Enter: previous)",
+    ),
+    (
         "Ctrl+S",
         "save to the workspace (asks before replacing another graph)",
     ),

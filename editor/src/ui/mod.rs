@@ -1,6 +1,6 @@
 //! The editor's components: the page shell with its keyboard shortcuts ([`app`]), the
 //! toolbar ([`toolbar`]), the operator palette ([`palette`]), the graph canvas
-//! ([`canvas`]), the property panel ([`properties`]), the run panel ([`run_panel`]), the
+//! ([`canvas`]) with its find field ([`find`]), the property panel ([`properties`]), the run panel ([`run_panel`]), the
 //! live charts ([`charts_view`]), the devices view ([`devices`]), the help overlay
 //! ([`help`]) and saving to the workspace with its versions ([`saving`]). [`actions`]
 //! holds what several of them trigger.
@@ -10,6 +10,7 @@ pub mod app;
 pub mod canvas;
 pub mod charts_view;
 pub mod devices;
+pub mod find;
 pub mod help;
 pub mod palette;
 pub mod properties;
