@@ -274,11 +274,42 @@ describe('the editor', { timeout: 900_000 }, () => {
     for (const name of examples) {
       await page.locator('#open-graph').selectOption(name);
       await page.waitForFunction((n) => document.querySelector('#graph-name')?.value === n, name);
+      // The notice says so, even when the previous open's notice was still showing.
+      await page.waitForFunction((n) => document.querySelector('.notice .notice-text')?.textContent === `opened '${n}'`, name);
       await page.waitForSelector('g.node');
       const report = await layoutReport(page);
       console.log(`${name}: ${report.nodes} nodes, ${report.edges} edges; titles ${report.minTitlePx.toFixed(1)} px at ${await page.locator('.zoom-level').textContent()}; ${report.throughNodes.length} edges through nodes, ${report.labelOverlaps.length} label overlaps`);
       await page.screenshot({ path: join(shots, `editor-example-${name}.png`) });
       assertReadable(report, name);
+    }
+  });
+
+  it('follows the system\'s colour scheme: a dark theme with readable node titles', async () => {
+    const colours = () => page.evaluate(() => {
+      // WCAG relative luminance and contrast of computed colours.
+      const lum = (c) => {
+        const [r, g, b] = c.match(/[\d.]+/g).slice(0, 3).map((v) => Number(v) / 255)
+          .map((v) => (v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4));
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+      };
+      const contrast = (a, b) => (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+      const canvas = lum(getComputedStyle(document.querySelector('#canvas')).backgroundColor);
+      const node = lum(getComputedStyle(document.querySelector('g.node rect.body')).fill);
+      const title = lum(getComputedStyle(document.querySelector('g.node text.title')).fill);
+      const panel = lum(getComputedStyle(document.querySelector('.side')).backgroundColor);
+      const text = lum(getComputedStyle(document.querySelector('.side')).color);
+      return { canvas, node, titleContrast: contrast(node, title), panelContrast: contrast(panel, text) };
+    });
+    await page.emulateMedia({ colorScheme: 'dark' });
+    const dark = await colours();
+    await page.screenshot({ path: join(shots, 'editor-dark.png') });
+    await page.emulateMedia({ colorScheme: 'light' });
+    const light = await colours();
+    console.log(`dark theme: canvas luminance ${dark.canvas.toFixed(3)}, node titles contrast ${dark.titleContrast.toFixed(1)}:1, panel text ${dark.panelContrast.toFixed(1)}:1; light theme: canvas ${light.canvas.toFixed(3)}, titles ${light.titleContrast.toFixed(1)}:1`);
+    assert.ok(dark.canvas < 0.05 && dark.node < 0.05, `dark canvas and nodes: ${JSON.stringify(dark)}`);
+    assert.ok(light.canvas > 0.8 && light.node > 0.8, `light canvas and nodes: ${JSON.stringify(light)}`);
+    for (const theme of [dark, light]) {
+      assert.ok(theme.titleContrast >= 4.5 && theme.panelContrast >= 4.5, JSON.stringify(theme));
     }
   });
 

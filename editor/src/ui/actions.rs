@@ -129,7 +129,10 @@ pub fn open_graph_unchecked(state: EditorState, name: String) {
                 };
                 state.load(doc, Some(saved), weights);
                 open_view(state);
-                if !note.is_empty() || state.notice.with_untracked(Option::is_none) {
+                if state
+                    .notice
+                    .with_untracked(|n| n.as_ref().is_none_or(|n| !n.error))
+                {
                     state.info(format!("opened '{name}'{note}"));
                 }
             }
