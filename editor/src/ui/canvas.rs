@@ -426,15 +426,15 @@ fn looks(state: EditorState) -> Vec<NodeLook> {
                                 model::show_shape(&decl.shape)
                             )
                         }),
-                        "#eef4fb".to_string(),
+                        "var(--node-input)".to_string(),
                         None,
                         false,
                     ),
                     Some(n) => {
                         let fill = match times.get(id) {
                             Some(&t) if heat => heat_colour(t as f64 / hottest),
-                            _ if heat => "#f4f4f4".into(),
-                            _ => "#ffffff".into(),
+                            _ if heat => "var(--node-idle)".into(),
+                            _ => "var(--node)".into(),
                         };
                         let band = if multi_stage {
                             stages
@@ -556,7 +556,7 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
         <g class=class data-id=id.clone() data-problem=problem.unwrap_or_default()
             transform=format!("translate({},{})", pos[0], pos[1])>
             <title>{tip}</title>
-            <rect class="body" width=w height=NODE_HEIGHT rx="6" fill=fill
+            <rect class="body" width=w height=NODE_HEIGHT rx="6" style=format!("fill:{fill}")
                 on:pointerdown=move |ev| on_node_down(state, &id_down, ev) />
             {band.map(|c| view! { <rect class="stage-band" width=w height="5" rx="2" fill=c /> })}
             <text class="title" x="10" y="34">{fit_title(&title, ((w - 34.0) / 7.6) as usize)}</text>
