@@ -112,7 +112,8 @@ describe('saving to the workspace', { timeout: 300_000 }, () => {
     const message = await answering(true, () => menu('delete-graph'));
     assert.match(message, /Delete 'cnn_renamed' from the workspace\?/);
     await page.waitForFunction(async () => (await fetch('/api/graphs/cnn_renamed')).status === 404);
-    assert.equal(await page.getAttribute('.dirty', 'data-dirty'), 'true', 'the open graph is now unsaved');
+    // The open graph is now unsaved (once the editor has the server's answer).
+    await page.waitForSelector('.dirty[data-dirty="true"]');
 
     await menu('versions-button');
     await page.waitForSelector('#versions button.restore');
