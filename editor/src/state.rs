@@ -299,6 +299,10 @@ pub struct EditorState {
     pub clip: StoredValue<Option<Clip>>,
     /// The help overlay is open.
     pub help: RwSignal<bool>,
+    /// The operator palette is shown (it folds away for a wider canvas).
+    pub palette_open: RwSignal<bool>,
+    /// The side panel (properties, run, devices) is shown.
+    pub side_open: RwSignal<bool>,
     /// The Versions panel: a graph's name and its kept versions, while open.
     pub versions: RwSignal<Option<(String, Vec<sluice_api::GraphVersion>)>>,
     /// The side panel's tab.
@@ -354,6 +358,8 @@ impl EditorState {
             clip: StoredValue::new(None),
             help: RwSignal::new(false),
             versions: RwSignal::new(None),
+            palette_open: RwSignal::new(true),
+            side_open: RwSignal::new(true),
             panel: RwSignal::new(Panel::Properties),
             drag: RwSignal::new(None),
             browser_gpu: RwSignal::new(None),

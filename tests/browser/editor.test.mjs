@@ -313,6 +313,34 @@ describe('the editor', { timeout: 900_000 }, () => {
     }
   });
 
+  it('works at 1024x768: every control reachable, and the palette and side panel fold away', async () => {
+    await page.setViewportSize({ width: 1024, height: 768 });
+    const fits = await page.evaluate(() => {
+      const off = [...document.querySelectorAll('.toolbar button, .toolbar select, .toolbar input, .toolbar summary')]
+        .filter((e) => !e.classList.contains('hidden'))
+        .filter((e) => { const r = e.getBoundingClientRect(); return r.right > innerWidth + 0.5 || r.width === 0; })
+        .map((e) => e.id || e.textContent.trim());
+      return { off, scroll: document.documentElement.scrollWidth };
+    });
+    assert.deepEqual(fits.off, [], `toolbar controls off screen: ${fits.off}`);
+    assert.ok(fits.scroll <= 1024, `the page is ${fits.scroll} px wide`);
+    await page.locator('button[data-tab="Run"]').click();
+    await page.locator('#run-button').scrollIntoViewIfNeeded();
+    assert.ok(await page.locator('#run-button').isVisible(), 'the Run button is reachable');
+    await page.screenshot({ path: join(shots, 'editor-1024x768.png') });
+    const width = async () => (await page.locator('#canvas').boundingBox()).width;
+    const before = await width();
+    await page.locator('#toggle-palette').click();
+    await page.locator('#toggle-side').click();
+    const wide = await width();
+    console.log(`at 1024x768 the canvas is ${before.toFixed(0)} px wide, ${wide.toFixed(0)} px with both panels folded`);
+    assert.ok(wide > before + 300, `folding widens the canvas: ${before} → ${wide}`);
+    await page.locator('#toggle-palette').click();
+    await page.locator('#toggle-side').click();
+    assert.equal(await width(), before);
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
   it('shows the help overlay and raised no page errors', async () => {
     await leaveFields();
     await page.keyboard.press('?');

@@ -179,13 +179,14 @@ pub fn App() -> impl IntoView {
     view! {
         <div class="app">
             <Toolbar state=state />
-            <div class="main">
+            <div class="main" class:no-palette=move || !state.palette_open.get()
+                class:no-side=move || !state.side_open.get()>
                 <Palette state=state />
                 <div class="centre">
                     <Canvas state=state />
                     <Charts state=state />
                 </div>
-                <aside class="side">
+                <aside class="side" aria-label="Properties, run and devices">
                     <div class="tabs">
                         {tab(Panel::Properties, "Properties")}
                         {tab(Panel::Run, "Run")}

@@ -1,6 +1,7 @@
 //! The toolbar: the graph's name, new, open from the workspace, save (and the Graph menu:
 //! save as, rename, delete, versions), import (a graph file or an ONNX model) and export the file or an ONNX model, undo and redo, layout,
-//! fit, heat map, help; an unsaved-changes marker.
+//! fit, heat map, showing or hiding the palette and the side panel, help; an unsaved-changes
+//! marker.
 
 use super::{actions, saving};
 use crate::state::EditorState;
@@ -95,6 +96,12 @@ pub fn Toolbar(state: EditorState) -> impl IntoView {
                 " Heat map"
             </label>
             <span class="grow"></span>
+            <button id="toggle-palette" title="Show or hide the operator palette"
+                aria-pressed=move || state.palette_open.get().to_string()
+                aria-label="Palette" on:click=move |_| state.palette_open.update(|o| *o = !*o)>"◧"</button>
+            <button id="toggle-side" title="Show or hide the side panel (properties, run, devices)"
+                aria-pressed=move || state.side_open.get().to_string()
+                aria-label="Side panel" on:click=move |_| state.side_open.update(|o| *o = !*o)>"◨"</button>
             <button id="help-button" on:click=move |_| state.help.update(|h| *h = !*h) title="Keyboard shortcuts (?)">"?"</button>
         </header>
     }
