@@ -1,6 +1,7 @@
 //! The editor's browser tests (`tests/browser/`, Node's test runner driving Debian's
-//! Chromium headless through `playwright-core`). Set-up installs what is missing: the
-//! `chromium` package (never a downloaded browser) and the npm packages the lockfile pins.
+//! Chromium headless through `playwright-core`; `axe-core` for the accessibility check).
+//! Set-up installs what is missing: the `chromium` package (never a downloaded browser)
+//! and the npm packages the lockfile pins.
 
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader};
@@ -41,13 +42,29 @@ pub fn ensure_tools(root: &Path) -> Result<()> {
         }
     }
     let dir = root.join("tests/browser");
-    if !dir.join("node_modules/playwright-core").exists() {
+    if missing_packages(&dir)? {
         std::env::set_current_dir(&dir)?;
         let result = crate::run("npm", &["ci", "--no-audit", "--no-fund"]);
         std::env::set_current_dir(root)?;
         result?;
     }
     Ok(())
+}
+
+/// Whether a package `package.json` names (dependencies and devDependencies) is not in
+/// `node_modules` yet.
+fn missing_packages(dir: &Path) -> Result<bool> {
+    let text = std::fs::read_to_string(dir.join("package.json"))
+        .context("cannot read tests/browser/package.json")?;
+    let manifest: serde_json::Value =
+        serde_json::from_str(&text).context("tests/browser/package.json is not JSON")?;
+    let names = ["dependencies", "devDependencies"]
+        .iter()
+        .filter_map(|k| manifest[k].as_object())
+        .flat_map(|deps| deps.keys());
+    Ok(names
+        .into_iter()
+        .any(|n| !dir.join("node_modules").join(n).exists()))
 }
 
 /// Runs the browser tests against the `sluice` binary and the `kernels` example in
