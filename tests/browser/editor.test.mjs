@@ -7,7 +7,8 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import {
   assertReadable, draftDoc, dropFromPalette, edgeLabel, launchChromium, layoutReport, noticeAfter, readNpy,
@@ -339,6 +340,17 @@ describe('the editor', { timeout: 900_000 }, () => {
     await page.locator('#toggle-side').click();
     assert.equal(await width(), before);
     await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  it('passes an automated accessibility check (axe-core) with no critical or serious violations', async () => {
+    await page.locator('#open-graph').selectOption('mlp');
+    await page.waitForFunction(() => document.querySelector('#graph-name')?.value === 'mlp');
+    await page.addScriptTag({ path: join(dirname(fileURLToPath(import.meta.url)), 'node_modules/axe-core/axe.min.js') });
+    const violations = await page.evaluate(async () => (await window.axe.run(document)).violations
+      .map((v) => ({ impact: v.impact, id: v.id, nodes: v.nodes.length, first: v.nodes[0]?.target.join(' ') })));
+    console.log(`axe-core: ${violations.length} rule(s) violated: ${violations.map((v) => `${v.id} (${v.impact}, ${v.nodes})`).join(', ') || 'none'}`);
+    const bad = violations.filter((v) => v.impact === 'critical' || v.impact === 'serious');
+    assert.deepEqual(bad, [], 'no critical or serious accessibility violations');
   });
 
   it('shows the help overlay and raised no page errors', async () => {

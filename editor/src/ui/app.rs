@@ -179,7 +179,7 @@ pub fn App() -> impl IntoView {
     view! {
         <div class="app">
             <Toolbar state=state />
-            <div class="main" class:no-palette=move || !state.palette_open.get()
+            <main class="main" class:no-palette=move || !state.palette_open.get()
                 class:no-side=move || !state.side_open.get()>
                 <Palette state=state />
                 <div class="centre">
@@ -200,7 +200,7 @@ pub fn App() -> impl IntoView {
                         }}
                     </div>
                 </aside>
-            </div>
+            </main>
             {move || state.notice.get().map(|n| {
                 let class = if n.error { "notice error" } else { "notice" };
                 view! {

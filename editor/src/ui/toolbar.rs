@@ -33,7 +33,7 @@ pub fn Toolbar(state: EditorState) -> impl IntoView {
     };
     view! {
         <header class="toolbar">
-            <span class="brand">"Sluice"</span>
+            <h1 class="brand">"Sluice"</h1>
             <label class="name-field">
                 "Graph "
                 <input id="graph-name" type="text" spellcheck="false"
@@ -48,7 +48,7 @@ pub fn Toolbar(state: EditorState) -> impl IntoView {
                 }}
             </span>
             <button on:click=move |_| actions::new_graph(state) title="New graph">"New"</button>
-            <select id="open-graph" title="Open a graph of the workspace"
+            <select id="open-graph" title="Open a graph of the workspace" aria-label="Open a graph of the workspace"
                 on:focus=move |_| actions::refresh_graphs(state) on:change=on_open>
                 <option value="">"Open…"</option>
                 {move || state.graphs.get().into_iter().map(|g| {
