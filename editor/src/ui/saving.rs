@@ -56,25 +56,35 @@ pub fn save(state: EditorState) {
     }
 }
 
-/// Saves the document under a name asked for.
-pub fn save_as(state: EditorState) {
-    let current = state.doc.with_untracked(|d| d.name.clone());
-    let Some(name) = prompt("Save the graph as:", &current) else {
-        return;
-    };
+/// Asks for a name (`question`, offering `offered`): one that is a graph name and may be
+/// saved under ([`may_replace`]), or None (cancelled, or refused with the reason shown).
+fn ask_name(state: EditorState, question: &str, offered: &str) -> Option<String> {
+    let name = prompt(question, offered)?;
     if !model::valid_id(&name) {
-        return state.error(format!(
+        state.error(format!(
             "'{name}' is not a graph name: 1-64 of A-Z a-z 0-9 _ -"
         ));
+        return None;
     }
-    if !may_replace(state, &name) {
-        return;
-    }
+    may_replace(state, &name).then_some(name)
+}
+
+/// Names the document `name` (an edit, so it can be undone) and stores it, then deletes
+/// `then_delete`.
+fn store_as(state: EditorState, name: String, then_delete: Option<String>) {
     state.edit(|d| {
         d.name = name;
         Ok(())
     });
-    store(state, None);
+    store(state, then_delete);
+}
+
+/// Saves the document under a name asked for.
+pub fn save_as(state: EditorState) {
+    let current = state.doc.with_untracked(|d| d.name.clone());
+    if let Some(name) = ask_name(state, "Save the graph as:", &current) {
+        store_as(state, name, None);
+    }
 }
 
 /// Saves the document under a new name and deletes the graph it was stored as.
@@ -82,25 +92,10 @@ pub fn rename(state: EditorState) {
     let Some(old) = stored_name(state) else {
         return state.error("this graph is not in the workspace yet: Save it first");
     };
-    let Some(name) = prompt(&format!("Rename '{old}' to:"), &old) else {
-        return;
-    };
-    if name == old {
-        return;
+    match ask_name(state, &format!("Rename '{old}' to:"), &old) {
+        Some(name) if name != old => store_as(state, name, Some(old)),
+        _ => {}
     }
-    if !model::valid_id(&name) {
-        return state.error(format!(
-            "'{name}' is not a graph name: 1-64 of A-Z a-z 0-9 _ -"
-        ));
-    }
-    if !may_replace(state, &name) {
-        return;
-    }
-    state.edit(|d| {
-        d.name = name;
-        Ok(())
-    });
-    store(state, Some(old));
 }
 
 /// Deletes the document's graph from the workspace (kept among its versions); the
