@@ -236,19 +236,26 @@ fn data_args(set: &str) -> Vec<String> {
     ]
 }
 
-#[test]
-fn the_spirals_mlp_learns_on_the_cpu_device() {
-    let dir = tempfile::tempdir().unwrap();
-    let graph = root().join("assets/graphs/spirals_mlp.json");
-    let out = dir.path().join("w.safetensors");
-    let mut args: Vec<String> = vec![graph.display().to_string()];
+/// Trains `graph` (relative to the repository) on the spirals dataset with `sluice train`
+/// on the CPU device for `epochs`, writing the weights to `out`; returns the last epoch's
+/// JSON line.
+fn train_spirals(graph: &str, epochs: u32, out: &Path) -> serde_json::Value {
+    let mut args: Vec<String> = vec![root().join(graph).display().to_string()];
     args.extend(data_args("spirals"));
-    args.extend(["--device", "cpu", "--epochs", "60", "--json", "--output"].map(String::from));
+    args.extend(["--device", "cpu", "--json", "--epochs"].map(String::from));
+    args.push(epochs.to_string());
+    args.push("--output".into());
     args.push(out.display().to_string());
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let text = train(&argv);
-    let last: serde_json::Value =
-        serde_json::from_str(text.lines().last().expect("a line per epoch")).unwrap();
+    serde_json::from_str(text.lines().last().expect("a line per epoch")).unwrap()
+}
+
+#[test]
+fn the_spirals_mlp_learns_on_the_cpu_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.safetensors");
+    let last = train_spirals("assets/graphs/spirals_mlp.json", 60, &out);
     let accuracy = last["metrics"]["accuracy"].as_f64().unwrap();
     println!("spirals: {last}");
     assert!(accuracy >= 0.95, "validation accuracy {accuracy}");
@@ -269,14 +276,7 @@ fn a_gru_learns_the_spirals_through_time_on_the_cpu_device() {
     let dir = tempfile::tempdir().unwrap();
     let path = "tests/data/training/spirals_gru.json";
     let out = dir.path().join("w.safetensors");
-    let mut args: Vec<String> = vec![root().join(path).display().to_string()];
-    args.extend(data_args("spirals"));
-    args.extend(["--device", "cpu", "--epochs", "40", "--json", "--output"].map(String::from));
-    args.push(out.display().to_string());
-    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let text = train(&argv);
-    let last: serde_json::Value =
-        serde_json::from_str(text.lines().last().expect("a line per epoch")).unwrap();
+    let last = train_spirals(path, 40, &out);
     let accuracy = last["metrics"]["accuracy"].as_f64().unwrap();
     println!("spirals through a GRU: {last}");
     assert!(accuracy >= 0.95, "validation accuracy {accuracy}");
