@@ -340,6 +340,24 @@ fn faults() -> Vec<(&'static str, String, Vec<&'static str>)> {
             vec!["node 'fc1'", "pads must be"],
         ),
         (
+            "a zero single-integer kernel",
+            with(|v| {
+                v["inputs"]["x"]["shape"] = json!(["N", 1, 8, 8]);
+                node(v, 0)["op"] = json!("conv2d");
+                node(v, 0)["attrs"] = json!({ "out_channels": 2, "kernel_size": 0 });
+            }),
+            vec!["node 'fc1'", "kernel_size must be 2 integers in 1..="],
+        ),
+        (
+            "a window list of the wrong length",
+            with(|v| {
+                v["inputs"]["x"]["shape"] = json!(["N", 1, 8, 8]);
+                node(v, 0)["op"] = json!("max_pool2d");
+                node(v, 0)["attrs"] = json!({ "kernel_size": 2, "strides": [1, 2, 2] });
+            }),
+            vec!["node 'fc1'", "strides must be 2 integers"],
+        ),
+        (
             "float attribute beyond f32",
             with(|v| {
                 node(v, 1)["op"] = json!("clip");
@@ -503,6 +521,45 @@ fn validate_prints_every_edge_type_of_a_valid_graph() {
     ] {
         assert!(text.contains(line), "missing {line} in:\n{text}");
     }
+}
+
+/// PyTorch's `kernel_size=3`: a single integer is the same window on every axis, for
+/// `validate` and `run` alike.
+#[test]
+fn a_single_integer_window_validates_and_runs() {
+    let dir = std::env::temp_dir().join(format!("sluice-scalar-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("scalar.json");
+    let graph = json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": ["N", 1, 8, 8] } },
+        "nodes": [
+            { "id": "conv", "op": "conv2d", "inputs": ["x"],
+              "attrs": { "out_channels": 2, "kernel_size": 3, "pads": 1 } },
+            { "id": "pool", "op": "max_pool2d", "inputs": ["conv"],
+              "attrs": { "kernel_size": 2, "strides": 2 } }
+        ],
+        "outputs": ["pool"]
+    });
+    std::fs::write(&file, graph.to_string()).unwrap();
+    let out = sluice().arg("validate").arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("f32 [N, 2, 4, 4]"), "{text}");
+    let out = sluice()
+        .args(["run", "--device", "cpu", "--batch", "2"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

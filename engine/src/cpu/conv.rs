@@ -206,4 +206,68 @@ mod tests {
         let e = parse("conv_transpose2d", attrs.as_object().unwrap()).unwrap_err();
         assert_eq!(e[0].0, "output_padding");
     }
+
+    /// A graph of every windowed operator, its window attributes written as `k`.
+    fn windows_graph(k: impl Fn(i64, usize) -> serde_json::Value) -> crate::graph::Graph {
+        let doc = json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 2, 9, 9] } },
+            "nodes": [
+                { "id": "c", "op": "conv2d", "inputs": ["x"], "attrs": {
+                    "out_channels": 4, "kernel_size": k(3, 2), "pads": k(1, 4),
+                    "strides": k(2, 2), "dilations": k(1, 2) } },
+                { "id": "m", "op": "max_pool2d", "inputs": ["c"],
+                  "attrs": { "kernel_size": k(2, 2), "strides": k(1, 2), "pads": k(1, 4) } },
+                { "id": "a", "op": "avg_pool2d", "inputs": ["m"],
+                  "attrs": { "kernel_size": k(3, 2), "pads": k(1, 4) } },
+                { "id": "t", "op": "conv_transpose2d", "inputs": ["a"], "attrs": {
+                    "out_channels": 3, "kernel_size": k(2, 2), "strides": k(2, 2),
+                    "output_padding": k(1, 2) } }
+            ],
+            "outputs": ["t"]
+        });
+        crate::graph::load_graph(&doc.to_string()).unwrap()
+    }
+
+    #[test]
+    fn a_single_integer_window_is_the_same_on_every_axis() {
+        let short = windows_graph(|v, _| json!(v));
+        let long = windows_graph(|v, len| json!(vec![v; len]));
+        let shape = |g: &crate::graph::Graph| {
+            let o = &g.outputs[0];
+            crate::shape::show(&g.dag[o.node].outputs[o.port].shape)
+        };
+        assert_eq!(shape(&short), shape(&long));
+        // (9 + 2 − 3) / 2 + 1 = 5, pooled to 6 then 6, transposed to 2·5 + 1 + 2 = 13.
+        assert_eq!(shape(&short), "[N, 3, 13, 13]");
+        let (short, long) = (
+            crate::exec::dataset::bind(&short, 2).unwrap(),
+            crate::exec::dataset::bind(&long, 2).unwrap(),
+        );
+        let inputs = crate::exec::dataset::random_inputs(&long, 3).unwrap();
+        let weights = crate::weights::init_weights(&long, 5);
+        let run = |g| crate::cpu::run(g, &weights, &inputs).unwrap();
+        let (a, b) = (run(&short), run(&long));
+        assert_eq!(a[0].1.shape, b[0].1.shape);
+        assert_eq!(a[0].1.to_f32_vec(), b[0].1.to_f32_vec());
+    }
+
+    #[test]
+    fn a_bad_single_integer_window_names_its_attribute() {
+        for (attr, v) in [("kernel_size", 0), ("strides", -1), ("pads", -2)] {
+            let mut attrs = json!({ "out_channels": 1, "kernel_size": 3 });
+            attrs[attr] = json!(v);
+            let e = parse("conv2d", attrs.as_object().unwrap()).unwrap_err();
+            assert_eq!(e[0].0, attr, "{e:?}");
+            assert!(e[0].1.contains(attr), "{e:?}");
+        }
+        // A list of the wrong length, and a scalar where the list is no window's.
+        let e = parse(
+            "max_pool2d",
+            json!({ "kernel_size": [2, 2, 2] }).as_object().unwrap(),
+        );
+        assert_eq!(e.unwrap_err()[0].0, "kernel_size");
+        let e = parse("reshape", json!({ "shape": 3 }).as_object().unwrap());
+        assert!(e.unwrap_err()[0].1.contains("list of integers"));
+    }
 }

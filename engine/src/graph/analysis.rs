@@ -79,6 +79,26 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn each_cause_is_said_once() {
+        // conv2d reads kernel_size in two places, and a missing one then fails its length
+        // check too: one problem, the cause, per attribute.
+        let a = analyse(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 1, 8, 8] } },
+            "nodes": [{ "id": "c", "op": "conv2d", "inputs": ["x"] }],
+            "outputs": ["c"]
+        }));
+        let texts: Vec<String> = a.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            texts,
+            [
+                "node 'c', nodes[0].attrs.kernel_size: required attribute 'kernel_size' is missing",
+                "node 'c', nodes[0].attrs.out_channels: required attribute 'out_channels' is missing",
+            ]
+        );
+    }
+
+    #[test]
     fn types_what_it_can_and_names_the_node_that_does_not_fit() {
         let a = analyse(&json!({
             "format": "sluice/graph@1",

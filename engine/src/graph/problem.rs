@@ -83,6 +83,10 @@ impl Collector {
 
     /// Keeps a problem, or counts it once the cap is reached.
     pub(crate) fn push(&mut self, p: Problem) {
+        // The same problem found twice (by two checks) is said once.
+        if self.problems.contains(&p) {
+            return;
+        }
         if self.problems.len() < self.max {
             self.problems.push(p);
         } else {

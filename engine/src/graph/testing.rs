@@ -94,14 +94,18 @@ fn attr(rng: &mut Rng, mode: Mode, kind: AttrKind, name: &str) -> Value {
         AttrKind::Int => json!(int(rng, mode)),
         AttrKind::Float => float(rng, mode),
         AttrKind::Bool => json!(rng.below(2) == 1),
-        AttrKind::Ints if mode == Mode::Tame && name == "kernel_size" => {
+        AttrKind::Ints | AttrKind::PerAxis(_) if mode == Mode::Tame && name == "kernel_size" => {
             json!([1 + rng.below(2), 1 + rng.below(2)])
         }
-        AttrKind::Ints if mode == Mode::Tame && matches!(name, "strides" | "dilations") => {
+        AttrKind::Ints | AttrKind::PerAxis(_)
+            if mode == Mode::Tame && matches!(name, "strides" | "dilations") =>
+        {
             json!([1, 1 + rng.below(2)])
         }
-        AttrKind::Ints if mode == Mode::Tame && name == "pads" => json!([rng.below(2), 0]),
-        AttrKind::Ints => ints(rng, mode),
+        AttrKind::Ints | AttrKind::PerAxis(_) if mode == Mode::Tame && name == "pads" => {
+            json!([rng.below(2), 0])
+        }
+        AttrKind::Ints | AttrKind::PerAxis(_) => ints(rng, mode),
         AttrKind::Floats => {
             let len = match (mode, rng.below(10)) {
                 (Mode::Hostile, 0) => 3000,

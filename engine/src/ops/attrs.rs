@@ -16,6 +16,10 @@ pub enum AttrKind {
     Bool,
     /// A list of integers.
     Ints,
+    /// A list of this many integers, one per spatial axis of a 2-D window (`pads`: one
+    /// per side); a single integer stands for the same value in every entry
+    /// (`kernel_size: 3` is `[3, 3]`).
+    PerAxis(usize),
     /// A list of numbers.
     Floats,
     /// One of a fixed set of strings.
@@ -59,6 +63,17 @@ pub const fn optional(
         kind,
         default: Some(default),
         doc,
+    }
+}
+
+/// A [`AttrKind::PerAxis`] value of `len` entries as its list: a single integer repeated
+/// `len` times, a list of integers as written (its length is the operator's to check);
+/// `None` for anything else. The one reading of the shorthand, shared by the reader and
+/// the ONNX exporter.
+pub fn per_axis_list(value: &Value, len: usize) -> Option<Vec<i64>> {
+    match value {
+        Value::Array(items) => items.iter().map(Value::as_i64).collect(),
+        v => v.as_i64().map(|i| vec![i; len]),
     }
 }
 
@@ -208,6 +223,30 @@ impl<'a> AttrReader<'a> {
     /// A list of integers (empty when missing or wrong).
     pub fn ints(&mut self, name: &str) -> Vec<i64> {
         self.opt_ints(name).unwrap_or_default()
+    }
+
+    /// An optional per-axis list ([`AttrKind::PerAxis`]): a single integer spread over
+    /// the schema's entries, or a list of integers.
+    pub fn opt_per_axis(&mut self, name: &str) -> Option<Vec<i64>> {
+        let v = self.value(name)?;
+        let list = match self.schema.iter().find(|s| s.name == name).map(|s| s.kind) {
+            Some(AttrKind::PerAxis(len)) => per_axis_list(&v, len),
+            _ => v
+                .as_array()
+                .and_then(|a| a.iter().map(Value::as_i64).collect()),
+        };
+        match list {
+            Some(list) => Some(list),
+            None => {
+                self.bad(name, "an integer or a list of integers", &v);
+                None
+            }
+        }
+    }
+
+    /// A per-axis list (empty when missing or wrong).
+    pub fn per_axis(&mut self, name: &str) -> Vec<i64> {
+        self.opt_per_axis(name).unwrap_or_default()
     }
 
     /// A list of numbers.

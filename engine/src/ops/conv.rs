@@ -26,15 +26,29 @@ pub const FAMILY: &str = "conv";
 
 const CONV_ATTRS: &[AttrSpec] = &[
     required("out_channels", AttrKind::Int, "Output channels."),
-    required("kernel_size", AttrKind::Ints, "[kh, kw]."),
-    optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
+    required(
+        "kernel_size",
+        AttrKind::PerAxis(2),
+        "[kh, kw], or k for both.",
+    ),
+    optional(
+        "strides",
+        AttrKind::PerAxis(2),
+        "[1, 1]",
+        "[sh, sw], or s for both.",
+    ),
     optional(
         "pads",
-        AttrKind::Ints,
+        AttrKind::PerAxis(4),
         "[0, 0, 0, 0]",
-        "[top, left, bottom, right] (or [ph, pw]).",
+        "[top, left, bottom, right], [ph, pw], or p for every side.",
     ),
-    optional("dilations", AttrKind::Ints, "[1, 1]", "[dh, dw]."),
+    optional(
+        "dilations",
+        AttrKind::PerAxis(2),
+        "[1, 1]",
+        "[dh, dw], or d for both.",
+    ),
     optional(
         "groups",
         AttrKind::Int,
@@ -49,21 +63,21 @@ const CONV_TRANSPOSE_ATTRS: &[AttrSpec] = &[
         AttrKind::Int,
         "Output channels (the weight's second dimension × groups).",
     ),
-    required("kernel_size", AttrKind::Ints, "[kh, kw] (or [k] for 1-D)."),
-    optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
+    required("kernel_size", AttrKind::PerAxis(2), "[kh, kw], or k for both ([k] for 1-D)."),
+    optional("strides", AttrKind::PerAxis(2), "[1, 1]", "[sh, sw], or s for both."),
     optional(
         "pads",
-        AttrKind::Ints,
+        AttrKind::PerAxis(4),
         "[0, 0, 0, 0]",
-        "[top, left, bottom, right] (or [ph, pw]) taken off the full output.",
+        "[top, left, bottom, right], [ph, pw], or p for every side, taken off the full output.",
     ),
-    optional("dilations", AttrKind::Ints, "[1, 1]", "[dh, dw]."),
+    optional("dilations", AttrKind::PerAxis(2), "[1, 1]", "[dh, dw], or d for both."),
     optional("groups", AttrKind::Int, "1", "Channel groups."),
     optional(
         "output_padding",
-        AttrKind::Ints,
+        AttrKind::PerAxis(2),
         "[0, 0]",
-        "Added to the output's end along each axis (below the stride or dilation).",
+        "Added to the output's end along each axis (below the stride or dilation), or one for both.",
     ),
     optional(
         "output_shape",
@@ -150,15 +164,29 @@ const RESIZE_ATTRS: &[AttrSpec] = &[
 ];
 /// max_pool2d's attributes (also `max_pool2d_grad`'s).
 pub(crate) const MAX_POOL_ATTRS: &[AttrSpec] = &[
-    required("kernel_size", AttrKind::Ints, "[kh, kw]."),
-    optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
+    required(
+        "kernel_size",
+        AttrKind::PerAxis(2),
+        "[kh, kw], or k for both.",
+    ),
+    optional(
+        "strides",
+        AttrKind::PerAxis(2),
+        "[1, 1]",
+        "[sh, sw], or s for both.",
+    ),
     optional(
         "pads",
-        AttrKind::Ints,
+        AttrKind::PerAxis(4),
         "[0, 0, 0, 0]",
-        "[top, left, bottom, right] (or [ph, pw]).",
+        "[top, left, bottom, right], [ph, pw], or p for every side.",
     ),
-    optional("dilations", AttrKind::Ints, "[1, 1]", "[dh, dw]."),
+    optional(
+        "dilations",
+        AttrKind::PerAxis(2),
+        "[1, 1]",
+        "[dh, dw], or d for both.",
+    ),
     optional(
         "ceil_mode",
         AttrKind::Bool,
@@ -168,15 +196,29 @@ pub(crate) const MAX_POOL_ATTRS: &[AttrSpec] = &[
 ];
 /// avg_pool2d's attributes (also `avg_pool2d_grad`'s).
 pub(crate) const AVG_POOL_ATTRS: &[AttrSpec] = &[
-    required("kernel_size", AttrKind::Ints, "[kh, kw]."),
-    optional("strides", AttrKind::Ints, "[1, 1]", "[sh, sw]."),
+    required(
+        "kernel_size",
+        AttrKind::PerAxis(2),
+        "[kh, kw], or k for both.",
+    ),
+    optional(
+        "strides",
+        AttrKind::PerAxis(2),
+        "[1, 1]",
+        "[sh, sw], or s for both.",
+    ),
     optional(
         "pads",
-        AttrKind::Ints,
+        AttrKind::PerAxis(4),
         "[0, 0, 0, 0]",
-        "[top, left, bottom, right] (or [ph, pw]).",
+        "[top, left, bottom, right], [ph, pw], or p for every side.",
     ),
-    optional("dilations", AttrKind::Ints, "[1, 1]", "[dh, dw]."),
+    optional(
+        "dilations",
+        AttrKind::PerAxis(2),
+        "[1, 1]",
+        "[dh, dw], or d for both.",
+    ),
     optional(
         "ceil_mode",
         AttrKind::Bool,
@@ -509,10 +551,11 @@ impl Resize {
 /// Largest kernel size, stride, dilation or padding (2^20).
 pub const MAX_WINDOW: usize = 1 << 20;
 
-/// Reads a window list: two integers, or one for a 1-D window (then [1, v]); absent
-/// optional lists take the schema's 2-D default, which is [1, 1].
+/// Reads a window list: two integers (a single one stands for both), or one for a 1-D
+/// window (then [1, v]); absent optional lists take the schema's 2-D default, which is
+/// [1, 1].
 fn pair(r: &mut AttrReader, name: &str, min: i64, one_d: bool) -> [usize; 2] {
-    let v = r.ints(name);
+    let v = r.per_axis(name);
     let want = if one_d { 1 } else { 2 };
     let is_default = v == [1, 1] && name != "kernel_size";
     if (v.len() != want && !is_default) || v.iter().any(|&x| x < min || x > MAX_WINDOW as i64) {
@@ -535,13 +578,14 @@ fn pair(r: &mut AttrReader, name: &str, min: i64, one_d: bool) -> [usize; 2] {
 
 /// Reads a window's attributes (`ceil_mode` only when `ceil`). A one-entry
 /// `kernel_size` makes a 1-D window ([1, k]); its other lists then have one entry too,
-/// and `pads` is [begin, end].
+/// and `pads` is [begin, end]. A single integer is the 2-D shorthand (the same on both
+/// axes, `pads` on every side).
 pub(crate) fn window(r: &mut AttrReader, ceil: bool) -> Window {
-    let one_d = r.ints("kernel_size").len() == 1;
+    let one_d = r.per_axis("kernel_size").len() == 1;
     let kernel = pair(r, "kernel_size", 1, one_d);
     let strides = pair(r, "strides", 1, one_d);
     let dilations = pair(r, "dilations", 1, one_d);
-    let p = r.ints("pads");
+    let p = r.per_axis("pads");
     let p = match p.as_slice() {
         [a, b] if one_d => vec![0, *a, 0, *b],
         [0, 0, 0, 0] if one_d => vec![0; 4],
@@ -601,7 +645,7 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvOp> {
             }
         }
         "conv_transpose2d" => {
-            let one_d = r.ints("kernel_size").len() == 1;
+            let one_d = r.per_axis("kernel_size").len() == 1;
             let w = window(r, false);
             let oc = r.size("out_channels", 1);
             let groups = r.size("groups", 1);
@@ -612,7 +656,11 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvOp> {
                 );
             }
             let mut spatial = |name: &str, min: i64| -> Option<[usize; 2]> {
-                let v = r.opt_ints(name)?;
+                let v = if name == "output_shape" {
+                    r.opt_ints(name)?
+                } else {
+                    r.opt_per_axis(name)?
+                };
                 let ok = v.iter().all(|&x| (min..=MAX_WINDOW as i64).contains(&x));
                 match v.as_slice() {
                     [a] if one_d && ok => Some([if min == 0 { 0 } else { 1 }, *a as usize]),

@@ -190,7 +190,18 @@ pub fn schema(name: &str) -> Option<&'static OpSchema> {
     schemas().into_iter().find(|s| s.name == name)
 }
 
-/// Parses an operator and its attributes. Errors are (attribute, message) pairs.
+/// The first problem of each attribute: the others follow from it (a missing attribute
+/// then fails its range check too), and saying them again only repeats the cause.
+fn first_per_attribute(problems: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut seen = std::collections::BTreeSet::new();
+    problems
+        .into_iter()
+        .filter(|(attr, _)| seen.insert(attr.clone()))
+        .collect()
+}
+
+/// Parses an operator and its attributes. Errors are (attribute, message) pairs, one per
+/// attribute.
 pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, String)>> {
     let Some(schema) = schema(name) else {
         let known: Vec<&str> = schemas().iter().map(|s| s.name).collect();
@@ -227,7 +238,7 @@ pub fn parse(name: &str, attrs: &Map<String, Value>) -> Result<Op, Vec<(String, 
     if r.problems.is_empty() {
         Ok(op)
     } else {
-        Err(r.problems)
+        Err(first_per_attribute(r.problems))
     }
 }
 
