@@ -12,7 +12,7 @@ use super::proto::{
 use super::tensor::encode;
 use crate::dtype::DType;
 use crate::graph::{Graph, NodeKind};
-use crate::ops::attrs::AttrKind;
+use crate::ops::attrs::{per_axis_list, AttrKind};
 use crate::ops::{self, TensorType};
 use crate::shape::Dim;
 use crate::tensor::Tensor;
@@ -398,7 +398,24 @@ impl Writer<'_> {
                 .find(|(o, _, s)| *o == op_type && s == key)
                 .map_or(key.clone(), |(_, from, _)| (*from).to_string());
             let kind = schema.attrs.iter().find(|s| s.name == key).map(|s| s.kind);
-            match attribute(&onnx_key, value, kind) {
+            // ONNX has no shorthand: a per-axis value is written as its full list.
+            let full = match kind {
+                Some(AttrKind::PerAxis(len)) => per_axis_list(value, len).map(Json::from),
+                _ => None,
+            };
+            // Two pads on a 2-D window are [ph, pw] on both sides; ONNX lists all four.
+            let full = match (key.as_str(), full.as_ref().unwrap_or(value).as_array()) {
+                ("pads", Some(p)) if p.len() == 2 && !one_d_window(attrs) => {
+                    Some(Json::from(vec![
+                        p[0].clone(),
+                        p[1].clone(),
+                        p[0].clone(),
+                        p[1].clone(),
+                    ]))
+                }
+                _ => full,
+            };
+            match attribute(&onnx_key, full.as_ref().unwrap_or(value), kind) {
                 Some(a) => out_attrs.push(a),
                 None => self
                     .problems
@@ -530,6 +547,15 @@ impl Writer<'_> {
 }
 
 /// A Sluice attribute as an ONNX one (bools as 0/1 integers).
+/// Whether a node's window is 1-D: a one-entry `kernel_size` (whose `pads` are then
+/// [begin, end], as ONNX's 1-D pads are).
+fn one_d_window(attrs: &serde_json::Map<String, Json>) -> bool {
+    attrs
+        .get("kernel_size")
+        .and_then(Json::as_array)
+        .is_some_and(|k| k.len() == 1)
+}
+
 fn attribute(name: &str, value: &Json, kind: Option<AttrKind>) -> Option<AttributeProto> {
     let mut a = AttributeProto {
         name: name.to_string(),
@@ -570,4 +596,64 @@ fn attribute(name: &str, value: &Json, kind: Option<AttrKind>) -> Option<Attribu
         _ => return None,
     }
     Some(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_single_integer_window_is_written_as_full_onnx_lists() {
+        let doc = json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 1, 8, 8] } },
+            "nodes": [
+                { "id": "c", "op": "conv2d", "inputs": ["x"],
+                  "attrs": { "out_channels": 2, "kernel_size": 3, "pads": 1, "strides": 2 } },
+                { "id": "p", "op": "max_pool2d", "inputs": ["c"], "attrs": { "kernel_size": 2 } }
+            ],
+            "outputs": ["p"]
+        });
+        let graph = crate::graph::load_graph(&doc.to_string()).unwrap();
+        let weights = crate::weights::init_weights(&graph, 1);
+        let bytes = export(&graph, &weights).unwrap();
+        let model = ModelProto::decode(bytes.as_slice()).unwrap();
+        let nodes = model.graph.unwrap().node;
+        let ints = |op: &str, name: &str| {
+            let node = nodes.iter().find(|n| n.op_type == op).unwrap();
+            let a = node.attribute.iter().find(|a| a.name == name).unwrap();
+            assert_eq!(a.r#type, attribute_type::INTS, "{op}.{name}");
+            a.ints.clone()
+        };
+        assert_eq!(ints("Conv", "kernel_shape"), vec![3, 3]);
+        assert_eq!(ints("Conv", "pads"), vec![1, 1, 1, 1]);
+        assert_eq!(ints("Conv", "strides"), vec![2, 2]);
+        assert_eq!(ints("MaxPool", "kernel_shape"), vec![2, 2]);
+    }
+
+    #[test]
+    fn two_pads_on_a_2d_window_are_written_as_four() {
+        let doc = json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 1, 8, 8] } },
+            "nodes": [
+                { "id": "c", "op": "conv2d", "inputs": ["x"],
+                  "attrs": { "out_channels": 2, "kernel_size": [3, 3], "pads": [1, 2] } }
+            ],
+            "outputs": ["c"]
+        });
+        let graph = crate::graph::load_graph(&doc.to_string()).unwrap();
+        let weights = crate::weights::init_weights(&graph, 1);
+        let model = ModelProto::decode(export(&graph, &weights).unwrap().as_slice()).unwrap();
+        let conv = model
+            .graph
+            .unwrap()
+            .node
+            .into_iter()
+            .find(|n| n.op_type == "Conv")
+            .unwrap();
+        let pads = conv.attribute.iter().find(|a| a.name == "pads").unwrap();
+        assert_eq!(pads.ints, vec![1, 2, 1, 2], "[top, left, bottom, right]");
+    }
 }
