@@ -532,3 +532,52 @@ fn events_are_observed_live_as_the_run_goes() {
             .all(|e| e.run == "live" && e.end_ns >= e.start_ns));
     }
 }
+
+#[test]
+fn a_warm_up_pass_is_marked_and_leaves_the_run_unchanged() {
+    // A newly compiled session's warm-up sends micro-batch 0 through every stage once:
+    // every event marked and observed. The measured run after it has no warm-up event
+    // and the outputs of a session that never warmed up.
+    let g = load("assets/bench/w5_pipeline.json");
+    let weights = init_weights(&g, 1);
+    let data = dataset(&g, 16, 3);
+    let cfg = RunConfig {
+        batch: 16,
+        microbatches: 4,
+        stages: 2,
+        ..Default::default()
+    };
+    let want = sluice_engine::gpu::session(&g, &weights, &cfg)
+        .unwrap()
+        .run_blocking(&data, &RunContext::new("cold"))
+        .unwrap();
+    let mut s = sluice_engine::gpu::session(&g, &weights, &cfg).unwrap();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let observe = |e: &sluice_engine::telemetry::Event| seen.lock().unwrap().push(e.clone());
+    let ctx = RunContext {
+        observer: Some(&observe),
+        ..RunContext::new("warm")
+    };
+    let warm = s.warm_up_blocking(&data, &ctx).unwrap();
+    assert!(warm.iter().all(|e| e.warm_up && e.micro_batch == 0));
+    let warm_stages: std::collections::BTreeSet<usize> = warm
+        .iter()
+        .filter(|e| e.kind == sluice_engine::telemetry::EventKind::Compute)
+        .map(|e| e.stage)
+        .collect();
+    assert_eq!(warm_stages.len(), 2, "the warm-up reaches every stage");
+    let got = s.run_blocking(&data, &ctx).unwrap();
+    assert_eq!(got.outputs, want.outputs);
+    assert_eq!(got.micro_batches, 4);
+    assert!(got.events.iter().all(|e| !e.warm_up));
+    assert_eq!(
+        seen.into_inner().unwrap().len(),
+        warm.len() + got.events.len()
+    );
+    // On the wire a measured event says nothing of warm-ups (older readers read it).
+    assert!(serde_json::to_value(&got.events[0])
+        .unwrap()
+        .get("warm_up")
+        .is_none());
+    assert_eq!(serde_json::to_value(&warm[0]).unwrap()["warm_up"], true);
+}

@@ -45,6 +45,8 @@ pub struct TraceContext<'a> {
     pub transferred_outputs: &'a [String],
     /// Called with every event as soon as it is known (the live event stream).
     pub observer: Option<&'a (dyn Fn(&Event) + Sync)>,
+    /// Whether the events belong to a warm-up pass ([`Event::warm_up`]).
+    pub warm_up: bool,
 }
 
 impl<'a> TraceContext<'a> {
@@ -58,6 +60,7 @@ impl<'a> TraceContext<'a> {
             transferred_inputs: &[],
             transferred_outputs: &[],
             observer: None,
+            warm_up: false,
         }
     }
 
@@ -72,6 +75,7 @@ impl<'a> TraceContext<'a> {
             kind,
             start_ns: start.saturating_sub(self.start_ns),
             end_ns: end.saturating_sub(self.start_ns),
+            warm_up: self.warm_up,
         }
     }
 

@@ -22,6 +22,7 @@ mod native {
     use crate::error::RunError;
     use crate::exec::device::Device;
     use crate::graph::Graph;
+    use crate::telemetry::Event;
     use crate::weights::Weights;
 
     impl Session {
@@ -42,6 +43,15 @@ mod native {
             ctx: &RunContext<'_>,
         ) -> Result<RunReport, RunError> {
             pollster::block_on(self.run(data, ctx))
+        }
+
+        /// A warm-up pass ([`Session::warm_up`]), blocking until done.
+        pub fn warm_up_blocking(
+            &mut self,
+            data: &Values,
+            ctx: &RunContext<'_>,
+        ) -> Result<Vec<Event>, RunError> {
+            pollster::block_on(self.warm_up(data, ctx))
         }
     }
 }

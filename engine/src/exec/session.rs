@@ -293,6 +293,41 @@ impl Session {
         data: &Values,
         ctx: &RunContext<'_>,
     ) -> Result<RunReport, RunError> {
+        let pass = self.pass(data, ctx, false).await?;
+        let outputs = pass.cutter.join(&pass.outputs)?;
+        let metrics = metrics::compute(&pass.events, self.stages.len(), pass.count, pass.samples);
+        Ok(RunReport {
+            outputs,
+            events: pass.events,
+            metrics,
+            timing: self.timing(),
+            micro_batches: pass.count,
+            first_result_ns: pass.first_result_ns,
+        })
+    }
+
+    /// A warm-up pass: the dataset's first micro-batch through every stage, its outputs
+    /// thrown away, so that the first dispatches (drivers compiling pipelines, first
+    /// allocations) are paid before a measured [`Session::run`]. Its events, timed from
+    /// its own start and marked [`Event::warm_up`], reach the observer and are returned.
+    /// Inference keeps no state between micro-batches, so the measured run's outputs are
+    /// the same with or without it.
+    pub async fn warm_up(
+        &mut self,
+        data: &Values,
+        ctx: &RunContext<'_>,
+    ) -> Result<Vec<Event>, RunError> {
+        Ok(self.pass(data, ctx, true).await?.events)
+    }
+
+    /// Drives a dataset's micro-batches through the stages (only the first, its outputs
+    /// dropped, for a warm-up).
+    async fn pass(
+        &mut self,
+        data: &Values,
+        ctx: &RunContext<'_>,
+        warm_up: bool,
+    ) -> Result<Pass, RunError> {
         for (name, t) in data {
             t.check().map_err(|message| RunError::Input {
                 name: name.clone(),
@@ -309,7 +344,7 @@ impl Session {
         }
         let n = samples.unwrap_or(self.micro);
         let cutter = Cutter::new(&self.semantics, self.micro, n);
-        let count = if self.semantics.batched() {
+        let count = if self.semantics.batched() && !warm_up {
             cutter.count()
         } else {
             1
@@ -317,7 +352,6 @@ impl Session {
         let start = now_ns();
         let run = ctx.run;
         let observer = ctx.observer;
-        let stage_count = self.stages.len();
         let runs: Vec<StageRun<'_>> = self
             .stages
             .iter_mut()
@@ -334,6 +368,7 @@ impl Session {
                     transferred_inputs: &stage.io.transferred_inputs,
                     transferred_outputs: &stage.io.transferred_outputs,
                     observer,
+                    warm_up,
                 },
             })
             .collect();
@@ -359,9 +394,11 @@ impl Session {
                 })?;
                 outs.insert(name.clone(), t);
             }
-            per_mb.push(outs);
-            if let Some(p) = ctx.progress {
-                p(m + 1, count);
+            if !warm_up {
+                per_mb.push(outs);
+                if let Some(p) = ctx.progress {
+                    p(m + 1, count);
+                }
             }
             Ok(())
         };
@@ -375,17 +412,28 @@ impl Session {
             ctx.concurrency,
         )
         .await?;
-        let outputs = cutter.join(&per_mb)?;
-        let metrics = metrics::compute(&events, stage_count, count, n);
-        Ok(RunReport {
-            outputs,
+        Ok(Pass {
+            cutter,
+            outputs: per_mb,
             events,
-            metrics,
-            timing: self.timing(),
-            micro_batches: count,
+            count,
+            samples: n,
             first_result_ns,
         })
     }
+}
+
+/// What driving a dataset through the stages gave.
+struct Pass {
+    cutter: Cutter,
+    /// Outputs per micro-batch (none for a warm-up).
+    outputs: Vec<Values>,
+    events: Vec<Event>,
+    /// Micro-batches driven.
+    count: usize,
+    /// Samples in the dataset.
+    samples: usize,
+    first_result_ns: u64,
 }
 
 /// Measured seconds per partitioned node: an unfused plan on `device`, run twice (the

@@ -290,6 +290,7 @@ mod tests {
             kind,
             start_ns: s,
             end_ns: e,
+            warm_up: false,
         }
     }
 

@@ -62,6 +62,11 @@ pub struct Event {
     pub start_ns: u64,
     /// End, ns since the run started.
     pub end_ns: u64,
+    /// Part of a warm-up pass (first dispatches of a newly compiled run, its outputs
+    /// thrown away): shown apart and left out of every measured figure. Absent on the
+    /// wire when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warm_up: bool,
 }
 
 impl Event {

@@ -186,6 +186,7 @@ mod tests {
                 kind: sluice_engine::telemetry::EventKind::Compute,
                 start_ns: 0,
                 end_ns: 1,
+                warm_up: false,
             },
         }
     }

@@ -502,8 +502,17 @@ impl Runs {
             cancel: Some(cancel),
             ..RunContext::new(&row.id)
         };
+        // A newly compiled session pays for its first dispatches (drivers compiling
+        // pipelines, first allocations) in a warm-up pass, marked as such in the events,
+        // so that the measured run and its figures show the steady pipeline. Inference
+        // keeps no state, so the outputs are the same either way.
+        let warmed = if was_cached {
+            Ok(Vec::new())
+        } else {
+            session.warm_up_blocking(&data, &ctx)
+        };
         let run_start = now_ns();
-        let result = session.run_blocking(&data, &ctx);
+        let result = warmed.and_then(|_| session.run_blocking(&data, &ctx));
         let compile = CompileFigures {
             cached: was_cached,
             stats: if was_cached {

@@ -991,6 +991,7 @@ impl RemoteExecutable {
                     end_ns: base.saturating_add(w.end_ns.clamp(start, span)),
                     node: clip(&w.node, 200),
                     kind: w.kind,
+                    warm_up: trace.warm_up,
                 };
                 observe(&e);
             }
