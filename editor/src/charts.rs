@@ -1,25 +1,32 @@
 //! What the live charts draw, derived from a run's events (the engine's event stream,
 //! from the server's WebSocket or from an in-browser run): utilisation of each device
-//! over time, the pipeline Gantt (one block per stage and micro-batch), and GPU time per
-//! graph node for the heat map. Pure data, tested natively.
+//! over time, the pipeline Gantt (one block per stage and micro-batch, the transfers
+//! between stages, the warm-up apart), GPU time per graph node for the heat map with its
+//! colour scale, the run's figures and the devices' legend labels. Events of a warm-up
+//! pass ([`Event::warm_up`]) are shown apart and left out of everything measured. Pure
+//! data, tested natively.
 
-use sluice_engine::telemetry::metrics::union_ns;
+use sluice_engine::telemetry::metrics::{self, union_ns, Metrics};
 use sluice_engine::telemetry::{Event, EventKind};
 use std::collections::BTreeMap;
 
+/// The measured events (warm-up left out).
+fn measured(events: &[Event]) -> impl Iterator<Item = &Event> {
+    events.iter().filter(|e| !e.warm_up)
+}
+
 /// Busy share of each time bin, per device: `series[device][bin]` in [0, 1], over
-/// [0, the last event's end] cut into `bins` equal bins.
+/// [0, the last measured event's end] cut into `bins` equal bins.
 pub fn utilisation_series(events: &[Event], bins: usize) -> Vec<Vec<f64>> {
-    let end = events.iter().map(|e| e.end_ns).max().unwrap_or(0);
-    let devices = events.iter().map(|e| e.device + 1).max().unwrap_or(0);
+    let end = measured(events).map(|e| e.end_ns).max().unwrap_or(0);
+    let devices = measured(events).map(|e| e.device + 1).max().unwrap_or(0);
     if end == 0 || bins == 0 {
         return vec![Vec::new(); devices];
     }
     let width = end as f64 / bins as f64;
     (0..devices)
         .map(|d| {
-            let mut spans: Vec<(u64, u64)> = events
-                .iter()
+            let mut spans: Vec<(u64, u64)> = measured(events)
                 .filter(|e| e.device == d && e.kind == EventKind::Compute)
                 .map(|e| (e.start_ns, e.end_ns))
                 .collect();
@@ -52,11 +59,29 @@ pub struct Block {
     pub end_ns: u64,
 }
 
-/// Gantt blocks: for each (stage, micro-batch), its first compute start to last compute
-/// end; sorted by stage, then start.
-pub fn gantt(events: &[Event]) -> Vec<Block> {
+impl Block {
+    /// The block's tooltip: `stage 1 · micro-batch 3 · 4.21 ms (12.0–16.2 ms)`.
+    pub fn title(&self) -> String {
+        format!(
+            "stage {} · micro-batch {} · {} ({:.1}–{:.1} ms)",
+            self.stage,
+            self.micro_batch,
+            ms(self.end_ns.saturating_sub(self.start_ns)),
+            self.start_ns as f64 / 1e6,
+            self.end_ns as f64 / 1e6
+        )
+    }
+}
+
+/// `4.21 ms`.
+pub fn ms(ns: u64) -> String {
+    format!("{:.2} ms", ns as f64 / 1e6)
+}
+
+/// Per (stage, micro-batch), first start to last end of the given events.
+fn spans<'e>(events: impl Iterator<Item = &'e Event>) -> Vec<Block> {
     let mut spans: BTreeMap<(usize, usize), (u64, u64)> = BTreeMap::new();
-    for e in events.iter().filter(|e| e.kind == EventKind::Compute) {
+    for e in events {
         let s = spans
             .entry((e.stage, e.micro_batch))
             .or_insert((e.start_ns, e.end_ns));
@@ -76,6 +101,78 @@ pub fn gantt(events: &[Event]) -> Vec<Block> {
     blocks
 }
 
+/// Gantt blocks of the measured run: for each (stage, micro-batch), its first compute
+/// start to last compute end; sorted by stage, then start.
+pub fn gantt(events: &[Event]) -> Vec<Block> {
+    spans(measured(events).filter(|e| e.kind == EventKind::Compute))
+}
+
+/// A copy of activations between stages (in the measured run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transfer {
+    /// The stage it was timed on: the sending stage reads back, the receiving one
+    /// uploads.
+    pub stage: usize,
+    /// Micro-batch.
+    pub micro_batch: usize,
+    /// The tensor (or outputs) moved.
+    pub what: String,
+    /// Start, ns since the run started.
+    pub start_ns: u64,
+    /// End.
+    pub end_ns: u64,
+}
+
+impl Transfer {
+    /// The tooltip: `transfer on stage 1 · micro-batch 3 · h1 · 0.12 ms (4.0–4.1 ms)`.
+    pub fn title(&self) -> String {
+        format!(
+            "transfer on stage {} · micro-batch {} · {} · {} ({:.1}–{:.1} ms)",
+            self.stage,
+            self.micro_batch,
+            self.what,
+            ms(self.end_ns.saturating_sub(self.start_ns)),
+            self.start_ns as f64 / 1e6,
+            self.end_ns as f64 / 1e6
+        )
+    }
+}
+
+/// Transfers between stages in the measured run, in event order.
+pub fn transfers(events: &[Event]) -> Vec<Transfer> {
+    measured(events)
+        .filter(|e| e.kind == EventKind::Transfer)
+        .map(|e| Transfer {
+            stage: e.stage,
+            micro_batch: e.micro_batch,
+            what: e.node.clone(),
+            start_ns: e.start_ns,
+            end_ns: e.end_ns,
+        })
+        .collect()
+}
+
+/// The warm-up pass of a newly compiled run: its length and each stage's span, timed
+/// from the warm-up's own start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WarmUp {
+    /// First warm-up event start to last end.
+    pub duration_ns: u64,
+    /// One block per stage that worked in it (micro-batch 0), sorted by stage.
+    pub stages: Vec<Block>,
+}
+
+/// The run's warm-up, if it had one.
+pub fn warm_up(events: &[Event]) -> Option<WarmUp> {
+    let warm: Vec<&Event> = events.iter().filter(|e| e.warm_up).collect();
+    let start = warm.iter().map(|e| e.start_ns).min()?;
+    let end = warm.iter().map(|e| e.end_ns).max()?;
+    Some(WarmUp {
+        duration_ns: end.saturating_sub(start),
+        stages: spans(warm.into_iter()),
+    })
+}
+
 /// The graph nodes a compute event's label covers: `fc1`, or `fc1+act1 (fused)`.
 pub fn label_nodes(label: &str) -> Vec<&str> {
     label
@@ -85,17 +182,67 @@ pub fn label_nodes(label: &str) -> Vec<&str> {
         .collect()
 }
 
-/// GPU nanoseconds per graph node; a fused pass's time is shared equally by its nodes.
+/// GPU nanoseconds per graph node in the measured run; a fused pass's time is shared
+/// equally by its nodes.
 pub fn node_time(events: &[Event]) -> BTreeMap<String, u64> {
     let mut out: BTreeMap<String, u64> = BTreeMap::new();
-    for e in events.iter().filter(|e| e.kind == EventKind::Compute) {
+    for e in measured(events).filter(|e| e.kind == EventKind::Compute) {
         let nodes = label_nodes(&e.node);
         let share = e.duration_ns() / nodes.len().max(1) as u64;
         for n in nodes {
-            *out.entry(n.to_string()).or_default() += share;
+            let t = out.entry(n.to_string()).or_default();
+            *t = t.saturating_add(share);
         }
     }
     out
+}
+
+/// One cell of the heat map.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeatCell {
+    /// Node id.
+    pub node: String,
+    /// GPU nanoseconds over the measured run.
+    pub ns: u64,
+    /// Share of all nodes' GPU time, in [0, 1].
+    pub share: f64,
+    /// Place on the colour scale, in [0, 1] (the hottest node is 1).
+    pub heat: f64,
+}
+
+impl HeatCell {
+    /// The tooltip: `conv1 (conv2d): 3.10 ms GPU, 21% of the run's GPU time`.
+    pub fn title(&self, op: &str) -> String {
+        let name = if op.is_empty() {
+            self.node.clone()
+        } else {
+            format!("{} ({op})", self.node)
+        };
+        format!(
+            "{name}: {} GPU, {:.0}% of the run's GPU time",
+            ms(self.ns),
+            self.share * 100.0
+        )
+    }
+}
+
+/// The heat map's cells, hottest first, and the colour scale's top (the hottest node's
+/// nanoseconds: the scale runs from 0 to it).
+pub fn heat_map(events: &[Event]) -> (Vec<HeatCell>, u64) {
+    let times = node_time(events);
+    let hottest = times.values().copied().max().unwrap_or(0);
+    let total = times.values().fold(0u64, |a, &b| a.saturating_add(b));
+    let mut cells: Vec<HeatCell> = times
+        .into_iter()
+        .map(|(node, ns)| HeatCell {
+            share: ns as f64 / total.max(1) as f64,
+            heat: ns as f64 / hottest.max(1) as f64,
+            node,
+            ns,
+        })
+        .collect();
+    cells.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.node.cmp(&b.node)));
+    (cells, hottest)
 }
 
 /// A colour from cool (0) to hot (1) for the heat map.
@@ -116,6 +263,69 @@ pub fn stage_colour(s: usize) -> &'static str {
     COLOURS[s % COLOURS.len()]
 }
 
+/// Legend labels of devices, at most `max` characters each, that tell them apart: the
+/// index, then the name; a long name is cut at its end (`0: llvmpipe (LLVM 15…`), or,
+/// where different names share a long beginning, keeps its end instead
+/// (`1: …instance 1`), where they differ.
+pub fn device_labels(names: &[String], max: usize) -> Vec<String> {
+    let all_same = names.windows(2).all(|w| w[0] == w[1]);
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let label = format!("{i}: {name}");
+            if label.chars().count() <= max {
+                return label;
+            }
+            let prefix = format!("{i}: ");
+            let room = max.saturating_sub(prefix.chars().count() + 1);
+            if all_same {
+                format!("{prefix}{}…", name.chars().take(room).collect::<String>())
+            } else {
+                let skip = name.chars().count().saturating_sub(room);
+                format!("{prefix}…{}", name.chars().skip(skip).collect::<String>())
+            }
+        })
+        .collect()
+}
+
+/// The measured figures of a run so far: the engine's metrics over the measured events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figures {
+    /// The engine's metrics.
+    pub metrics: Metrics,
+    /// Micro-batches whose outputs came back.
+    pub done: usize,
+    /// Whether any input was uploaded (else overlap means nothing).
+    pub uploads: bool,
+}
+
+/// The figures of the measured events, or `None` before the first measured micro-batch
+/// has come back (a figure then would only say 0). Samples count the micro-batches whose
+/// outputs came back, `batch / microbatches` each.
+pub fn figures(
+    events: &[Event],
+    stages: usize,
+    microbatches: usize,
+    batch: usize,
+) -> Option<Figures> {
+    let own: Vec<Event> = measured(events).cloned().collect();
+    let done: std::collections::BTreeSet<usize> = own
+        .iter()
+        .filter(|e| e.kind == EventKind::Download)
+        .map(|e| e.micro_batch)
+        .collect();
+    if done.is_empty() {
+        return None;
+    }
+    let samples = done.len().saturating_mul(batch) / microbatches.max(1);
+    Some(Figures {
+        metrics: metrics::compute(&own, stages, microbatches, samples),
+        done: done.len(),
+        uploads: own.iter().any(|e| e.kind == EventKind::Upload),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,6 +340,7 @@ mod tests {
             kind: EventKind::Compute,
             start_ns: start,
             end_ns: end,
+            warm_up: false,
         }
     }
 
@@ -171,5 +382,139 @@ mod tests {
         assert_eq!(t["fc1"], 60);
         assert_eq!(t["act1"], 50);
         assert_ne!(heat_colour(0.0), heat_colour(1.0));
+    }
+
+    fn warm(mut e: Event) -> Event {
+        e.warm_up = true;
+        e
+    }
+
+    fn kind(mut e: Event, kind: EventKind) -> Event {
+        e.kind = kind;
+        e
+    }
+
+    /// Two stages, two micro-batches, each with an upload, a transfer and a download;
+    /// optionally after a long warm-up pass of micro-batch 0.
+    fn pipeline(with_warm_up: bool) -> Vec<Event> {
+        let mut events = Vec::new();
+        if with_warm_up {
+            events.push(warm(kind(ev(0, 0, "x", 0, 5), EventKind::Upload)));
+            events.push(warm(ev(0, 0, "a", 5, 1_600_000_000)));
+            events.push(warm(ev(1, 0, "b", 1_600_000_000, 1_700_000_000)));
+            events.push(warm(kind(
+                ev(1, 0, "y", 1_700_000_000, 1_700_000_010),
+                EventKind::Download,
+            )));
+        }
+        for m in 0..2u64 {
+            let t = 100 * m;
+            let mb = m as usize;
+            events.push(kind(ev(0, mb, "x", t, t + 10), EventKind::Upload));
+            events.push(ev(0, mb, "a", t + 10, t + 60));
+            events.push(kind(ev(0, mb, "h", t + 60, t + 70), EventKind::Transfer));
+            events.push(ev(1, mb, "b", t + 70, t + 120));
+            events.push(kind(ev(1, mb, "y", t + 120, t + 130), EventKind::Download));
+        }
+        events
+    }
+
+    #[test]
+    fn the_warm_up_is_kept_apart_from_the_measured_run() {
+        let events = pipeline(true);
+        let w = warm_up(&events).expect("a warm-up");
+        assert_eq!(w.duration_ns, 1_700_000_010);
+        assert_eq!(w.stages.len(), 2);
+        assert_eq!((w.stages[1].stage, w.stages[1].micro_batch), (1, 0));
+        assert_eq!(warm_up(&pipeline(false)), None);
+        // The Gantt, the transfers, the utilisation and the heat map see only the
+        // measured run: the same as without a warm-up.
+        let cold = pipeline(false);
+        assert_eq!(gantt(&events), gantt(&cold));
+        assert_eq!(gantt(&events).len(), 4);
+        assert_eq!(transfers(&events), transfers(&cold));
+        assert_eq!(utilisation_series(&events, 4), utilisation_series(&cold, 4));
+        assert_eq!(node_time(&events), node_time(&cold));
+        assert_eq!(node_time(&events)["a"], 100);
+    }
+
+    #[test]
+    fn figures_leave_the_warm_up_out_and_wait_for_data() {
+        let warmed = figures(&pipeline(true), 2, 2, 8).expect("figures");
+        let cold = figures(&pipeline(false), 2, 2, 8).expect("figures");
+        assert_eq!(warmed, cold);
+        assert_eq!(warmed.done, 2);
+        assert_eq!(warmed.metrics.samples, 8);
+        assert_eq!(warmed.metrics.wall_ns, 230);
+        assert!(warmed.uploads);
+        // Nothing measured yet (only the warm-up, or no micro-batch back): no figures.
+        let only_warm: Vec<Event> = pipeline(true).into_iter().filter(|e| e.warm_up).collect();
+        assert_eq!(figures(&only_warm, 2, 2, 8), None);
+        let not_back: Vec<Event> = pipeline(false)
+            .into_iter()
+            .filter(|e| e.kind != EventKind::Download)
+            .collect();
+        assert_eq!(figures(&not_back, 2, 2, 8), None);
+        assert_eq!(figures(&[], 1, 1, 8), None);
+    }
+
+    #[test]
+    fn transfers_and_blocks_say_their_milliseconds() {
+        let t = transfers(&pipeline(false));
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[1].micro_batch, 1);
+        assert_eq!(t[1].what, "h");
+        let block = Block {
+            stage: 1,
+            micro_batch: 3,
+            start_ns: 12_000_000,
+            end_ns: 16_210_000,
+        };
+        assert_eq!(
+            block.title(),
+            "stage 1 · micro-batch 3 · 4.21 ms (12.0–16.2 ms)"
+        );
+        assert!(t[0].title().contains(" ms ("), "{}", t[0].title());
+    }
+
+    #[test]
+    fn the_heat_map_runs_from_zero_to_the_hottest_node() {
+        let events = vec![
+            ev(0, 0, "conv1", 0, 3_000_000),
+            ev(0, 1, "conv1", 0, 100_000),
+            ev(0, 0, "fc", 0, 1_000_000),
+            warm(ev(0, 0, "fc", 0, 9_000_000_000)),
+        ];
+        let (cells, hottest) = heat_map(&events);
+        assert_eq!(hottest, 3_100_000);
+        assert_eq!(cells.len(), 2);
+        assert_eq!(cells[0].node, "conv1");
+        assert_eq!(cells[0].heat, 1.0);
+        assert!((cells[1].heat - 1.0 / 3.1).abs() < 1e-9);
+        assert!((cells[0].share + cells[1].share - 1.0).abs() < 1e-9);
+        assert_eq!(
+            cells[0].title("conv2d"),
+            "conv1 (conv2d): 3.10 ms GPU, 76% of the run's GPU time"
+        );
+        assert_eq!(heat_map(&[]), (Vec::new(), 0));
+    }
+
+    #[test]
+    fn long_device_names_sharing_a_beginning_stay_apart() {
+        let names = vec![
+            "Vulkan llvmpipe (LLVM 15.0.7, 256 bits) instance 0".to_string(),
+            "Vulkan llvmpipe (LLVM 15.0.7, 256 bits) instance 1".to_string(),
+            "cpu".to_string(),
+        ];
+        let labels = device_labels(&names, 28);
+        assert_eq!(labels[2], "2: cpu");
+        assert_ne!(labels[0], labels[1]);
+        for l in &labels {
+            assert!(l.chars().count() <= 28, "{l}");
+        }
+        assert!(labels[1].starts_with("1: …") && labels[1].ends_with("instance 1"));
+        // Identical names keep their beginning and differ by their index.
+        let same = device_labels(&[names[0].clone(), names[0].clone()], 14);
+        assert_eq!(same, vec!["0: Vulkan llv…", "1: Vulkan llv…"]);
     }
 }

@@ -5,13 +5,14 @@
 //!
 //! Pure modules (tested natively): [`model`] (the document and its edits), [`history`]
 //! (undo/redo), [`schema`] (operator schemas), [`layout`] (geometry, auto-layout),
-//! [`route`] (edge routing and label placement),
+//! [`route`] (edge routing and label placement), [`groups`] (blocks to collapse),
 //! [`check`] (the engine's analysis, connection checks, stage placement), [`charts`]
 //! (chart data from events). Browser-side: [`state`] (signals), [`web`] (HTTP,
 //! WebSocket, storage, files, runs) and [`ui`] (components).
 
 pub mod charts;
 pub mod check;
+pub mod groups;
 pub mod history;
 pub mod layout;
 pub mod model;

@@ -153,6 +153,19 @@ fn sources(doc: &GraphDoc, id: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `id` and every node and input it depends on: the nodes an output of `id` may not
+/// feed, as that would close a cycle.
+pub fn upstream(doc: &GraphDoc, id: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![id.to_string()];
+    while let Some(next) = stack.pop() {
+        if seen.insert(next.clone()) {
+            stack.extend(sources(doc, &next));
+        }
+    }
+    seen
+}
+
 /// Whether `to` can be reached from `from` by following edges downstream.
 fn reaches(doc: &GraphDoc, from: &str, to: &str) -> bool {
     // Walk upstream from `to` looking for `from`.
@@ -345,50 +358,65 @@ pub fn move_by(doc: &mut GraphDoc, nodes: &BTreeSet<String>, dx: f64, dy: f64) {
     }
 }
 
-/// Copied nodes: their declarations, positions and the connections among them and to
-/// nodes outside the copy.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Clip {
-    inputs: Vec<(String, InputDecl)>,
-    nodes: Vec<NodeDoc>,
-    layout: BTreeMap<String, [f64; 2]>,
+/// Copies the selected nodes and inputs as a graph document of their own (what the
+/// system clipboard carries, as the graph file's JSON): their declarations, positions and
+/// connections, among themselves and to nodes outside the copy; its outputs are the copied
+/// nodes nothing else in the copy reads, so the fragment is a graph file too.
+pub fn copy(doc: &GraphDoc, selected: &BTreeSet<String>) -> GraphDoc {
+    let mut clip = empty(&format!("{} (selection)", doc.name));
+    clip.params.seed = doc.params.seed;
+    clip.inputs = doc
+        .inputs
+        .iter()
+        .filter(|(k, _)| selected.contains(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    clip.nodes = doc
+        .nodes
+        .iter()
+        .filter(|n| selected.contains(&n.id))
+        .cloned()
+        .collect();
+    clip.layout = doc
+        .layout
+        .iter()
+        .filter(|(k, _)| selected.contains(*k))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    let read: BTreeSet<&str> = clip
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter())
+        .filter(|r| !r.is_empty())
+        .map(|r| parse_ref(r).0)
+        .collect();
+    clip.outputs = clip
+        .nodes
+        .iter()
+        .filter(|n| !read.contains(n.id.as_str()))
+        .map(|n| n.id.clone())
+        .collect();
+    clip
 }
 
-impl Clip {
-    /// Whether nothing was copied.
-    pub fn is_empty(&self) -> bool {
-        self.inputs.is_empty() && self.nodes.is_empty()
+/// Reads a copied selection back from the clipboard's text: a graph document whose
+/// structure decodes without problems (references to nodes it does not hold are fine:
+/// they reconnect when the graph pasted into has those nodes). Errors say why the text is
+/// not a selection.
+pub fn clip_from_text(text: &str) -> Result<GraphDoc, String> {
+    let (doc, problems) = sluice_engine::graph::doc::decode_partial(text);
+    match (doc, problems.first()) {
+        (Some(d), None) if !(d.nodes.is_empty() && d.inputs.is_empty()) => Ok(d),
+        (Some(_), None) => Err("it holds no nodes".into()),
+        (_, Some(p)) => Err(p.to_string()),
+        (None, None) => Err("it is not a graph document".into()),
     }
 }
 
-/// Copies the selected nodes and inputs.
-pub fn copy(doc: &GraphDoc, selected: &BTreeSet<String>) -> Clip {
-    Clip {
-        inputs: doc
-            .inputs
-            .iter()
-            .filter(|(k, _)| selected.contains(*k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        nodes: doc
-            .nodes
-            .iter()
-            .filter(|n| selected.contains(&n.id))
-            .cloned()
-            .collect(),
-        layout: doc
-            .layout
-            .iter()
-            .filter(|(k, _)| selected.contains(*k))
-            .map(|(k, v)| (k.clone(), *v))
-            .collect(),
-    }
-}
-
-/// Pastes a clip shifted by `offset` under fresh ids. References inside the clip follow
-/// the renaming; references to nodes outside it stay connected when those nodes still
-/// exist. Returns the new ids.
-pub fn paste(doc: &mut GraphDoc, clip: &Clip, offset: [f64; 2]) -> BTreeSet<String> {
+/// Pastes a copied selection shifted by `offset` under fresh ids. References inside the
+/// clip follow the renaming; references to nodes outside it stay connected when those
+/// nodes still exist. Returns the new ids.
+pub fn paste(doc: &mut GraphDoc, clip: &GraphDoc, offset: [f64; 2]) -> BTreeSet<String> {
     let mut renamed: BTreeMap<String, String> = BTreeMap::new();
     for (name, decl) in &clip.inputs {
         let id = fresh_id(doc, name.trim_end_matches(|c: char| c.is_ascii_digit()));
@@ -498,6 +526,24 @@ mod tests {
         paste(&mut d, &both, [0.0, 100.0]);
         assert_eq!(node(&d, "relu3").unwrap().inputs, vec!["linear2"]);
         assert_eq!(node(&d, "linear2").unwrap().inputs, vec!["x"]);
+    }
+
+    #[test]
+    fn a_copy_travels_as_graph_json_and_pastes_into_another_graph() {
+        let d = mlp();
+        let clip = copy(&d, &BTreeSet::from(["linear1".into(), "relu1".into()]));
+        assert_eq!(clip.outputs, vec!["relu1"], "the copy's sink is its output");
+        let text = serde_json::to_string(&clip).unwrap();
+        let back = clip_from_text(&text).unwrap();
+        assert_eq!(back, clip);
+        // Another graph without 'x': the dangling reference is left unconnected.
+        let mut other = empty("other");
+        let new = paste(&mut other, &back, [0.0, 0.0]);
+        assert_eq!(new.len(), 2);
+        assert_eq!(node(&other, "linear1").unwrap().inputs, vec![""]);
+        assert_eq!(node(&other, "relu1").unwrap().inputs, vec!["linear1"]);
+        assert!(clip_from_text("hello").is_err());
+        assert!(clip_from_text(r#"{"inputs":[1,2,3],"nodes":"abc"}"#).is_err());
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub enum AttrKind {
     Bool,
     /// A list of integers.
     Ints,
+    /// A list of this many integers, one per axis; a single integer stands for all.
+    PerAxis(usize),
     /// A list of numbers.
     Floats,
     /// One of these strings.
@@ -222,6 +224,9 @@ pub fn parse_value(kind: &AttrKind, text: &str) -> Result<Option<Value>, String>
             _ => return Err(format!("'{t}' is neither true nor false")),
         },
         AttrKind::Ints => list(&int)?,
+        // A bare integer is kept as typed: the engine reads it as that value on every axis.
+        AttrKind::PerAxis(_) if !t.contains([',', '[']) => int(t)?,
+        AttrKind::PerAxis(_) => list(&int)?,
         AttrKind::Floats => list(&float)?,
         AttrKind::Text => Value::String(t.to_string()),
         AttrKind::Choice(options) => {
@@ -253,6 +258,9 @@ mod tests {
             .iter()
             .any(|(f, list)| f == "matmul" && list.len() == 2));
         assert!(linear.matches("fully"));
+        let conv = ops.iter().find(|o| o.name == "conv2d").unwrap();
+        assert_eq!(conv.attr("kernel_size").unwrap().kind, AttrKind::PerAxis(2));
+        assert_eq!(conv.attr("pads").unwrap().kind, AttrKind::PerAxis(4));
     }
 
     #[test]
@@ -268,6 +276,15 @@ mod tests {
             Some(serde_json::json!([1, 2]))
         );
         assert!(parse_value(&AttrKind::Float, "inf").is_err());
+        assert_eq!(
+            parse_value(&AttrKind::PerAxis(2), " 3 ").unwrap(),
+            Some(Value::from(3))
+        );
+        assert_eq!(
+            parse_value(&AttrKind::PerAxis(2), "[3, 2]").unwrap(),
+            Some(serde_json::json!([3, 2]))
+        );
+        assert!(parse_value(&AttrKind::PerAxis(2), "3x").is_err());
         let choice = AttrKind::Choice(vec!["a".into(), "b".into()]);
         assert!(parse_value(&choice, "c").is_err());
         assert_eq!(show_value(&serde_json::json!([1, 2])), "1, 2");

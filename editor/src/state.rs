@@ -3,9 +3,10 @@
 //! every component; every edit goes through [`EditorState::edit`] so that undo sees it.
 
 use crate::check::{self, StageSettings};
+use crate::groups;
 use crate::history::History;
-use crate::model::{self, Clip};
-use crate::schema::OpInfo;
+use crate::model;
+use crate::schema::{self, OpInfo};
 use leptos::prelude::*;
 use sluice_engine::gpu::AdapterSummary;
 use sluice_engine::graph::Graph;
@@ -79,6 +80,42 @@ pub enum Drag {
         /// Second corner.
         at: [f64; 2],
     },
+}
+
+/// A search menu over the canvas (quick-add, keyboard connect), at a client point.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Menu {
+    /// Adds an operator (or a graph input) at `at`, in canvas coordinates; connected from
+    /// output `from` when set (a wire dropped on the empty canvas, or the selected node).
+    Add {
+        /// Where the new node goes (its top-left corner).
+        at: [f64; 2],
+        /// Where the menu shows, in client coordinates.
+        screen: [f64; 2],
+        /// The output reference the new node reads, if any.
+        from: Option<String>,
+        /// The input (node, port) the new node's output then feeds, if any (a node
+        /// inserted into an edge).
+        then: Option<(String, usize)>,
+    },
+    /// Connects output `from` to one of the inputs that can take it.
+    Connect {
+        /// The output reference.
+        from: String,
+        /// Where the menu shows, in client coordinates.
+        screen: [f64; 2],
+    },
+}
+
+/// What a right-click opened a context menu on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContextTarget {
+    /// A node or graph input.
+    Node(String),
+    /// The edge into input `port` of `node`.
+    Edge(String, usize),
+    /// The empty canvas, at this canvas point.
+    Canvas([f64; 2]),
 }
 
 /// Where a run goes.
@@ -264,6 +301,9 @@ pub enum Panel {
     Devices,
 }
 
+/// A node's (or graph input's) input and output port names, as drawn.
+pub type PortNames = (Vec<String>, Vec<String>);
+
 /// Every signal of the editor.
 #[derive(Clone, Copy)]
 pub struct EditorState {
@@ -283,6 +323,10 @@ pub struct EditorState {
     pub ops: RwSignal<Vec<OpInfo>>,
     /// Graphs in the server's workspace.
     pub graphs: RwSignal<Vec<String>>,
+    /// The document without positions: what moving nodes leaves unchanged.
+    pub unplaced: Memo<GraphDoc>,
+    /// The names of every node's and graph input's (input, output) ports, as drawn.
+    pub ports: Memo<BTreeMap<String, PortNames>>,
     /// The engine's analysis of the document.
     pub analysis: Memo<Analysis>,
     /// Stage of every node for the run settings, or why there is no split.
@@ -296,7 +340,7 @@ pub struct EditorState {
     /// Paint per-node GPU time on the graph.
     pub heat: RwSignal<bool>,
     /// Copied nodes.
-    pub clip: StoredValue<Option<Clip>>,
+    pub clip: StoredValue<Option<GraphDoc>>,
     /// The help overlay is open.
     pub help: RwSignal<bool>,
     /// The operator palette is shown (it folds away for a wider canvas).
@@ -309,6 +353,16 @@ pub struct EditorState {
     pub panel: RwSignal<Panel>,
     /// The pointer gesture in progress.
     pub drag: RwSignal<Option<Drag>>,
+    /// The blocks drawn collapsed, by block name ([`crate::groups`]).
+    pub collapsed: RwSignal<BTreeSet<String>>,
+    /// Every block of the graph with its nodes.
+    pub blocks: Memo<BTreeMap<String, Vec<String>>>,
+    /// The canvas's view of the collapsed blocks.
+    pub collapsed_view: Memo<groups::Collapsed>,
+    /// The search menu open over the canvas, if any.
+    pub menu: RwSignal<Option<Menu>>,
+    /// The context menu: what it is for and where it shows (client coordinates).
+    pub context: RwSignal<Option<(ContextTarget, [f64; 2])>>,
     /// This page's WebGPU adapter, or why there is none (None: not probed yet).
     pub browser_gpu: RwSignal<Option<Result<AdapterSummary, String>>>,
     /// The calibrated rates of the server's devices (None: not reported; assumed rates
@@ -326,14 +380,37 @@ impl EditorState {
         let doc = RwSignal::new(doc);
         let settings = RwSignal::new(RunSettings::default());
         // The analysis ignores positions: moving a node does not re-check the graph.
-        let structure = Memo::new(move |_| {
+        let unplaced = Memo::new(move |_| {
             doc.with(|d| {
-                let mut s = model::for_engine(d);
+                let mut s = d.clone();
                 s.layout.clear();
                 s
             })
         });
+        let structure = Memo::new(move |_| unplaced.with(model::for_engine));
         let analysis = Memo::new(move |_| structure.with(check::analyse));
+        let ops = RwSignal::new(Vec::<OpInfo>::new());
+        let collapsed = RwSignal::new(BTreeSet::<String>::new());
+        let blocks = Memo::new(move |_| unplaced.with(groups::blocks));
+        let collapsed_view = Memo::new(move |_| {
+            unplaced.with(|d| blocks.with(|b| collapsed.with(|c| groups::collapse(d, b, c))))
+        });
+        let ports = Memo::new(move |_| {
+            ops.with(|ops| {
+                analysis.with(|a| {
+                    unplaced.with(|d| {
+                        model::ids(d)
+                            .into_iter()
+                            .map(|id| {
+                                let inferred = a.types.get(&id).map(Vec::len);
+                                let names = schema::port_names(ops, d, &id, inferred);
+                                (id, names)
+                            })
+                            .collect()
+                    })
+                })
+            })
+        });
         let server_rates = RwSignal::new(None::<Rates>);
         let stages = Memo::new(move |_| {
             let s = settings.with(RunSettings::stage_settings);
@@ -347,7 +424,9 @@ impl EditorState {
             selection: RwSignal::new(BTreeSet::new()),
             selected_edge: RwSignal::new(None),
             view: RwSignal::new(Viewport::default()),
-            ops: RwSignal::new(Vec::new()),
+            ops,
+            unplaced,
+            ports,
             graphs: RwSignal::new(Vec::new()),
             analysis,
             stages,
@@ -362,10 +441,22 @@ impl EditorState {
             side_open: RwSignal::new(true),
             panel: RwSignal::new(Panel::Properties),
             drag: RwSignal::new(None),
+            menu: RwSignal::new(None),
+            collapsed,
+            blocks,
+            collapsed_view,
+            context: RwSignal::new(None),
             browser_gpu: RwSignal::new(None),
             server_rates,
             weights: StoredValue::new(None),
         }
+    }
+
+    /// How wide node (or graph input) `id` is drawn, from its ports.
+    pub fn drawn_width(&self, id: &str) -> f64 {
+        self.ports.with_untracked(|p| {
+            crate::layout::node_width(p.get(id).map_or((1, 1), |(i, o)| (i.len(), o.len())))
+        })
     }
 
     /// Applies an edit; a refused edit changes nothing and says why.
@@ -401,6 +492,7 @@ impl EditorState {
             }
         });
         self.history.update_value(History::clear);
+        self.collapsed.set(BTreeSet::new());
         self.selection.set(BTreeSet::new());
         self.selected_edge.set(None);
         self.saved.set(saved);

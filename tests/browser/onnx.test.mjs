@@ -17,8 +17,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import {
-  assertReadable, draftDoc, launchChromium, layoutReport, noticeAfter, readNpy, screenshotDir, selectNode,
-  setField, startServer,
+  assertReadable, closeNotice, draftDoc, launchChromium, layoutReport, noticeAfter, openEditor, readNpy,
+  screenshotDir, selectNode, setField, startServer,
 } from './support.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -56,11 +56,7 @@ describe('ONNX models in the editor', { timeout: 900_000 }, () => {
     server = await startServer();
     browser = await launchChromium();
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true });
-    page = await context.newPage();
-    page.on('pageerror', (e) => pageErrors.push(String(e)));
-    page.on('dialog', (d) => d.accept());
-    await page.goto(server.url);
-    await page.waitForSelector('body[data-ready-ms]', { timeout: 60_000 });
+    page = await openEditor(context, server.url, pageErrors);
   });
 
   after(async () => {
@@ -68,11 +64,6 @@ describe('ONNX models in the editor', { timeout: 900_000 }, () => {
     server?.stop();
   });
 
-  /** Closes the notice, if one shows. */
-  async function closeNotice() {
-    const close = page.locator('.notice-close');
-    if (await close.count()) await close.click();
-  }
 
   /** Picks `path` in the Import button's file input; resolves to the notice it gives. */
   function importFile(path) {
@@ -249,7 +240,7 @@ onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]),
     const doc = await draftDoc(page);
     assert.equal(await page.locator('g.node').count(), doc.nodes.length + Object.keys(doc.inputs).length);
     assert.equal(await page.locator('.problems summary').textContent(), 'graph valid');
-    await closeNotice();
+    await closeNotice(page);
     await page.locator('button[data-tab="Properties"]').click();
     await page.screenshot({ path: join(shots, `editor-onnx-${name}.png`) });
     const report = await layoutReport(page);

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { launchChromium, noticeAfter, screenshotDir, setField, startServer } from './support.mjs';
+import { launchChromium, noticeAfter, openEditor, screenshotDir, setField, startServer } from './support.mjs';
 
 describe('saving to the workspace', { timeout: 300_000 }, () => {
   let server;
@@ -19,10 +19,7 @@ describe('saving to the workspace', { timeout: 300_000 }, () => {
     server = await startServer();
     browser = await launchChromium();
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-    page = await context.newPage();
-    page.on('pageerror', (e) => pageErrors.push(String(e)));
-    await page.goto(server.url);
-    await page.waitForSelector('body[data-ready-ms]', { timeout: 60_000 });
+    page = await openEditor(context, server.url, pageErrors, { acceptDialogs: false });
   });
 
   after(async () => {

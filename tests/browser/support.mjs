@@ -53,6 +53,26 @@ export async function startServer() {
   };
 }
 
+/**
+ * Opens the editor at `url` in a new page of `context` and resolves to the page once the
+ * editor is ready. Page errors are pushed to `errors`; every dialog is accepted unless
+ * `acceptDialogs` is false (tests that answer dialogs themselves).
+ */
+export async function openEditor(context, url, errors, { acceptDialogs = true } = {}) {
+  const page = await context.newPage();
+  page.on('pageerror', (e) => errors.push(String(e)));
+  if (acceptDialogs) page.on('dialog', (d) => d.accept());
+  await page.goto(url);
+  await page.waitForSelector('body[data-ready-ms]', { timeout: 60_000 });
+  return page;
+}
+
+/** Closes the editor's notice, if one shows (screenshots then see what is under it). */
+export async function closeNotice(page) {
+  const close = page.locator('.notice-close');
+  if (await close.count()) await close.click();
+}
+
 /** Where the tests write screenshots (target/screenshots). */
 export function screenshotDir() {
   const dir = process.env.SLUICE_SCREENSHOTS ?? join(tmpdir(), 'sluice-screenshots');

@@ -3,6 +3,7 @@
 
 use crate::layout;
 use crate::model;
+use crate::route::Rect;
 use crate::schema;
 use crate::state::{EditorState, Target, Viewport};
 use crate::web::{api, browser_run, files, server_run};
@@ -166,16 +167,23 @@ pub fn new_graph(state: EditorState) {
     state.view.set(Viewport::default());
 }
 
+/// The name a download of graph `name` gets with `extension` (`graph.EXT` when the graph
+/// has no name).
+pub fn download_name(name: &str, extension: &str) -> String {
+    let name = name.trim();
+    let name = if name.is_empty() { "graph" } else { name };
+    format!("{name}.{extension}")
+}
+
 /// Downloads the graph file.
 pub fn export(state: EditorState) {
     let doc = model::for_engine(&state.doc.get_untracked());
     let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-    let name = if doc.name.is_empty() {
-        "graph".to_string()
-    } else {
-        doc.name.clone()
-    };
-    if let Err(e) = files::download(&format!("{name}.json"), "application/json", text.as_bytes()) {
+    if let Err(e) = files::download(
+        &download_name(&doc.name, "json"),
+        "application/json",
+        text.as_bytes(),
+    ) {
         state.error(format!("export failed: {e}"));
     }
 }
@@ -208,11 +216,33 @@ pub fn import_dropped(state: EditorState, file: web_sys::File) {
     });
 }
 
-/// Whether a file is an ONNX model rather than a graph file: by its extension, or by its
-/// bytes not being JSON text (a graph file is a JSON object).
+/// A graph file's structure judged exactly as `sluice validate` judges it: a file whose
+/// structure has any problem (a wrong type, an unknown field, a malformed node) is
+/// refused with every problem the CLI reports, so nothing the file says is silently
+/// dropped on import. A file that only fails the graph's checks (a shape mismatch, an
+/// unknown operator) opens, and its problems show in the problem list.
+fn structure_as_cli(text: &str) -> Result<(), String> {
+    let limits = sluice_engine::graph::Limits::default();
+    let (doc, problems) = sluice_engine::graph::doc::decode_partial_with(text, &limits);
+    if doc.is_some() && problems.is_empty() {
+        return Ok(());
+    }
+    match sluice_engine::load_graph_with(text, &limits) {
+        Err(all) => Err(all.render()),
+        Ok(_) => Err(sluice_engine::graph::Problems(problems).render()),
+    }
+}
+
+/// Whether a file is an ONNX model rather than a graph file: by its extension (`.onnx`
+/// or `.json`, as the CLI tells them), else by its bytes not being JSON text (a graph
+/// file is a JSON object).
 fn is_onnx(file: &str, bytes: &[u8]) -> bool {
-    if file.to_ascii_lowercase().ends_with(".onnx") {
+    let lower = file.to_ascii_lowercase();
+    if lower.ends_with(".onnx") {
         return true;
+    }
+    if lower.ends_with(".json") {
+        return false;
     }
     match std::str::from_utf8(bytes) {
         Ok(text) => !text.trim_start().starts_with('{'),
@@ -224,8 +254,12 @@ fn is_onnx(file: &str, bytes: &[u8]) -> bool {
 /// (its weights kept with the graph, the graph laid out), or a graph file.
 fn open_file(state: EditorState, file: &str, bytes: &[u8]) {
     if !is_onnx(file, bytes) {
+        let text = String::from_utf8_lossy(bytes);
+        if let Err(problems) = structure_as_cli(&text) {
+            return state.error(format!("cannot import '{file}': {problems}"));
+        }
         let ops = state.ops.get_untracked();
-        return match read_doc(&String::from_utf8_lossy(bytes), &format!("'{file}'"), &ops) {
+        return match read_doc(&text, &format!("'{file}'"), &ops) {
             Ok(mut doc) => {
                 if doc.name.is_empty() {
                     doc.name = file.trim_end_matches(".json").to_string();
@@ -283,29 +317,23 @@ fn model_name(file: &str) -> String {
 /// browser run would use (the imported ones where they still fit, else seeded).
 pub fn export_onnx(state: EditorState) {
     let doc = model::for_engine(&state.doc.get_untracked());
-    let name = if doc.name.is_empty() {
-        "graph".to_string()
-    } else {
-        doc.name.clone()
-    };
+    let file = download_name(&doc.name, "onnx");
     let graph = match sluice_engine::graph::Graph::build(doc) {
         Ok(g) => g,
         Err(p) => {
             return state.error(format!(
-                "cannot export '{name}' as ONNX: the graph has problems:\n{}",
+                "cannot export '{file}': the graph has problems:\n{}",
                 p.render()
             ))
         }
     };
     let weights = state.weights_for(&graph);
     match sluice_engine::onnx::export(&graph, &weights) {
-        Ok(bytes) => {
-            match files::download(&format!("{name}.onnx"), "application/octet-stream", &bytes) {
-                Ok(()) => state.info(format!("exported {name}.onnx ({} bytes)", bytes.len())),
-                Err(e) => state.error(format!("export failed: {e}")),
-            }
-        }
-        Err(e) => state.error(format!("'{name}': {e}")),
+        Ok(bytes) => match files::download(&file, "application/octet-stream", &bytes) {
+            Ok(()) => state.info(format!("exported {file} ({} bytes)", bytes.len())),
+            Err(e) => state.error(format!("export failed: {e}")),
+        },
+        Err(e) => state.error(format!("'{file}': {e}")),
     }
 }
 
@@ -327,28 +355,214 @@ pub fn delete_selection(state: EditorState) {
     }
 }
 
-/// Copies the selection.
-pub fn copy(state: EditorState) {
+/// Copies the selection into the system clipboard as graph JSON (from a `copy` or `cut`
+/// event, whose data it fills), and keeps it for Paste too. `false` when nothing is
+/// selected: the browser then copies as it would anyway.
+pub fn copy(state: EditorState, data: Option<web_sys::DataTransfer>, cut: bool) -> bool {
     let selected = state.selection.get_untracked();
     if selected.is_empty() {
-        return;
+        return false;
     }
     let clip = state.doc.with_untracked(|d| model::copy(d, &selected));
+    let text = serde_json::to_string_pretty(&clip).unwrap_or_default();
+    let in_system = data.is_some_and(|d| d.set_data("text/plain", &text).is_ok());
     state.clip.set_value(Some(clip));
-    state.info(format!("copied {} node(s)", selected.len()));
+    let count = selected.len();
+    let nodes = if count == 1 { "node" } else { "nodes" };
+    if cut {
+        delete_selection(state);
+    }
+    let verb = if cut { "cut" } else { "copied" };
+    let place = if in_system {
+        "to the clipboard as graph JSON"
+    } else {
+        "(this tab only: the browser gave no clipboard)"
+    };
+    state.info(format!("{verb} {count} {nodes} {place}"));
+    true
 }
 
-/// Pastes what was copied, shifted down and right, and selects it.
-pub fn paste(state: EditorState) {
-    let Some(clip) = state.clip.get_value().filter(|c| !c.is_empty()) else {
-        return state.info("nothing copied yet");
+/// Pastes a selection: the clipboard's graph JSON when it holds one (copied in this tab,
+/// another tab or written by hand), else the last copy in this tab. The pasted nodes land
+/// where they were copied from, moved right past any node they would cover, and are
+/// selected and brought into view.
+pub fn paste(state: EditorState, clipboard_text: Option<String>) {
+    let from_clipboard = clipboard_text
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| model::clip_from_text(&t));
+    let clip = match from_clipboard {
+        Some(Ok(clip)) => clip,
+        Some(Err(why)) => {
+            return state.info(format!(
+                "the clipboard holds no Sluice nodes to paste: {why}"
+            ))
+        }
+        None => match state.clip.get_value() {
+            Some(clip) => clip,
+            None => return state.info("nothing copied yet"),
+        },
     };
+    paste_clip(state, &clip);
+}
+
+/// Pastes `clip` where it was copied from, moved right past any node it would cover,
+/// selected and brought into view.
+pub fn paste_clip(state: EditorState, clip: &GraphDoc) {
+    let ops = state.ops.get_untracked();
+    let offset = state.doc.with_untracked(|d| free_offset(d, clip, &ops));
     let mut pasted = BTreeSet::new();
     state.edit(|d| {
-        pasted = model::paste(d, &clip, [40.0, 40.0]);
+        pasted = model::paste(d, clip, offset);
         Ok(())
     });
+    state.info(format!(
+        "pasted {} node{}",
+        pasted.len(),
+        if pasted.len() == 1 { "" } else { "s" }
+    ));
+    if let Some(first) = pasted.iter().next() {
+        if !super::find::in_view(state, first) {
+            super::find::jump_to(state, first);
+        }
+    }
     state.selection.set(pasted);
+}
+
+/// How far to move a pasted clip so that it covers no node of `doc`: not at all when its
+/// place is free, else right by its own width (and a gap) as many times as it takes.
+fn free_offset(doc: &GraphDoc, clip: &GraphDoc, ops: &[schema::OpInfo]) -> [f64; 2] {
+    let rects = |d: &GraphDoc| -> Vec<Rect> {
+        d.layout
+            .iter()
+            .map(|(id, p)| {
+                let w = layout::node_width(schema::port_counts(ops, d, id, None));
+                [p[0], p[1], w, layout::NODE_HEIGHT]
+            })
+            .collect()
+    };
+    let (taken, moving) = (rects(doc), rects(clip));
+    let Some(b) = layout::bounds(clip, &|id| schema::port_counts(ops, clip, id, None)) else {
+        return [0.0, 0.0];
+    };
+    let gap = 40.0;
+    let overlaps = |a: &Rect, b: &Rect| {
+        a[0] < b[0] + b[2] + gap
+            && b[0] < a[0] + a[2] + gap
+            && a[1] < b[1] + b[3] + gap
+            && b[1] < a[1] + a[3] + gap
+    };
+    (0..200)
+        .map(|i| [f64::from(i) * (b[2] + gap), 0.0])
+        .find(|o| {
+            moving.iter().all(|m| {
+                let shifted = [m[0] + o[0], m[1] + o[1], m[2], m[3]];
+                taken.iter().all(|t| !overlaps(&shifted, t))
+            })
+        })
+        .unwrap_or([0.0, 0.0])
+}
+
+/// Shows the selected node's properties and puts the cursor in its first attribute's field.
+pub fn edit_properties(state: EditorState) -> bool {
+    if state.selection.with_untracked(BTreeSet::is_empty) {
+        return false;
+    }
+    state.panel.set(crate::state::Panel::Properties);
+    state.side_open.set(true);
+    set_timeout(
+        || {
+            // Its first attribute, else its first field (the id).
+            let field = [".side [data-attr]", ".side input, .side select"]
+                .iter()
+                .find_map(|q| leptos::prelude::document().query_selector(q).ok().flatten())
+                .and_then(|e| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(e).ok());
+            if let Some(field) = field {
+                let _ = field.focus();
+            }
+        },
+        std::time::Duration::ZERO,
+    );
+    true
+}
+
+/// Adds a node of `op` (or a graph input) with its top-left corner at `pos`, selected.
+pub fn place(state: EditorState, op: &str, pos: [f64; 2]) {
+    let pos = [pos[0].round(), pos[1].round()];
+    let inputs = state.op_info(op).map_or(1, |o| o.initial_inputs());
+    let mut id = String::new();
+    state.edit(|d| {
+        id = if op == schema::INPUT {
+            model::add_input(d, pos)
+        } else {
+            model::add_op(d, op, inputs, pos)
+        };
+        Ok(())
+    });
+    state.selection.set(BTreeSet::from([id]));
+    state.selected_edge.set(None);
+}
+
+/// Adds a node in the middle of the view.
+pub fn place_in_view(state: EditorState, op: &str) {
+    let r = super::canvas_rect().unwrap_or([0.0, 0.0, 800.0, 600.0]);
+    let view = state.view.get_untracked();
+    let c = super::to_canvas(view, [r[0] + r[2] / 2.0, r[1] + r[3] / 2.0]);
+    // Stagger so repeated clicks do not stack nodes exactly.
+    let n = state.doc.with_untracked(|d| d.layout.len()) as f64;
+    place(
+        state,
+        op,
+        [
+            c[0] - layout::MIN_NODE_WIDTH / 2.0 + 12.0 * (n % 5.0),
+            c[1] - 30.0 + 12.0 * (n % 5.0),
+        ],
+    );
+}
+
+/// Moves keyboard focus to node `id`'s drawing (after the canvas has redrawn it).
+pub fn focus_node(id: &str) {
+    use wasm_bindgen::JsCast;
+    let id = id.to_string();
+    set_timeout(
+        move || {
+            let Some(doc) = web_sys::window().and_then(|w| w.document()) else {
+                return;
+            };
+            let Ok(nodes) = doc.query_selector_all("g.node") else {
+                return;
+            };
+            for k in 0..nodes.length() {
+                let el = nodes
+                    .item(k)
+                    .and_then(|n| n.dyn_into::<web_sys::SvgElement>().ok());
+                if let Some(el) = el.filter(|e| e.get_attribute("data-id").as_deref() == Some(&id))
+                {
+                    let _ = el.focus();
+                    return;
+                }
+            }
+        },
+        std::time::Duration::ZERO,
+    );
+}
+
+/// Collapses every block of the graph ([`crate::groups`]) into a box, or, when all are
+/// collapsed already, opens them all.
+pub fn toggle_blocks(state: EditorState) {
+    let all: BTreeSet<String> = state.blocks.with_untracked(|b| b.keys().cloned().collect());
+    if all.is_empty() {
+        return state.info("this graph has no blocks to collapse (nodes named like 'b1_fc' or '/layer1/layer1.0/…')");
+    }
+    if state.collapsed.with_untracked(|c| *c == all) {
+        state.collapsed.set(BTreeSet::new());
+    } else {
+        let n = all.len();
+        state.collapsed.set(all);
+        state.info(format!(
+            "collapsed {n} block{}: double-click one to open it, B to open all",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
 }
 
 /// Lays the graph out in layers, top to bottom, and shows its top legibly.
@@ -455,6 +669,10 @@ mod tests {
             b"  {\"format\": \"sluice/graph@1\"}"
         ));
         assert!(!is_onnx("graph", b"\n{}"));
+        assert!(
+            !is_onnx("list.json", b"[1, 2]"),
+            "a .json file is a graph file, as for the CLI"
+        );
     }
 
     #[test]

@@ -40,10 +40,65 @@ fn restore(state: EditorState) {
     }
 }
 
+/// A `copy` or `cut` event outside text fields: the selection goes to the clipboard.
+fn on_clipboard(state: EditorState, ev: web_sys::ClipboardEvent, cut: bool) {
+    if super::typing_in_field(ev.target()) {
+        return;
+    }
+    if actions::copy(state, ev.clipboard_data(), cut) {
+        ev.prevent_default();
+    }
+}
+
+/// Moves the selected nodes by `step` in the arrow's direction (one undoable edit), and
+/// keeps keyboard focus on the node that had it. `false` when nothing is selected.
+fn move_selection(state: EditorState, arrow: &str, step: f64) -> bool {
+    let selected = state.selection.get_untracked();
+    if selected.is_empty() {
+        return false;
+    }
+    let (dx, dy) = match arrow {
+        "ArrowLeft" => (-step, 0.0),
+        "ArrowRight" => (step, 0.0),
+        "ArrowUp" => (0.0, -step),
+        _ => (0.0, step),
+    };
+    let focused = document()
+        .active_element()
+        .and_then(|e| e.get_attribute("data-id"))
+        .filter(|id| selected.contains(id));
+    state.edit(|d| {
+        model::move_by(d, &selected, dx, dy);
+        Ok(())
+    });
+    if let Some(id) = focused {
+        super::actions::focus_node(&id);
+    }
+    true
+}
+
 fn on_key(state: EditorState, ev: web_sys::KeyboardEvent) {
     let ctrl = ev.ctrl_key() || ev.meta_key();
     let key = ev.key();
+    if key == "Escape" && super::typing_in_field(ev.target()) {
+        // Leave the field for the canvas: back to the node being edited, if one is.
+        let only = state
+            .selection
+            .with_untracked(|s| (s.len() == 1).then(|| s.iter().next().cloned()).flatten());
+        if let Some(el) = ev
+            .target()
+            .and_then(|t| wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(t).ok())
+        {
+            let _ = el.blur();
+        }
+        if let Some(id) = only {
+            super::actions::focus_node(&id);
+        }
+        return;
+    }
     if key == "Escape" {
+        state.menu.set(None);
+        state.context.set(None);
         state.help.set(false);
         state.versions.set(None);
         state.selection.set(BTreeSet::new());
@@ -78,19 +133,6 @@ fn on_key(state: EditorState, ev: web_sys::KeyboardEvent) {
             state.undo();
             true
         }
-        (true, _, "c" | "C") => {
-            actions::copy(state);
-            true
-        }
-        (true, _, "x" | "X") => {
-            actions::copy(state);
-            actions::delete_selection(state);
-            true
-        }
-        (true, _, "v" | "V") => {
-            actions::paste(state);
-            true
-        }
         (true, _, "a" | "A") => {
             state.selection.set(state.doc.with_untracked(model::ids));
             true
@@ -98,6 +140,22 @@ fn on_key(state: EditorState, ev: web_sys::KeyboardEvent) {
         (true, _, "Enter") => {
             actions::run(state);
             true
+        }
+        (false, _, "a" | "A") => {
+            super::menu::open_add(state);
+            true
+        }
+        (false, _, "c" | "C") => {
+            super::menu::open_connect(state);
+            true
+        }
+        (false, _, "e" | "E") => actions::edit_properties(state),
+        (false, _, "b" | "B") => {
+            actions::toggle_blocks(state);
+            true
+        }
+        (false, shift, "ArrowLeft" | "ArrowRight" | "ArrowUp" | "ArrowDown") => {
+            move_selection(state, key.as_str(), if shift { 100.0 } else { 20.0 })
         }
         (false, _, "Delete" | "Backspace") => {
             actions::delete_selection(state);
@@ -120,11 +178,15 @@ fn on_key(state: EditorState, ev: web_sys::KeyboardEvent) {
             true
         }
         (false, _, "+" | "=") => {
-            state.view.update(|v| v.k = (v.k * 1.2).min(3.0));
+            state
+                .view
+                .update(|v| v.k = (v.k * 1.2).min(crate::layout::MAX_ZOOM));
             true
         }
         (false, _, "-") => {
-            state.view.update(|v| v.k = (v.k / 1.2).max(0.2));
+            state
+                .view
+                .update(|v| v.k = (v.k / 1.2).max(crate::layout::MIN_ZOOM));
             true
         }
         _ => false,
@@ -145,7 +207,13 @@ pub fn App() -> impl IntoView {
     browser_run::probe(state);
 
     // Keep a draft after every edit.
+    // Not on every frame of a drag: once, when the nodes are dropped.
+    let moving =
+        Memo::new(move |_| matches!(state.drag.get(), Some(crate::state::Drag::Move { .. })));
     Effect::new(move |_| {
+        if moving.get() {
+            return;
+        }
         let doc = state.doc.get();
         let saved = state.saved.get();
         if !storage::save_draft(&storage::Draft { doc, saved }) {
@@ -160,6 +228,20 @@ pub fn App() -> impl IntoView {
         }
     });
     let _ = window_event_listener(leptos::ev::keydown, move |ev| on_key(state, ev));
+    // Copy, cut and paste go through the system clipboard (graph JSON), so a selection
+    // moves between tabs and to text editors; fields keep the browser's own.
+    let _ = window_event_listener(leptos::ev::copy, move |ev| on_clipboard(state, ev, false));
+    let _ = window_event_listener(leptos::ev::cut, move |ev| on_clipboard(state, ev, true));
+    let _ = window_event_listener(leptos::ev::paste, move |ev| {
+        if super::typing_in_field(ev.target()) {
+            return;
+        }
+        ev.prevent_default();
+        let text = ev
+            .clipboard_data()
+            .and_then(|d| d.get_data("text/plain").ok());
+        actions::paste(state, text);
+    });
     // Tell tests and the load-time figure when the page is ready to use.
     Effect::new(move |_| {
         if !state.ops.with(Vec::is_empty) {

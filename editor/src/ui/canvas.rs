@@ -5,8 +5,14 @@
 //! the rest of the selection), shift-click to add to the selection, shift-drag the
 //! background for a box selection, drag the background or turn the wheel to scroll,
 //! Ctrl+wheel (or pinch) to zoom, drag from an output port to an input port to connect,
-//! click an edge to select it.
+//! click an edge to select it; drop a wire on the empty canvas (or double-click it) for
+//! quick-add ([`super::menu`]). While a wire is drawn, the inputs that can take it are
+//! marked. Keyboard: Tab moves between nodes (selecting them), arrows move the selection,
+//! A adds, C connects, E edits the properties, Delete removes. A minimap in the corner
+//! shows the whole graph and where the view is; click or drag it to move the view.
 
+use super::actions::{place, place_in_view};
+use super::to_canvas;
 use crate::charts::{heat_colour, node_time, stage_colour};
 use crate::check;
 use crate::layout::{
@@ -14,8 +20,8 @@ use crate::layout::{
 };
 use crate::model::{self, output_ref, parse_ref};
 use crate::route::{Labels, Rect, Router};
-use crate::schema::{self, INPUT};
-use crate::state::{Drag, EditorState, Viewport};
+use crate::schema;
+use crate::state::{ContextTarget, Drag, EditorState, Menu, Viewport};
 use leptos::prelude::*;
 use std::collections::BTreeSet;
 
@@ -26,52 +32,9 @@ fn client(ev: &web_sys::MouseEvent) -> [f64; 2] {
     [f64::from(ev.client_x()), f64::from(ev.client_y())]
 }
 
-/// Canvas coordinates of a client point.
-fn to_canvas(view: Viewport, p: [f64; 2]) -> [f64; 2] {
-    let r = super::canvas_rect().unwrap_or([0.0; 4]);
-    [
-        (p[0] - r[0] - view.tx) / view.k,
-        (p[1] - r[1] - view.ty) / view.k,
-    ]
-}
-
 fn inside_canvas(p: [f64; 2]) -> bool {
     super::canvas_rect()
         .is_some_and(|r| p[0] >= r[0] && p[0] <= r[0] + r[2] && p[1] >= r[1] && p[1] <= r[1] + r[3])
-}
-
-/// Adds a node of `op` (or a graph input) with its top-left corner at `pos`, selected.
-pub fn place(state: EditorState, op: &str, pos: [f64; 2]) {
-    let pos = [pos[0].round(), pos[1].round()];
-    let inputs = state.op_info(op).map_or(1, |o| o.initial_inputs());
-    let mut id = String::new();
-    state.edit(|d| {
-        id = if op == INPUT {
-            model::add_input(d, pos)
-        } else {
-            model::add_op(d, op, inputs, pos)
-        };
-        Ok(())
-    });
-    state.selection.set(BTreeSet::from([id]));
-    state.selected_edge.set(None);
-}
-
-/// Adds a node in the middle of the view.
-pub fn place_in_view(state: EditorState, op: &str) {
-    let r = super::canvas_rect().unwrap_or([0.0, 0.0, 800.0, 600.0]);
-    let view = state.view.get_untracked();
-    let c = to_canvas(view, [r[0] + r[2] / 2.0, r[1] + r[3] / 2.0]);
-    // Stagger so repeated clicks do not stack nodes exactly.
-    let n = state.doc.with_untracked(|d| d.layout.len()) as f64;
-    place(
-        state,
-        op,
-        [
-            c[0] - MIN_NODE_WIDTH / 2.0 + 12.0 * (n % 5.0),
-            c[1] - 30.0 + 12.0 * (n % 5.0),
-        ],
-    );
 }
 
 /// Starts dragging an operator out of the palette.
@@ -176,6 +139,15 @@ fn on_up(state: EditorState, ev: web_sys::PointerEvent) {
                     Ok(next) => state.replace(doc, next),
                     Err(e) => state.error(format!("connection refused: {e}")),
                 }
+            } else if inside_canvas(p) && !over_node(p) {
+                // Dropped on the empty canvas: add a node reading the wire, there.
+                let c = to_canvas(view, p);
+                state.menu.set(Some(Menu::Add {
+                    at: [(c[0] - MIN_NODE_WIDTH / 2.0).round(), c[1].round()],
+                    screen: p,
+                    from: Some(from),
+                    then: None,
+                }));
             }
         }
         Drag::Select { start, at } => {
@@ -188,11 +160,20 @@ fn on_up(state: EditorState, ev: web_sys::PointerEvent) {
                     let r = p.rect();
                     r[0] >= x0 && r[0] + r[2] <= x1 && r[1] >= y0 && r[1] + r[3] <= y1
                 })
-                .map(|(id, _)| id)
+                .flat_map(|(id, _)| selectable(state, &id))
                 .collect();
             state.selection.update(|s| s.extend(hits));
         }
     }
+}
+
+/// Whether a client point is over a node (or a port of one).
+fn over_node(p: [f64; 2]) -> bool {
+    web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.element_from_point(p[0] as f32, p[1] as f32))
+        .and_then(|el| el.closest("g.node").ok().flatten())
+        .is_some()
 }
 
 /// A file dropped on the canvas: opened as a graph file or an ONNX model (the first file,
@@ -238,6 +219,7 @@ fn on_wheel(state: EditorState, ev: web_sys::WheelEvent) {
 }
 
 fn on_background_down(state: EditorState, ev: web_sys::PointerEvent) {
+    state.menu.set(None);
     if ev.button() != 0 {
         return;
     }
@@ -254,6 +236,71 @@ fn on_background_down(state: EditorState, ev: web_sys::PointerEvent) {
     }
 }
 
+/// A double-click on the empty canvas opens quick-add there.
+fn on_background_double_click(state: EditorState, ev: web_sys::MouseEvent) {
+    let p = client(&ev);
+    if over_node(p) {
+        return;
+    }
+    let c = to_canvas(state.view.get_untracked(), p);
+    state.menu.set(Some(Menu::Add {
+        at: [(c[0] - MIN_NODE_WIDTH / 2.0).round(), (c[1] - 30.0).round()],
+        screen: p,
+        from: None,
+        then: None,
+    }));
+}
+
+/// What selecting drawn node `id` selects: the node, or a collapsed block's nodes.
+fn selectable(state: EditorState, id: &str) -> BTreeSet<String> {
+    state
+        .collapsed_view
+        .with_untracked(|v| match v.members.get(id) {
+            Some(members) => members.iter().cloned().collect(),
+            None => BTreeSet::from([id.to_string()]),
+        })
+}
+
+/// Adds drawn node `id` to the selection, or takes it out when it is all in already.
+fn toggle_selected(state: EditorState, id: &str) {
+    let ids = selectable(state, id);
+    state.selection.update(|s| {
+        if ids.iter().all(|i| s.contains(i)) {
+            s.retain(|i| !ids.contains(i));
+        } else {
+            s.extend(ids);
+        }
+    });
+}
+
+/// Keys on a focused node: Enter selects it alone, Space adds it to the selection or
+/// takes it out.
+fn on_node_key(state: EditorState, id: &str, ev: web_sys::KeyboardEvent) {
+    match ev.key().as_str() {
+        "Enter" => state.selection.set(selectable(state, id)),
+        " " => toggle_selected(state, id),
+        _ => return,
+    }
+    state.selected_edge.set(None);
+    ev.prevent_default();
+    ev.stop_propagation();
+}
+
+/// Focus reaching a node from the keyboard (Tab) selects it, as a click would.
+fn on_node_focus(state: EditorState, id: &str, ev: web_sys::FocusEvent) {
+    use wasm_bindgen::JsCast;
+    let from_keyboard = ev
+        .target()
+        .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+        .is_some_and(|e| e.matches(":focus-visible").unwrap_or(false));
+    let ids = selectable(state, id);
+    let alone = state.selection.with_untracked(|s| *s == ids);
+    if from_keyboard && !alone {
+        state.selection.set(ids);
+        state.selected_edge.set(None);
+    }
+}
+
 fn on_node_down(state: EditorState, id: &str, ev: web_sys::PointerEvent) {
     if ev.button() != 0 {
         return;
@@ -261,15 +308,14 @@ fn on_node_down(state: EditorState, id: &str, ev: web_sys::PointerEvent) {
     ev.stop_propagation();
     state.selected_edge.set(None);
     if ev.shift_key() {
-        state.selection.update(|s| {
-            if !s.remove(id) {
-                s.insert(id.to_string());
-            }
-        });
-        return;
+        return toggle_selected(state, id);
     }
-    if !state.selection.with_untracked(|s| s.contains(id)) {
-        state.selection.set(BTreeSet::from([id.to_string()]));
+    let ids = selectable(state, id);
+    if !state
+        .selection
+        .with_untracked(|s| ids.iter().all(|i| s.contains(i)))
+    {
+        state.selection.set(ids);
     }
     let c = to_canvas(state.view.get_untracked(), client(&ev));
     state.drag.set(Some(Drag::Move {
@@ -327,28 +373,85 @@ impl Placed {
 }
 
 /// Every positioned node and graph input with its ports, as drawn.
+/// Collapsed blocks are drawn as one box each, at their nodes' top-left corner.
 fn placement(state: EditorState) -> std::collections::BTreeMap<String, Placed> {
-    state.ops.with(|ops| {
-        state.analysis.with(|a| {
+    state.collapsed_view.with(|view| {
+        state.ports.with(|ports| {
             state.doc.with(|d| {
-                d.layout
+                let mut placed: std::collections::BTreeMap<String, Placed> = d
+                    .layout
                     .iter()
-                    .map(|(id, &pos)| {
-                        let inferred = a.types.get(id).map(Vec::len);
-                        let (inputs, outputs) = schema::port_names(ops, d, id, inferred);
-                        (
+                    .filter(|(id, _)| !view.owner.contains_key(*id))
+                    .filter_map(|(id, &pos)| {
+                        let (inputs, outputs) = ports.get(id)?.clone();
+                        Some((
                             id.clone(),
                             Placed {
                                 pos,
                                 inputs,
                                 outputs,
                             },
-                        )
+                        ))
                     })
-                    .collect()
+                    .collect();
+                for (b, members) in &view.members {
+                    if let Some(pos) = corner(d, members) {
+                        let inputs = view.inputs.get(b).cloned().unwrap_or_default();
+                        let outputs = view.outputs.get(b).cloned().unwrap_or_default();
+                        placed.insert(
+                            b.clone(),
+                            Placed {
+                                pos,
+                                inputs,
+                                outputs,
+                            },
+                        );
+                    }
+                }
+                placed
             })
         })
     })
+}
+
+/// The top-left corner of `members`' positions (where their collapsed box goes).
+fn corner(doc: &sluice_engine::graph::GraphDoc, members: &[String]) -> Option<[f64; 2]> {
+    members
+        .iter()
+        .filter_map(|m| doc.layout.get(m))
+        .fold(None, |c: Option<[f64; 2]>, p| {
+            Some(c.map_or(*p, |c| [c[0].min(p[0]), c[1].min(p[1])]))
+        })
+}
+
+/// The attributes a node sets, as `name value` (lists as `3×3`), for its subtitle: what
+/// tells two nodes of one operator apart at a glance.
+fn key_attributes(node: &sluice_engine::graph::doc::NodeDoc) -> Vec<String> {
+    node.attrs
+        .iter()
+        .map(|(name, value)| {
+            let shown = match value.as_array() {
+                Some(list) if list.iter().all(serde_json::Value::is_number) => list
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("×"),
+                _ => schema::show_value(value),
+            };
+            format!("{name} {shown}")
+        })
+        .collect()
+}
+
+/// A count in a few characters: 812, 12.3k, 4.5M, 1.2G.
+fn count_text(n: u64) -> String {
+    let n_f = n as f64;
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=999_999 => format!("{:.1}k", n_f / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1}M", n_f / 1e6),
+        _ => format!("{:.1}G", n_f / 1e9),
+    }
 }
 
 /// A node's title cut to `chars` characters when longer, keeping its end (an imported
@@ -373,19 +476,100 @@ fn fit_text(text: &str, chars: usize) -> String {
 }
 
 /// What one node looks like, worked out from the document and the analysis.
+#[derive(Debug, Clone)]
 struct NodeLook {
     id: String,
-    pos: [f64; 2],
     subtitle: String,
-    inputs: Vec<(String, bool)>,
-    outputs: Vec<(String, bool)>,
+    /// Input ports: name, connected, tooltip.
+    inputs: Vec<(String, bool, String)>,
+    /// Output ports: name, a graph output, tooltip.
+    outputs: Vec<(String, bool, String)>,
+    /// Nothing reads it and it is not a graph output.
+    unused: bool,
+    /// How many weight values it declares, when known.
+    weights: Option<u64>,
     problem: Option<String>,
     fill: String,
     band: Option<&'static str>,
     pinned: bool,
 }
 
-fn looks(state: EditorState) -> Vec<NodeLook> {
+impl NodeLook {
+    /// Everything the node's drawing depends on but its position and selection (which
+    /// update in place): the canvas redraws a node only when its key changes.
+    fn key(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+/// How a collapsed block's box looks: its nodes' count, weights and problems, and ports
+/// for its connections outside.
+fn block_look(
+    d: &sluice_engine::graph::GraphDoc,
+    a: &sluice_engine::graph::Analysis,
+    view: &crate::groups::Collapsed,
+    id: &str,
+    members: &[String],
+    typed: &dyn Fn(&str) -> String,
+) -> NodeLook {
+    let block = crate::groups::block_of_box(id).unwrap_or(id);
+    let inputs = view
+        .inputs
+        .get(id)
+        .map(|refs| {
+            refs.iter()
+                .map(|r| {
+                    (
+                        r.clone(),
+                        true,
+                        format!("into block {block}: {} from '{r}'", typed(r)),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let outputs = view
+        .outputs
+        .get(id)
+        .map(|refs| {
+            refs.iter()
+                .map(|r| {
+                    let is_output = d.outputs.contains(r);
+                    (
+                        r.clone(),
+                        is_output,
+                        format!("out of block {block}: '{r}', {}", typed(r)),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let problems: usize = members.iter().map(|m| a.problems_of(m).count()).sum();
+    let weights: u64 = members
+        .iter()
+        .filter_map(|m| check::weight_count(d, a, m))
+        .sum();
+    NodeLook {
+        id: id.to_string(),
+        subtitle: format!("block · {} nodes", members.len()),
+        inputs,
+        outputs,
+        unused: false,
+        weights: (weights > 0).then_some(weights),
+        problem: (problems > 0).then(|| {
+            format!(
+                "{problems} problem{} inside",
+                if problems == 1 { "" } else { "s" }
+            )
+        }),
+        fill: "var(--node-input)".into(),
+        band: None,
+        pinned: false,
+    }
+}
+
+/// How every node placed on the canvas (ids in `placed`) looks, but where it is.
+fn looks(state: EditorState, placed: &[String]) -> Vec<NodeLook> {
     let heat = state.heat.get();
     let times = if heat {
         state.run.with(|r| node_time(&r.events))
@@ -395,79 +579,126 @@ fn looks(state: EditorState) -> Vec<NodeLook> {
     let hottest = times.values().copied().max().unwrap_or(0).max(1) as f64;
     let stages = state.stages.get().ok();
     let multi_stage = state.settings.with(|s| s.stages > 1);
-    let placed = placement(state);
     state.analysis.with(|a| {
-        state.doc.with(|d| {
-            let mut out = Vec::new();
-            let connected = |id: &str, k: usize| {
-                model::node(d, id).is_some_and(|n| n.inputs.get(k).is_some_and(|r| !r.is_empty()))
-            };
-            for (id, p) in &placed {
-                let node = model::node(d, id);
-                let inputs = p
-                    .inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(k, name)| (name.clone(), connected(id, k)))
-                    .collect();
-                let outputs = p
-                    .outputs
-                    .iter()
-                    .enumerate()
-                    .map(|(k, name)| (name.clone(), d.outputs.contains(&output_ref(id, k))))
-                    .collect();
-                let problem = a.problems_of(id).map(|p| p.message.clone()).next();
-                let (subtitle, fill, band, pinned) = match node {
-                    None => (
-                        d.inputs.get(id).map_or_else(String::new, |decl| {
-                            format!(
-                                "input · {} [{}]",
-                                decl.dtype,
-                                model::show_shape(&decl.shape)
-                            )
-                        }),
-                        "var(--node-input)".to_string(),
-                        None,
-                        false,
-                    ),
-                    Some(n) => {
-                        let fill = match times.get(id) {
-                            Some(&t) if heat => heat_colour(t as f64 / hottest),
-                            _ if heat => "var(--node-idle)".into(),
-                            _ => "var(--node)".into(),
-                        };
-                        let band = if multi_stage {
-                            stages
-                                .as_ref()
-                                .and_then(|s| s.get(id))
-                                .map(|&s| stage_colour(s))
-                        } else {
-                            None
-                        };
-                        (n.op.clone(), fill, band, d.stages.contains_key(id))
+        state.ports.with(|ports| {
+            state.unplaced.with(|d| {
+                let mut out = Vec::new();
+                let unused: BTreeSet<String> = check::unused(d).into_iter().collect();
+                // Who reads each output, for the output ports' tooltips.
+                let mut readers: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+                for n in &d.nodes {
+                    for r in n.inputs.iter().filter(|r| !r.is_empty()) {
+                        readers.entry(r.as_str()).or_default().push(&n.id);
                     }
+                }
+                let typed = |reference: &str| {
+                    check::type_of(a, reference)
+                        .map_or_else(|| "type not inferred yet".to_string(), |t| t.to_string())
                 };
-                out.push(NodeLook {
-                    id: id.clone(),
-                    pos: p.pos,
-                    subtitle,
-                    inputs,
-                    outputs,
-                    problem,
-                    fill,
-                    band,
-                    pinned,
-                });
-            }
-            out
+                let view = state.collapsed_view.get();
+                for id in placed {
+                    if let Some(members) = view.members.get(id) {
+                        out.push(block_look(d, a, &view, id, members, &typed));
+                        continue;
+                    }
+                    let Some((port_inputs, port_outputs)) = ports.get(id) else {
+                        continue;
+                    };
+                    let node = model::node(d, id);
+                    let inputs = port_inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, name)| {
+                            let source =
+                                node.and_then(|n| n.inputs.get(k)).filter(|r| !r.is_empty());
+                            let tip = match source {
+                                Some(r) => {
+                                    format!("input {k} '{name}' of {id}: {} from '{r}'", typed(r))
+                                }
+                                None => format!("input {k} '{name}' of {id}: not connected"),
+                            };
+                            (name.clone(), source.is_some(), tip)
+                        })
+                        .collect();
+                    let outputs = port_outputs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, name)| {
+                            let reference = output_ref(id, k);
+                            let is_output = d.outputs.contains(&reference);
+                            let read_by = readers.get(reference.as_str()).map_or_else(
+                                || "read by nothing".to_string(),
+                                |r| format!("read by {}", r.join(", ")),
+                            );
+                            let tip = format!(
+                                "output {k} '{name}' of {id}: {}, {read_by}{}",
+                                typed(&reference),
+                                if is_output { "; a graph output" } else { "" }
+                            );
+                            (name.clone(), is_output, tip)
+                        })
+                        .collect();
+                    let problem = a.problems_of(id).map(|p| p.message.clone()).next();
+                    let (subtitle, fill, band, pinned) = match node {
+                        None => (
+                            d.inputs.get(id).map_or_else(String::new, |decl| {
+                                format!(
+                                    "input · {} [{}]",
+                                    decl.dtype,
+                                    model::show_shape(&decl.shape)
+                                )
+                            }),
+                            "var(--node-input)".to_string(),
+                            None,
+                            false,
+                        ),
+                        Some(n) => {
+                            let fill = match times.get(id) {
+                                Some(&t) if heat => heat_colour(t as f64 / hottest),
+                                _ if heat => "var(--node-idle)".into(),
+                                _ => "var(--node)".into(),
+                            };
+                            let band = if multi_stage {
+                                stages
+                                    .as_ref()
+                                    .and_then(|s| s.get(id))
+                                    .map(|&s| stage_colour(s))
+                            } else {
+                                None
+                            };
+                            let subtitle = [n.op.clone()]
+                                .into_iter()
+                                .chain(key_attributes(n))
+                                .collect::<Vec<_>>()
+                                .join(" · ");
+                            (subtitle, fill, band, d.stages.contains_key(id))
+                        }
+                    };
+                    out.push(NodeLook {
+                        weights: check::weight_count(d, a, id),
+                        unused: unused.contains(id),
+                        id: id.clone(),
+                        subtitle,
+                        inputs,
+                        outputs,
+                        problem,
+                        fill,
+                        band,
+                        pinned,
+                    });
+                }
+                out
+            })
         })
     })
 }
 
-fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoView {
+/// The inputs that can take the wire being drawn (None: no wire), by (node, port).
+type Wiring = Memo<Option<BTreeSet<(String, usize)>>>;
+
+fn node_view(state: EditorState, look: NodeLook, wiring: Wiring) -> impl IntoView {
     let NodeLook {
         id,
-        pos,
         subtitle,
         inputs,
         outputs,
@@ -475,15 +706,18 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
         fill,
         band,
         pinned,
+        unused,
+        weights,
     } = look;
     let ports = (inputs.len(), outputs.len());
     let w = node_width(ports);
-    let mut class = String::from("node");
-    if selected {
-        class.push_str(" selected");
-    }
+    let is_block = crate::groups::block_of_box(&id).is_some();
+    let mut class = String::from(if is_block { "node block" } else { "node" });
     if problem.is_some() {
         class.push_str(" invalid");
+    }
+    if unused {
+        class.push_str(" unused");
     }
     let id_down = id.clone();
     // Characters of a 10 px port label that fit in a port's share of the width.
@@ -492,11 +726,15 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
     let ports_in = inputs
         .into_iter()
         .enumerate()
-        .map(|(k, (name, connected))| {
+        .map(|(k, (name, connected, tip))| {
             let p = input_port([0.0, 0.0], ports, k);
-            let tip = format!("input {k} '{name}' of {id}");
+            let key = (id.clone(), k);
+            let fits = move || wiring.with(|w| w.as_ref().map(|w| w.contains(&key)));
+            let fits2 = fits.clone();
             view! {
-                <g class="port in" data-node=id.clone() data-in-port=k.to_string()>
+                <g class="port in" data-node=id.clone() data-in-port=(!is_block).then(|| k.to_string())
+                    class:compatible=move || fits() == Some(true)
+                    class:incompatible=move || fits2() == Some(false)>
                     <title>{tip}</title>
                     <circle class="hit" cx=p[0] cy=p[1] r="10" />
                     <circle class="dot" class:connected=connected cx=p[0] cy=p[1] r="5" />
@@ -509,13 +747,10 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
     let ports_out = outputs
         .into_iter()
         .enumerate()
-        .map(|(k, (name, is_output))| {
+        .map(|(k, (name, is_output, tip))| {
             let p = output_port([0.0, 0.0], ports, k);
-            let from = output_ref(&id, k);
-            let tip = format!(
-                "output {k} '{name}' of {id}{}",
-                if is_output { " (a graph output)" } else { "" }
-            );
+            // A collapsed block's outputs are its nodes' own (the port's name).
+            let from = if is_block { name.clone() } else { output_ref(&id, k) };
             let label = if is_output { format!("{name} ⇒") } else { name };
             view! {
                 <g class="port out" data-node=id.clone() data-out-port=k.to_string()
@@ -528,7 +763,8 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
             }
         })
         .collect_view();
-    let text_chars = ((w - 34.0) / 6.6) as usize;
+    // An 11 px line across the node but its margins (the badge sits on the title line).
+    let text_chars = ((w - 20.0) / 6.2) as usize;
     let second_line = match &problem {
         Some(m) => {
             view! { <text class="problem-text" x="10" y="48">{fit_text(m, text_chars)}</text> }
@@ -548,18 +784,72 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
         }
     });
     let title = format!("{id}{}", if pinned { " 📌" } else { "" });
+    // The weight count, right-aligned on the title's line (where a problem's badge goes
+    // otherwise): the title gives up the room it takes.
+    let count = weights.filter(|_| problem.is_none()).map(count_text);
+    let title_chars =
+        ((w - 34.0) / 7.6) as usize - count.as_ref().map_or(0, |c| (c.chars().count() + 1).min(8));
+    let weight_text = count
+        .map(|c| view! { <text class="weights" x=w - 10.0 y="34" text-anchor="end">{c}</text> });
+    let weighs = weights.map_or_else(String::new, |n| format!(" · {n} weight values"));
     let tip = match &problem {
-        Some(m) => format!("{id} · {subtitle}\n{m}"),
-        None => format!("{id} · {subtitle}"),
+        Some(m) => format!("{id} · {subtitle}{weighs}\n{m}"),
+        None => format!("{id} · {subtitle}{weighs}"),
+    };
+    let aria = match &problem {
+        Some(m) => format!("{id}, {subtitle}, problem: {m}"),
+        None => format!("{id}, {subtitle}"),
+    };
+    let id_open = id.clone();
+    let (id_key, id_focus, id_sel, id_pressed, id_pos, id_menu) = (
+        id.clone(),
+        id.clone(),
+        id.clone(),
+        id.clone(),
+        id.clone(),
+        id.clone(),
+    );
+    let transform = move || {
+        state.doc.with(|d| {
+            let at = match state
+                .collapsed_view
+                .with(|v| v.members.get(&id_pos).cloned())
+            {
+                Some(members) => corner(d, &members),
+                None => d.layout.get(&id_pos).copied(),
+            };
+            at.map(|p| format!("translate({},{})", p[0], p[1]))
+        })
     };
     view! {
         <g class=class data-id=id.clone() data-problem=problem.unwrap_or_default()
-            transform=format!("translate({},{})", pos[0], pos[1])>
+            class:selected=move || {
+                let ids = selectable(state, &id_sel);
+                state.selection.with(|s| ids.iter().all(|i| s.contains(i)))
+            }
+            tabindex="0" role="group" aria-roledescription="node"
+            aria-label=move || {
+                let ids = selectable(state, &id_pressed);
+                let selected = state.selection.with(|s| ids.iter().all(|i| s.contains(i)));
+                format!("{aria}{}", if selected { ", selected" } else { "" })
+            }
+            on:keydown=move |ev| on_node_key(state, &id_key, ev)
+            on:focus=move |ev| on_node_focus(state, &id_focus, ev)
+            on:contextmenu=move |ev| super::context_menu::open(state, ContextTarget::Node(id_menu.clone()), &ev)
+            on:dblclick=move |ev: web_sys::MouseEvent| {
+                // A double-click on a collapsed block opens it.
+                if let Some(block) = crate::groups::block_of_box(&id_open) {
+                    ev.stop_propagation();
+                    state.collapsed.update(|c| { c.remove(block); });
+                }
+            }
+            transform=transform>
             <title>{tip}</title>
             <rect class="body" width=w height=NODE_HEIGHT rx="6" style=format!("fill:{fill}")
                 on:pointerdown=move |ev| on_node_down(state, &id_down, ev) />
             {band.map(|c| view! { <rect class="stage-band" width=w height="5" rx="2" fill=c /> })}
-            <text class="title" x="10" y="34">{fit_title(&title, ((w - 34.0) / 7.6) as usize)}</text>
+            <text class="title" x="10" y="34">{fit_title(&title, title_chars)}</text>
+            {weight_text}
             {second_line}
             {ports_in}
             {ports_out}
@@ -571,8 +861,11 @@ fn node_view(state: EditorState, look: NodeLook, selected: bool) -> impl IntoVie
 /// One edge as drawn: its routed path and its type label's place.
 #[derive(Clone, PartialEq)]
 struct DrawnEdge {
+    /// The input it feeds: (node, port) in the document.
     key: (String, usize),
+    /// The drawn node (or collapsed block) it leaves and enters.
     from: String,
+    to: String,
     name: String,
     path: String,
     label: String,
@@ -591,31 +884,49 @@ fn drawn_edges(state: EditorState) -> Vec<DrawnEdge> {
     let rects: Vec<Rect> = placed.values().map(Placed::rect).collect();
     let mut router = Router::new(&rects);
     let mut labels = Labels::new(&rects);
+    let view = state.collapsed_view.get();
     state.analysis.with(|a| {
         state.doc.with(|d| {
             let mut out = Vec::new();
+            // An input of a collapsed block that several of its nodes read is one edge.
+            let mut drawn_inputs = BTreeSet::new();
             for n in &d.nodes {
                 for (k, r) in n.inputs.iter().enumerate() {
                     if r.is_empty() {
                         continue;
                     }
                     let (src, port) = parse_ref(r);
-                    let (Some(sp), Some(dp)) = (placed.get(src), placed.get(&n.id)) else {
+                    let (source, out_port) = view.source(r);
+                    let (target, in_port) = match view.owner.get(&n.id) {
+                        Some(b) if view.owner.get(src) == Some(b) => continue,
+                        Some(b) => {
+                            let ports = view.inputs.get(b);
+                            let k = ports.and_then(|p| p.iter().position(|x| x == r));
+                            (b.clone(), k.unwrap_or(0))
+                        }
+                        None => (n.id.clone(), k),
+                    };
+                    if !drawn_inputs.insert((target.clone(), in_port)) {
+                        continue;
+                    }
+                    let (Some(sp), Some(dp)) = (placed.get(&source), placed.get(&target)) else {
                         continue;
                     };
-                    let from = output_port(sp.pos, sp.ports(), port);
-                    let to = input_port(dp.pos, dp.ports(), k);
-                    let path = router.route(from, index[src], to, index[n.id.as_str()]);
+                    let from = output_port(sp.pos, sp.ports(), out_port);
+                    let to = input_port(dp.pos, dp.ports(), in_port);
+                    let path =
+                        router.route(from, index[source.as_str()], to, index[target.as_str()]);
                     let label = a
                         .types
                         .get(src)
                         .and_then(|t| t.get(port))
                         .map_or_else(|| "?".to_string(), |t| t.to_string());
-                    let label_at = labels.place(&label, to, k);
+                    let label_at = labels.place(&label, to, in_port);
                     out.push(DrawnEdge {
                         key: (n.id.clone(), k),
-                        from: src.to_string(),
-                        name: format!("{r}>{}:{k}", n.id),
+                        name: format!("{r}>{target}:{in_port}"),
+                        from: source,
+                        to: target,
                         path,
                         label,
                         label_at,
@@ -627,44 +938,84 @@ fn drawn_edges(state: EditorState) -> Vec<DrawnEdge> {
     })
 }
 
-/// The edges' type labels, drawn above the nodes.
-fn edge_labels(drawn: Memo<Vec<DrawnEdge>>) -> impl IntoView {
-    drawn.with(|edges| {
-        edges
+/// `previous` with the edges of the selected (moving) nodes redrawn as plain curves between
+/// their ports and their labels beside their targets; the other edges stay as routed.
+fn follow_moved(state: EditorState, previous: &[DrawnEdge]) -> Vec<DrawnEdge> {
+    let placed = placement(state);
+    let moved = state.selection.get_untracked();
+    state.doc.with(|d| {
+        previous
             .iter()
             .map(|e| {
-                view! {
-                    <text class="edge-label" data-edge=e.name.clone() x=e.label_at[0] y=e.label_at[1]>{e.label.clone()}</text>
+                let (to, k) = (&e.key.0, e.key.1);
+                if !moved.contains(to) && !moved.contains(&e.from) {
+                    return e.clone();
+                }
+                let reference = model::node(d, to)
+                    .and_then(|n| n.inputs.get(k).cloned())
+                    .unwrap_or_default();
+                let (src, port) = parse_ref(&reference);
+                let (Some(sp), Some(dp)) = (placed.get(src), placed.get(to)) else {
+                    return e.clone();
+                };
+                let a = output_port(sp.pos, sp.ports(), port);
+                let b = input_port(dp.pos, dp.ports(), k);
+                DrawnEdge {
+                    path: wire_curve(a, b),
+                    label_at: [b[0] + 6.0, b[1] - 8.0],
+                    ..e.clone()
                 }
             })
-            .collect_view()
+            .collect()
     })
 }
 
-/// The edges (their labels are drawn by [`edge_labels`]).
+/// The edges' type labels, drawn above the nodes (each redrawn only when it changes).
+fn edge_labels(drawn: Memo<Vec<DrawnEdge>>) -> impl IntoView {
+    view! {
+        <For each=move || drawn.get()
+            key=|e| format!("{}|{}|{:.1},{:.1}", e.name, e.label, e.label_at[0], e.label_at[1])
+            children=|e| view! {
+                <text class="edge-label" data-edge=e.name x=e.label_at[0] y=e.label_at[1]>{e.label}</text>
+            } />
+    }
+}
+
+/// The edges (their labels are drawn by [`edge_labels`]); each redrawn only when its
+/// path or selection changes.
 fn edges(state: EditorState, drawn: Memo<Vec<DrawnEdge>>) -> impl IntoView {
-    let selected = state.selected_edge.get();
-    drawn.with(|edges| {
-        edges
-            .iter()
-            .map(|e| {
-                let is_selected = selected.as_ref() == Some(&e.key);
+    let each = move || {
+        let selected = state.selected_edge.get();
+        drawn.with(|edges| {
+            edges
+                .iter()
+                .map(|e| (selected.as_ref() == Some(&e.key), e.clone()))
+                .collect::<Vec<_>>()
+        })
+    };
+    view! {
+        <For each=each key=|(sel, e)| format!("{sel}|{}|{}", e.name, e.path)
+            children=move |(is_selected, e)| {
                 let key = e.key.clone();
+                let menu_key = e.key.clone();
                 view! {
                     <g class="edge" class:selected=is_selected data-edge=e.name.clone()
-                        data-from=e.from.clone() data-to=e.key.0.clone()
+                        data-from=e.from.clone() data-to=e.to.clone()
                         on:pointerdown=move |ev: web_sys::PointerEvent| {
                             ev.stop_propagation();
                             state.selection.set(BTreeSet::new());
                             state.selected_edge.set(Some(key.clone()));
+                        }
+                        on:contextmenu=move |ev| {
+                            let (node, port) = menu_key.clone();
+                            super::context_menu::open(state, ContextTarget::Edge(node, port), &ev)
                         }>
                         <path class="edge-hit" d=e.path.clone() />
                         <path class="edge-line" d=e.path.clone() />
                     </g>
                 }
-            })
-            .collect_view()
-    })
+            } />
+    }
 }
 
 /// The canvas.
@@ -672,7 +1023,52 @@ fn edges(state: EditorState, drawn: Memo<Vec<DrawnEdge>>) -> impl IntoView {
 pub fn Canvas(state: EditorState) -> impl IntoView {
     let _ = window_event_listener(leptos::ev::pointermove, move |ev| on_move(state, ev));
     let _ = window_event_listener(leptos::ev::pointerup, move |ev| on_up(state, ev));
-    let drawn = Memo::new(move |_| drawn_edges(state));
+    // A press anywhere but on the context menu closes it.
+    let _ = window_event_listener(leptos::ev::pointerdown, move |_| {
+        if state.context.with_untracked(Option::is_some) {
+            state.context.set(None);
+        }
+    });
+    // While nodes are dragged, only their own edges follow (as plain curves); everything
+    // is routed again when they are dropped.
+    let moving = Memo::new(move |_| matches!(state.drag.get(), Some(Drag::Move { .. })));
+    // Which nodes have a place: unchanged while nodes move, so their looks are not redone.
+    let positioned = Memo::new(move |_| {
+        state.collapsed_view.with(|view| {
+            state.doc.with(|d| {
+                d.layout
+                    .keys()
+                    .filter(|id| !view.owner.contains_key(*id))
+                    .chain(view.members.keys())
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+        })
+    });
+    let drawn = Memo::new(move |previous: Option<&Vec<DrawnEdge>>| match previous {
+        Some(previous) if moving.get() => follow_moved(state, previous),
+        _ => {
+            let _ = moving.get();
+            drawn_edges(state)
+        }
+    });
+    // The wire's source only: the marks are worked out once per wire, not per movement.
+    let wire_from = Memo::new(move |_| match state.drag.get() {
+        Some(Drag::Wire { from, .. }) => Some(from),
+        _ => None,
+    });
+    let wiring: Wiring = Memo::new(move |_| {
+        let from = wire_from.get()?;
+        let placed = untrack(|| placement(state));
+        let inputs = placed.iter().map(|(id, p)| (id.clone(), p.inputs.len()));
+        Some(untrack(|| {
+            state.analysis.with(|a| {
+                state
+                    .doc
+                    .with(|d| check::compatible_inputs(d, a, &from, inputs))
+            })
+        }))
+    });
     let transform = move || {
         let v = state.view.get();
         format!("translate({:.1},{:.1}) scale({:.4})", v.tx, v.ty, v.k)
@@ -705,9 +1101,21 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
         _ => None,
     };
     let problems = move || {
-        state.analysis.with(|a| {
+        // An empty canvas has nothing wrong with it yet: the hint says where to start.
+        if state
+            .unplaced
+            .with(|d| d.nodes.is_empty() && d.inputs.is_empty())
+        {
+            return None;
+        }
+        let unused = state.unplaced.with(check::unused);
+        Some(state.analysis.with(|a| {
             let n = a.problems.len();
-            let notes = crate::check::coupling_notes(a);
+            let mut notes = crate::check::coupling_notes(a);
+            notes.extend(unused.into_iter().map(|id| {
+                let text = format!("note: '{id}' is unused: nothing reads it and it is not a graph output (mark it as one, or delete it)");
+                (id, text)
+            }));
             let noted = notes.len();
             let notes = notes
                 .into_iter()
@@ -722,7 +1130,7 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
                 .collect_view();
             let summary = match (n, noted) {
                 (0, 0) => "graph valid".to_string(),
-                (0, k) => format!("graph valid · {k} batch note{}", if k == 1 { "" } else { "s" }),
+                (0, k) => format!("graph valid · {k} note{}", if k == 1 { "" } else { "s" }),
                 (n, _) => format!("{n} problem{}", if n == 1 { "" } else { "s" }),
             };
             let items = a
@@ -731,7 +1139,12 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
                 .take(50)
                 .map(|p| {
                     let node = p.node.clone();
-                    let text = p.to_string();
+                    // By node and attribute, as the canvas names them; the JSON path only
+                    // for what belongs to no node.
+                    let text = match &p.node {
+                        Some(id) => format!("{id}: {}", p.message),
+                        None => p.to_string(),
+                    };
                     view! {
                         <li on:click=move |_| {
                             if let Some(id) = &node {
@@ -748,30 +1161,29 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
                     <ul>{items}{notes}</ul>
                 </details>
             }
-        })
+        }))
     };
     view! {
         <div class="canvas-wrap"
             on:dragover=|ev: web_sys::DragEvent| ev.prevent_default()
             on:drop=move |ev| on_file_drop(state, ev)>
-            <svg id="canvas" class="canvas"
+            <svg id="canvas" class="canvas" role="group"
+                aria-label="Graph canvas: Tab moves between nodes, arrows move them, A adds a node, C connects, E edits, Delete removes"
+                class:wiring=move || wire_from.with(Option::is_some)
                 on:pointerdown=move |ev| on_background_down(state, ev)
+                on:dblclick=move |ev| on_background_double_click(state, ev)
+                on:contextmenu=move |ev: web_sys::MouseEvent| {
+                    let at = to_canvas(state.view.get_untracked(), client(&ev));
+                    super::context_menu::open(state, ContextTarget::Canvas(at), &ev)
+                }
                 on:wheel=move |ev| on_wheel(state, ev)>
                 <g transform=transform>
-                    <g class="edges">{move || edges(state, drawn)}</g>
+                    <g class="edges">{edges(state, drawn)}</g>
                     <g class="nodes">
-                        {move || {
-                            let selection = state.selection.get();
-                            looks(state)
-                                .into_iter()
-                                .map(|l| {
-                                    let sel = selection.contains(&l.id);
-                                    node_view(state, l, sel)
-                                })
-                                .collect_view()
-                        }}
+                        <For each=move || positioned.with(|ids| looks(state, ids)) key=NodeLook::key
+                            children=move |l| node_view(state, l, wiring) />
                     </g>
-                    <g class="edge-labels">{move || edge_labels(drawn)}</g>
+                    <g class="edge-labels">{edge_labels(drawn)}</g>
                     {overlay}
                 </g>
             </svg>
@@ -780,6 +1192,9 @@ pub fn Canvas(state: EditorState) -> impl IntoView {
             })}
             {problems}
             <super::find::Find state=state />
+            <super::minimap::Minimap state=state />
+            <super::menu::SearchMenu state=state />
+            <super::context_menu::ContextMenu state=state />
             <div class="zoom">
                 <button title="Zoom in (+)" on:click=move |_| state.view.update(|v| v.k = (v.k * 1.2).min(MAX_ZOOM))>"+"</button>
                 <button title="Zoom out (−)" on:click=move |_| state.view.update(|v| v.k = (v.k / 1.2).max(MIN_ZOOM))>"−"</button>

@@ -3,8 +3,7 @@
 //! the previous), selecting it and scrolling it to the middle of the view at a zoom where
 //! its text is legible.
 
-use crate::layout::{node_width, LEGIBLE_ZOOM, NODE_HEIGHT};
-use crate::schema;
+use crate::layout::{LEGIBLE_ZOOM, NODE_HEIGHT};
 use crate::state::{EditorState, Viewport};
 use leptos::prelude::*;
 use std::collections::BTreeSet;
@@ -32,19 +31,26 @@ fn matches(state: EditorState, query: &str) -> Vec<String> {
     })
 }
 
-/// Selects `id` and scrolls it to the middle of the canvas.
+/// Selects `id` and scrolls it to the middle of the canvas (opening its block first
+/// when that is collapsed).
 pub fn jump_to(state: EditorState, id: &str) {
+    if let Some(block) = crate::groups::block_of(id) {
+        if state.collapsed.with_untracked(|c| c.contains(block)) {
+            let block = block.to_string();
+            state.collapsed.update(|c| {
+                c.remove(&block);
+            });
+        }
+    }
     let Some(pos) = state.doc.with_untracked(|d| d.layout.get(id).copied()) else {
         return;
     };
-    let ports = state.ops.with_untracked(|ops| {
-        state
-            .doc
-            .with_untracked(|d| schema::port_counts(ops, d, id, None))
-    });
     let r = super::canvas_rect().unwrap_or([0.0, 0.0, 800.0, 600.0]);
     let k = state.view.with_untracked(|v| v.k).max(LEGIBLE_ZOOM);
-    let (cx, cy) = (pos[0] + node_width(ports) / 2.0, pos[1] + NODE_HEIGHT / 2.0);
+    let (cx, cy) = (
+        pos[0] + state.drawn_width(id) / 2.0,
+        pos[1] + NODE_HEIGHT / 2.0,
+    );
     state.view.set(Viewport {
         k,
         tx: r[2] / 2.0 - cx * k,
@@ -52,6 +58,18 @@ pub fn jump_to(state: EditorState, id: &str) {
     });
     state.selection.set(BTreeSet::from([id.to_string()]));
     state.selected_edge.set(None);
+}
+
+/// Whether node `id` lies wholly inside the visible canvas.
+pub fn in_view(state: EditorState, id: &str) -> bool {
+    let Some(pos) = state.doc.with_untracked(|d| d.layout.get(id).copied()) else {
+        return false;
+    };
+    let r = super::canvas_rect().unwrap_or([0.0, 0.0, 800.0, 600.0]);
+    let v = state.view.get_untracked();
+    let width = state.drawn_width(id);
+    let (x, y) = (pos[0] * v.k + v.tx, pos[1] * v.k + v.ty);
+    x >= 0.0 && y >= 0.0 && x + width * v.k <= r[2] && y + NODE_HEIGHT * v.k <= r[3]
 }
 
 /// The find field.

@@ -16,13 +16,50 @@ const SHORTCUTS: &[(&str, &str)] = &[
         "click / shift-click a node",
         "select / add to the selection",
     ),
+    (
+        "drop a wire on the empty canvas, or double-click it",
+        "quick-add: a search over the operators that can take the wire, connected on pick",
+    ),
+    (
+        "while drawing a wire",
+        "the inputs that can take it are marked green, the others dimmed",
+    ),
     ("shift-drag on the background", "box selection"),
+    (
+        "right-click a node, an edge or the canvas",
+        "what can be done there (insert a node into an edge, duplicate, make an output…)",
+    ),
+    ("click or drag the minimap", "move the view there"),
+    (
+        "Tab / Shift+Tab",
+        "move between nodes (selecting them); Enter selects, Space adds to the selection",
+    ),
+    ("arrows (Shift: further)", "move the selected nodes"),
+    (
+        "A",
+        "add a node (below the selected one, connected from it)",
+    ),
+    (
+        "C",
+        "connect the selected node's output to an input that can take it",
+    ),
+    (
+        "E",
+        "edit the selected node's properties (Esc returns to the node)",
+    ),
+    (
+        "B",
+        "collapse every block of repeated structure into a box (again: open them); double-click a box to open it",
+    ),
     ("drag the background, or the wheel", "scroll"),
     ("Ctrl+wheel (or pinch), + and −", "zoom"),
     ("Delete or Backspace", "delete the selected nodes or edge"),
     ("Ctrl+Z", "undo"),
     ("Ctrl+Shift+Z or Ctrl+Y", "redo"),
-    ("Ctrl+C / Ctrl+X / Ctrl+V", "copy / cut / paste"),
+    (
+        "Ctrl+C / Ctrl+X / Ctrl+V",
+        "copy / cut / paste through the system clipboard, as graph JSON (works between tabs)",
+    ),
     ("Ctrl+A", "select everything"),
     (
         "Ctrl+F",

@@ -2,7 +2,8 @@
 //! family, with a search box. Drag an entry onto the canvas to place it there; click it
 //! (or press Enter on it) to place it in the middle of the view.
 
-use super::canvas::{begin_palette_drag, place_in_view};
+use super::actions::place_in_view;
+use super::canvas::begin_palette_drag;
 use crate::schema::{by_family, INPUT};
 use crate::state::EditorState;
 use leptos::prelude::*;

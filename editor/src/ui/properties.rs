@@ -31,9 +31,9 @@ pub fn Properties(state: EditorState) -> impl IntoView {
         let Some(id) = selection.into_iter().next() else {
             return graph_props(state).into_any();
         };
-        if state.doc.with(|d| model::is_input(d, &id)) {
+        if state.unplaced.with(|d| model::is_input(d, &id)) {
             input_props(state, id, field_error).into_any()
-        } else if state.doc.with(|d| model::node(d, &id).is_some()) {
+        } else if state.unplaced.with(|d| model::node(d, &id).is_some()) {
             op_props(state, id, field_error).into_any()
         } else {
             graph_props(state).into_any()
@@ -119,7 +119,7 @@ fn outputs_field(state: EditorState, id: &str, names: Vec<String>) -> impl IntoV
     let rows = (0..count)
         .map(|k| {
             let reference = output_ref(id, k);
-            let on = state.doc.with(|d| d.outputs.contains(&reference));
+            let on = state.unplaced.with(|d| d.outputs.contains(&reference));
             let name = names.get(k).cloned().unwrap_or_else(|| format!("out{k}"));
             let ty = types.get(k).cloned().unwrap_or_else(|| "not inferred yet".into());
             view! {
@@ -142,7 +142,7 @@ fn input_props(
     id: String,
     field_error: RwSignal<Option<(String, String, String)>>,
 ) -> impl IntoView {
-    let decl = state.doc.with(|d| d.inputs.get(&id).cloned());
+    let decl = state.unplaced.with(|d| d.inputs.get(&id).cloned());
     let Some(decl) = decl else {
         return ().into_any();
     };
@@ -274,7 +274,7 @@ fn attr_field(
 }
 
 fn stage_field(state: EditorState, id: &str) -> impl IntoView {
-    let pin = state.doc.with(|d| d.stages.get(id).copied());
+    let pin = state.unplaced.with(|d| d.stages.get(id).copied());
     let placed = state
         .stages
         .with(|s| s.as_ref().ok().and_then(|m| m.get(id).copied()));
@@ -307,7 +307,7 @@ fn op_props(
     id: String,
     field_error: RwSignal<Option<(String, String, String)>>,
 ) -> impl IntoView {
-    let Some(node) = state.doc.with(|d| model::node(d, &id).cloned()) else {
+    let Some(node) = state.unplaced.with(|d| model::node(d, &id).cloned()) else {
         return ().into_any();
     };
     let info = state.op_info(&node.op);
@@ -354,7 +354,7 @@ fn op_props(
 }
 
 fn graph_props(state: EditorState) -> impl IntoView {
-    let doc = state.doc.get();
+    let doc = state.unplaced.get();
     let seed = doc.params.seed.map(|s| s.to_string()).unwrap_or_default();
     let problems = state.analysis.with(|a| a.problems.len());
     view! {

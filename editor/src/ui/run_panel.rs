@@ -73,7 +73,7 @@ fn stage_summary(state: EditorState) -> impl IntoView {
                 view! { <ul class="stages">{rows}</ul> }.into_any()
             }
             Err(e) => {
-                view! { <p class="field-error">{format!("No stage split: {e}")}</p> }.into_any()
+                view! { <p class="field-error">{format!("No stage split: {}", e.strip_prefix("stages: ").unwrap_or(&e))}</p> }.into_any()
             }
         }
     }
@@ -197,13 +197,18 @@ pub fn RunPanel(state: EditorState) -> impl IntoView {
                 <button id="clear-pins" on:click=move |_| state.edit(|d| { d.stages.clear(); Ok(()) })>"Clear pins"</button>
             </div>
             <div class="buttons">
-                <button id="run-button" class="primary" disabled=move || state.run.with(|r| r.is_active())
-                    on:click=move |_| actions::run(state) title="Run (Ctrl+Enter)">"Run"</button>
+                <button id="run-button" class="primary"
+                    disabled=move || state.run.with(|r| r.is_active()) || server_run::refusal(state).is_some()
+                    on:click=move |_| actions::run(state)
+                    title=move || server_run::refusal(state).map_or_else(|| "Run (Ctrl+Enter)".to_string(), |why| format!("Cannot run: {why}"))>"Run"</button>
                 <button id="cancel-button" disabled=move || state.run.with(|r| !r.is_active() || r.target != Target::Server)
                     on:click=move |_| server_run::cancel(state)>"Cancel"</button>
                 <button id="trace-button" disabled=move || state.run.with(|r| r.status != RunStatus::Succeeded)
                     on:click=move |_| download_trace(state)>"Trace"</button>
             </div>
+            {move || server_run::refusal(state).map(|why| view! {
+                <p id="run-refused" class="field-error">{format!("Run is off: {why}.")}</p>
+            })}
             <div id="run-status" class="run-status" data-status=move || state.run.with(|r| match &r.status {
                 RunStatus::Idle => "idle", RunStatus::Active(_) => "active", RunStatus::Succeeded => "succeeded",
                 RunStatus::Failed(_) => "failed", RunStatus::Cancelled => "cancelled" }.to_string())>
@@ -219,7 +224,7 @@ pub fn RunPanel(state: EditorState) -> impl IntoView {
                 })}
             </div>
             {outputs(state)}
-            {move || state.doc.with(|d| model::for_engine(d).nodes.is_empty()).then(|| view! {
+            {move || state.unplaced.with(|d| model::for_engine(d).nodes.is_empty()).then(|| view! {
                 <p class="hint">"Add nodes to the graph to run it."</p>
             })}
         </div>

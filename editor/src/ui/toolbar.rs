@@ -1,9 +1,9 @@
 //! The toolbar: the graph's name, new, open from the workspace, save (and the Graph menu:
-//! save as, rename, delete, versions), import (a graph file or an ONNX model) and export the file or an ONNX model, undo and redo, layout,
+//! save as, rename, delete, versions, the canvas as an SVG or PNG picture), import (a graph file or an ONNX model) and export the file or an ONNX model, undo and redo, layout,
 //! fit, heat map, showing or hiding the palette and the side panel, help; an unsaved-changes
 //! marker.
 
-use super::{actions, saving};
+use super::{actions, picture, saving};
 use crate::state::EditorState;
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
@@ -12,6 +12,8 @@ use wasm_bindgen::JsCast;
 #[component]
 pub fn Toolbar(state: EditorState) -> impl IntoView {
     let file_input = NodeRef::<leptos::html::Input>::new();
+    // Worked out on every change (moves included); the page only when it flips.
+    let dirty = Memo::new(move |_| state.dirty());
     let on_name = move |ev: leptos::ev::Event| {
         let name = event_target_value(&ev).trim().to_string();
         state.edit(|d| {
@@ -37,11 +39,11 @@ pub fn Toolbar(state: EditorState) -> impl IntoView {
             <label class="name-field">
                 "Graph "
                 <input id="graph-name" type="text" spellcheck="false"
-                    prop:value=move || state.doc.with(|d| d.name.clone())
+                    prop:value=move || state.unplaced.with(|d| d.name.clone())
                     on:change=on_name />
             </label>
-            <span class="dirty" title="unsaved changes" data-dirty=move || state.dirty().to_string()>
-                {move || match (state.dirty(), state.saved.with(Option::is_some)) {
+            <span class="dirty" title="unsaved changes" data-dirty=move || dirty.get().to_string()>
+                {move || match (dirty.get(), state.saved.with(Option::is_some)) {
                     (true, _) => "● unsaved",
                     (false, true) => "saved",
                     (false, false) => "new",
@@ -70,6 +72,10 @@ pub fn Toolbar(state: EditorState) -> impl IntoView {
                     <button id="rename" on:click=move |_| saving::rename(state)>"Rename…"</button>
                     <button id="delete-graph" on:click=move |_| saving::delete(state)>"Delete"</button>
                     <button id="versions-button" on:click=move |_| saving::show_versions(state)>"Versions…"</button>
+                    <button id="export-svg" on:click=move |_| picture::export_svg(state)
+                        title="Download the whole graph as an SVG picture">"Picture (SVG)"</button>
+                    <button id="export-png" on:click=move |_| picture::export_png(state)
+                        title="Download the whole graph as a PNG picture">"Picture (PNG)"</button>
                 </div>
             </details>
             <button on:click=move |_| {

@@ -2,7 +2,8 @@
 //! one device per stage on the browser's adapter and runs it through the same session and
 //! driver as the server, every stage on the page's event loop, with the same seeded
 //! inputs as a server run and its seeded weights — or the weights imported with the
-//! graph — so the outputs agree with the server's.
+//! graph — so the outputs agree with the server's. Each run compiles anew, so a warm-up
+//! pass precedes the measured one.
 
 use crate::model;
 use crate::state::{EditorState, OutputView, RunStatus, RunView, Target, UpdateRun};
@@ -81,6 +82,9 @@ async fn adapter_description() -> String {
 
 /// Starts a run of the current graph in this page.
 pub fn start(state: EditorState) {
+    if let Some(why) = super::server_run::refusal(state) {
+        return state.error(format!("cannot run: {why}"));
+    }
     let settings = state.settings.get_untracked();
     let doc = model::for_engine(&state.doc.get_untracked());
     let updater = state.begin_run(Target::Browser, "preparing");
@@ -152,6 +156,12 @@ async fn run(
         concurrency: Concurrency::OneThread,
         ..RunContext::new("browser")
     };
+    // A session compiled for this run pays for its first dispatches in a warm-up pass,
+    // shown apart and left out of the figures, as on the server.
+    session
+        .warm_up(&data, &ctx)
+        .await
+        .map_err(|e| e.to_string())?;
     let report = session.run(&data, &ctx).await.map_err(|e| e.to_string())?;
     let mut outputs = Vec::new();
     for (name, t) in &report.outputs {

@@ -55,8 +55,27 @@ fn apply_summary(view: &mut RunView, row: Option<&RunRecord>) {
     }
 }
 
+/// Why a run of the current graph with the run panel's settings cannot start, in plain
+/// words, or `None`: a pipeline whose stage split the engine's partitioner refuses (more
+/// stages than operator nodes, pins that break the order of dependencies, a batch that
+/// does not divide) is refused by the server in the same words.
+pub fn refusal(state: EditorState) -> Option<String> {
+    let stages = state.settings.with(|s| s.stages);
+    if stages <= 1 {
+        return None;
+    }
+    let reason = state.stages.with(|placed| placed.as_ref().err().cloned())?;
+    let reason = reason.strip_prefix("stages: ").unwrap_or(&reason);
+    Some(format!(
+        "the graph cannot be split into {stages} stages: {reason}"
+    ))
+}
+
 /// Starts a run of the current graph on the server and follows it.
 pub fn start(state: EditorState) {
+    if let Some(why) = refusal(state) {
+        return state.error(format!("cannot run: {why}"));
+    }
     let settings = state.settings.get_untracked();
     let doc = state.doc.get_untracked();
     let saved_clean = state.saved.with_untracked(Option::is_some) && !state.dirty();
