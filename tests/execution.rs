@@ -581,3 +581,59 @@ fn a_warm_up_pass_is_marked_and_leaves_the_run_unchanged() {
         .is_none());
     assert_eq!(serde_json::to_value(&warm[0]).unwrap()["warm_up"], true);
 }
+
+/// Runs `g` at `batch` on one fast CPU device, fused or not, through a session.
+fn run_fast_cpu(
+    g: &Graph,
+    weights: &sluice_engine::weights::Weights,
+    data: &HashMap<String, Tensor>,
+    batch: usize,
+    fuse: bool,
+) -> Vec<(String, Tensor)> {
+    let cfg = RunConfig {
+        batch,
+        fuse,
+        ..Default::default()
+    };
+    let device = Box::new(sluice_engine::cpu::CpuDevice::fast());
+    let mut s = Session::compile_blocking(g, weights, &cfg, vec![device]).unwrap();
+    s.run_blocking(data, &RunContext::new("fast cpu"))
+        .unwrap()
+        .outputs
+}
+
+#[test]
+fn the_fast_cpu_device_gives_the_references_answers() {
+    // Random graphs of matmuls, linears, elementwise chains (scalar and row broadcasts),
+    // sums and softmax, fused and not: the GEMM and the fused loops against the reference.
+    for seed in 0..40 {
+        let g = graph(&random_graph(seed));
+        let weights = init_weights(&g, seed);
+        let inputs = random_inputs(&g, seed).unwrap();
+        let want = run_cpu(&g, &weights, &inputs);
+        for fuse in [true, false] {
+            let got = run_fast_cpu(&g, &weights, &inputs, 1, fuse);
+            for ((name, a), (_, b)) in got.iter().zip(&want) {
+                compare(&format!("seed {seed} fuse {fuse} {name}"), a, b, 1e-4, 1e-4).unwrap();
+            }
+        }
+    }
+    // The benchmark workloads and the examples, on batches of several micro-batches.
+    for (path, batch) in [
+        ("assets/bench/w1_matmul.json", 64),
+        ("assets/bench/w2_mlp.json", 32),
+        ("assets/bench/w3_chain.json", 2),
+        ("assets/graphs/mlp.json", 8),
+        ("assets/graphs/cnn.json", 4),
+        ("assets/graphs/transformer_block.json", 4),
+    ] {
+        let g = load(path);
+        let weights = init_weights(&g, 7);
+        let data = dataset(&g, batch, 8);
+        let want = run_cpu(&bind(&g, batch), &weights, &data);
+        let got = run_fast_cpu(&g, &weights, &data, batch, true);
+        for ((name, a), (_, b)) in got.iter().zip(&want) {
+            compare(&format!("{path} {name}"), a, b, 1e-3, 1e-4).unwrap();
+        }
+    }
+}

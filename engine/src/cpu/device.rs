@@ -1,7 +1,12 @@
-//! The CPU reference behind the execution seam: a plan's steps evaluated with the
-//! reference operators ([`super::eval`]), fused units term by term, so `--device cpu` goes
-//! through the same planning, batching, micro-batching and pipelines as a GPU. Values in
-//! 16-bit storage are rounded to f16 where the plan stores them, as a device would.
+//! The CPU behind the execution seam: a plan's steps evaluated with the reference
+//! operators ([`super::eval`]), fused units term by term, so the CPU goes through the same
+//! planning, batching, micro-batching and pipelines as a GPU. Values in 16-bit storage are
+//! rounded to f16 where the plan stores them, as a device would.
+//!
+//! Two devices share this executor: the reference ([`CpuDevice::new`], `--device
+//! reference`, the oracle every other device is tested against) and the fast CPU
+//! ([`CpuDevice::fast`], `--device cpu`), which runs matrix products and fused units
+//! through [`super::fast`]'s kernels and every other step as the reference does.
 
 use super::eval;
 use crate::error::RunError;
@@ -40,6 +45,8 @@ fn stored(t: Tensor, storage: Storage) -> Tensor {
 pub struct CpuDevice {
     /// Measured rates, when calibrated.
     pub rates: Option<Rates>,
+    /// Whether matrix products and fused units use the fast kernels.
+    fast: bool,
 }
 
 impl CpuDevice {
@@ -47,12 +54,34 @@ impl CpuDevice {
     pub fn new() -> CpuDevice {
         CpuDevice::default()
     }
+
+    /// The fast CPU device: multi-threaded GEMM and fused units, the reference elsewhere.
+    #[cfg(feature = "native")]
+    pub fn fast() -> CpuDevice {
+        CpuDevice {
+            rates: None,
+            fast: true,
+        }
+    }
+
+    /// The device's name in reports.
+    fn label(fast: bool) -> String {
+        if fast { "cpu" } else { "cpu (reference)" }.into()
+    }
 }
 
 /// Rates assumed for the reference interpreter (written for clarity, not speed).
 const CPU_RATES: Rates = Rates {
     flops_per_s: 5e8,
     bytes_per_s: 2e9,
+    transfer_bytes_per_s: 1e10,
+    pass_overhead_s: 0.0,
+};
+
+/// Rates assumed for the fast CPU device (a few cores' GEMM) until it is calibrated.
+const FAST_CPU_RATES: Rates = Rates {
+    flops_per_s: 2e10,
+    bytes_per_s: 5e9,
     transfer_bytes_per_s: 1e10,
     pass_overhead_s: 0.0,
 };
@@ -72,7 +101,7 @@ pub fn session(
 
 impl Device for CpuDevice {
     fn name(&self) -> String {
-        "cpu (reference)".into()
+        Self::label(self.fast)
     }
 
     fn compile<'a>(
@@ -82,7 +111,8 @@ impl Device for CpuDevice {
         _prefetch: usize,
     ) -> LocalBoxFuture<'a, Result<Box<dyn Executable>, RunError>> {
         Box::pin(async move {
-            let exe = CpuExecutable::new(plan, weights)?;
+            let mut exe = CpuExecutable::new(plan, weights)?;
+            exe.fast = self.fast;
             Ok(Box::new(exe) as Box<dyn Executable>)
         })
     }
@@ -96,7 +126,8 @@ impl Device for CpuDevice {
     }
 
     fn rates(&self) -> Rates {
-        self.rates.unwrap_or(CPU_RATES)
+        self.rates
+            .unwrap_or(if self.fast { FAST_CPU_RATES } else { CPU_RATES })
     }
 }
 
@@ -108,6 +139,8 @@ pub struct CpuExecutable {
     /// Finished micro-batches not yet collected.
     done: VecDeque<(usize, Values)>,
     stats: CompileStats,
+    /// Whether matrix products and fused units use the fast kernels.
+    fast: bool,
 }
 
 impl CpuExecutable {
@@ -133,6 +166,7 @@ impl CpuExecutable {
             resident,
             done: VecDeque::new(),
             stats,
+            fast: false,
         })
     }
 
@@ -191,6 +225,72 @@ impl CpuExecutable {
         Ok(terms.pop())
     }
 
+    /// A step through the fast kernels, `None` where they do not cover it (the reference
+    /// then runs it). Operands are read in place, never copied.
+    #[cfg(feature = "native")]
+    fn fast_step(
+        &self,
+        step: &crate::plan::Step,
+        storages: &HashMap<usize, Tensor>,
+        out_shapes: &[Vec<usize>],
+    ) -> Option<Vec<Tensor>> {
+        use crate::ops::Op;
+        let operand = |v: usize| -> Option<super::fast::Operand32> {
+            let value = self.plan.values.get(v)?;
+            let t = storages
+                .get(&value.storage)
+                .or_else(|| self.resident.get(&value.storage))?;
+            let TensorData::F32(data) = &t.data else {
+                return None;
+            };
+            let numel = value
+                .shape
+                .iter()
+                .try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+            (data.len() == numel).then_some((value.shape.as_slice(), data.as_slice()))
+        };
+        let ins: Vec<_> = step
+            .inputs
+            .iter()
+            .map(|&v| operand(v))
+            .collect::<Option<_>>()?;
+        let params: Vec<_> = step
+            .params
+            .iter()
+            .map(|&v| operand(v))
+            .collect::<Option<_>>()?;
+        let [shape] = out_shapes else {
+            return None;
+        };
+        let data = match &step.work {
+            Work::Op(Op::MatMul(op)) => super::fast::matmul(op, &ins, &params)?,
+            Work::Op(Op::Reduce(op)) => super::fast::reduce(op, *ins.first()?)?,
+            Work::Fused(expr) => super::fast::fused(expr, &ins, None, shape)?,
+            Work::Epilogue {
+                anchor: Op::MatMul(op),
+                anchor_inputs,
+                expr,
+            } => {
+                let a = super::fast::matmul(op, ins.get(..*anchor_inputs)?, &params)?;
+                super::fast::fused(expr, &ins, Some(&a), shape)?
+            }
+            _ => return None,
+        };
+        let numel: usize = shape.iter().product();
+        (data.len() == numel).then(|| vec![Tensor::f32(shape.clone(), data)])
+    }
+
+    /// Without the native feature there are no fast kernels.
+    #[cfg(not(feature = "native"))]
+    fn fast_step(
+        &self,
+        _step: &crate::plan::Step,
+        _storages: &HashMap<usize, Tensor>,
+        _out_shapes: &[Vec<usize>],
+    ) -> Option<Vec<Tensor>> {
+        None
+    }
+
     fn compute(
         &self,
         m: usize,
@@ -231,33 +331,42 @@ impl CpuExecutable {
                 node: step.node.clone(),
                 message,
             };
-            let outs: Vec<Tensor> = match &step.work {
-                Work::Op(op) => {
-                    let refs: Vec<&Tensor> = ins.iter().collect();
-                    let prefs: Vec<&Tensor> = params.iter().collect();
-                    eval(op, &refs, &prefs, &out_shapes).map_err(fail)?
-                }
-                Work::Fused(expr) => {
-                    let shape = out_shapes.first().cloned().unwrap_or_default();
-                    let t = Self::expr(expr, &ins, None, &shape)
-                        .map_err(fail)?
-                        .ok_or_else(|| fail("an empty fused unit".into()))?;
-                    vec![t]
-                }
-                Work::Epilogue {
-                    anchor,
-                    anchor_inputs,
-                    expr,
-                } => {
-                    let refs: Vec<&Tensor> = ins.iter().take(*anchor_inputs).collect();
-                    let prefs: Vec<&Tensor> = params.iter().collect();
-                    let mut a = eval(anchor, &refs, &prefs, &out_shapes).map_err(fail)?;
-                    let a = a
-                        .pop()
-                        .ok_or_else(|| fail("the anchor produced nothing".into()))?;
-                    let shape = out_shapes.first().cloned().unwrap_or_default();
-                    let t = Self::expr(expr, &ins, Some(&a), &shape).map_err(fail)?;
-                    vec![t.unwrap_or(a)]
+            let fast = if self.fast {
+                self.fast_step(step, &storages, &out_shapes)
+            } else {
+                None
+            };
+            let outs: Vec<Tensor> = if let Some(outs) = fast {
+                outs
+            } else {
+                match &step.work {
+                    Work::Op(op) => {
+                        let refs: Vec<&Tensor> = ins.iter().collect();
+                        let prefs: Vec<&Tensor> = params.iter().collect();
+                        eval(op, &refs, &prefs, &out_shapes).map_err(fail)?
+                    }
+                    Work::Fused(expr) => {
+                        let shape = out_shapes.first().cloned().unwrap_or_default();
+                        let t = Self::expr(expr, &ins, None, &shape)
+                            .map_err(fail)?
+                            .ok_or_else(|| fail("an empty fused unit".into()))?;
+                        vec![t]
+                    }
+                    Work::Epilogue {
+                        anchor,
+                        anchor_inputs,
+                        expr,
+                    } => {
+                        let refs: Vec<&Tensor> = ins.iter().take(*anchor_inputs).collect();
+                        let prefs: Vec<&Tensor> = params.iter().collect();
+                        let mut a = eval(anchor, &refs, &prefs, &out_shapes).map_err(fail)?;
+                        let a = a
+                            .pop()
+                            .ok_or_else(|| fail("the anchor produced nothing".into()))?;
+                        let shape = out_shapes.first().cloned().unwrap_or_default();
+                        let t = Self::expr(expr, &ins, Some(&a), &shape).map_err(fail)?;
+                        vec![t.unwrap_or(a)]
+                    }
                 }
             };
             for (&v, t) in step.outputs.iter().zip(outs) {
@@ -343,7 +452,7 @@ impl Executable for CpuExecutable {
     }
 
     fn device_name(&self) -> String {
-        "cpu (reference)".into()
+        CpuDevice::label(self.fast)
     }
 
     fn compile_stats(&self) -> CompileStats {

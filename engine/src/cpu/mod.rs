@@ -19,6 +19,8 @@ mod convert;
 mod device;
 mod einsum;
 mod elementwise;
+#[cfg(feature = "native")]
+mod fast;
 mod grad;
 mod host;
 mod indexing;

@@ -1,0 +1,299 @@
+//! The fast CPU device's kernels ([`super::CpuDevice::fast`]): matrix products through a
+//! blocked, multi-threaded GEMM (`ndarray` over `matrixmultiply`) and fused pointwise
+//! units evaluated in one pass over chunks of the output, the chunks spread over threads
+//! with `rayon`, and sums and means over trailing axes. Each kernel takes only f32 data and the broadcasts it handles (scalars and
+//! trailing rows); it answers `None` for anything else, and the device then runs the
+//! reference operator. The reference stays the oracle: `tests/fast_cpu.rs` compares them.
+
+use super::elementwise::{binary, unary};
+use crate::ops::elementwise::{Binary, ElementwiseOp, Unary};
+use crate::ops::matmul::{batched_problem, MatMulOp, Problem};
+use crate::ops::reduce::{ReduceKind, ReduceOp};
+use crate::ops::Op;
+use crate::plan::expr::{Expr, Operand};
+use ndarray::{linalg::general_mat_mul, ArrayView2, ArrayViewMut2};
+use rayon::prelude::*;
+
+/// Output elements per chunk of a fused unit: each thread evaluates whole chunks, every
+/// term of the unit over one chunk before the next, so a chunk's terms stay in cache.
+const CHUNK: usize = 2048;
+
+/// An f32 operand: its shape and elements.
+pub(crate) type Operand32<'a> = (&'a [usize], &'a [f32]);
+
+/// `matmul` or `linear` on f32 operands, `None` where the GEMM does not apply.
+pub(crate) fn matmul(
+    op: &MatMulOp,
+    inputs: &[Operand32],
+    params: &[Operand32],
+) -> Option<Vec<f32>> {
+    let (a_shape, a) = *inputs.first()?;
+    match op {
+        MatMulOp::MatMul => {
+            let (b_shape, b) = *inputs.get(1)?;
+            let p = batched_problem(a_shape, b_shape).ok()?;
+            product(&p, a, b, None)
+        }
+        MatMulOp::Linear { out_features, bias } => {
+            let k = a_shape.last().copied().unwrap_or(1).max(1);
+            let p = Problem {
+                m: a.len() / k,
+                n: *out_features,
+                k,
+                offsets: vec![(0, 0)],
+            };
+            let (_, w) = *params.first()?;
+            let b = if *bias { Some(params.get(1)?.1) } else { None };
+            product(&p, a, w, b)
+        }
+    }
+}
+
+/// C = A·B (+ a bias row) for every batch pair of `p`, all row-major; `None` when an
+/// operand is shorter than the problem says.
+fn product(p: &Problem, a: &[f32], b: &[f32], bias: Option<&[f32]>) -> Option<Vec<f32>> {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let size = m.checked_mul(n)?;
+    let mut c = vec![0.0f32; p.offsets.len().checked_mul(size)?];
+    if let Some(bias) = bias {
+        if bias.len() != n {
+            return None;
+        }
+        for row in c.chunks_exact_mut(n.max(1)) {
+            row.copy_from_slice(bias);
+        }
+    }
+    let beta = if bias.is_some() { 1.0 } else { 0.0 };
+    for (i, &(oa, ob)) in p.offsets.iter().enumerate() {
+        let a = ArrayView2::from_shape((m, k), a.get(oa..oa.checked_add(m * k)?)?).ok()?;
+        let b = ArrayView2::from_shape((k, n), b.get(ob..ob.checked_add(k * n)?)?).ok()?;
+        let mut out = ArrayViewMut2::from_shape((m, n), &mut c[i * size..(i + 1) * size]).ok()?;
+        general_mat_mul(1.0, &a, &b, beta, &mut out);
+    }
+    Some(c)
+}
+
+/// Where a term's operand comes from, for one chunk of the output.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// Every output element has its own (an input of the output's shape, the anchor).
+    Full(&'a [f32]),
+    /// A trailing row repeated along the leading axes: element i reads `row[i % len]`.
+    Row(&'a [f32]),
+    /// One value for all.
+    Scalar(f32),
+    /// An earlier term's result.
+    Term(usize),
+}
+
+/// How `shape` broadcasts to `out`, `None` for anything but the output's own shape, a
+/// single value or a trailing row.
+fn source<'a>(shape: &[usize], data: &'a [f32], out: &[usize]) -> Option<Source<'a>> {
+    let numel: usize = out.iter().product();
+    if data.len() == 1 {
+        return Some(Source::Scalar(data[0]));
+    }
+    let first = shape.iter().position(|&d| d != 1).unwrap_or(shape.len());
+    let trailing = &shape[first..];
+    if trailing.len() > out.len() || !out.ends_with(trailing) {
+        return None;
+    }
+    Some(if data.len() == numel {
+        Source::Full(data)
+    } else {
+        Source::Row(data)
+    })
+}
+
+/// One term of a compiled unit.
+enum Step<'a> {
+    Unary(Unary, Source<'a>),
+    Binary(Binary, Source<'a>, Source<'a>),
+}
+
+/// A fused unit evaluated into an output of shape `out`: the expression's inputs are the
+/// step's (`inputs`) and, in an epilogue, the anchor's result. `None` where a term or an
+/// operand is not covered.
+pub(crate) fn fused(
+    expr: &Expr,
+    inputs: &[Operand32],
+    anchor: Option<&[f32]>,
+    out: &[usize],
+) -> Option<Vec<f32>> {
+    let numel = out.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    let operand = |a: &Operand, terms: usize| -> Option<Source> {
+        match *a {
+            Operand::Input(k) => {
+                let (shape, data) = *inputs.get(k)?;
+                source(shape, data, out)
+            }
+            Operand::Term(j) if j < terms => Some(Source::Term(j)),
+            Operand::Term(_) => None,
+            Operand::Scalar(v) => Some(Source::Scalar(v)),
+            Operand::Anchor => anchor.filter(|a| a.len() == numel).map(Source::Full),
+        }
+    };
+    let mut steps = Vec::with_capacity(expr.terms.len());
+    for (t, term) in expr.terms.iter().enumerate() {
+        steps.push(match (&term.op, term.args.as_slice()) {
+            (Op::Elementwise(ElementwiseOp::Unary(u)), [x]) => Step::Unary(*u, operand(x, t)?),
+            (Op::Elementwise(ElementwiseOp::Binary(b)), [x, y]) => {
+                Step::Binary(*b, operand(x, t)?, operand(y, t)?)
+            }
+            _ => return None,
+        });
+    }
+    if steps.is_empty() {
+        return None;
+    }
+    let mut result = vec![0.0f32; numel];
+    result
+        .par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| evaluate(&steps, c * CHUNK, chunk));
+    Some(result)
+}
+
+/// Evaluates every term over the chunk of the output starting at `start`.
+fn evaluate(steps: &[Step], start: usize, chunk: &mut [f32]) {
+    let len = chunk.len();
+    let mut terms = vec![0.0f32; steps.len() * len];
+    let mut rows = [Vec::new(), Vec::new()];
+    for (t, step) in steps.iter().enumerate() {
+        let (done, rest) = terms.split_at_mut(t * len);
+        let dst = &mut rest[..len];
+        let [row_x, row_y] = &mut rows;
+        match *step {
+            Step::Unary(u, x) => {
+                let x = values(x, start, len, done, row_x);
+                match u {
+                    Unary::Relu => map1(dst, x, |v| v.max(0.0)),
+                    Unary::Neg => map1(dst, x, |v| -v),
+                    Unary::Exp => map1(dst, x, f32::exp),
+                    _ => map1(dst, x, |v| unary(u, v)),
+                }
+            }
+            Step::Binary(b, x, y) => {
+                let (x, y) = (
+                    values(x, start, len, done, row_x),
+                    values(y, start, len, done, row_y),
+                );
+                match b {
+                    Binary::Add => map2(dst, x, y, |p, q| p + q),
+                    Binary::Sub => map2(dst, x, y, |p, q| p - q),
+                    Binary::Mul => map2(dst, x, y, |p, q| p * q),
+                    Binary::Div => map2(dst, x, y, |p, q| p / q),
+                    _ => map2(dst, x, y, |p, q| binary(b, p, q)),
+                }
+            }
+        }
+    }
+    chunk.copy_from_slice(&terms[(steps.len() - 1) * len..]);
+}
+
+/// `dst[i] = f(x[i])`, the loop monomorphised per operator so it vectorises.
+#[inline(always)]
+fn map1(dst: &mut [f32], x: Values, f: impl Fn(f32) -> f32) {
+    match x {
+        Values::Slice(x) => {
+            for (d, &v) in dst.iter_mut().zip(x) {
+                *d = f(v);
+            }
+        }
+        Values::Scalar(v) => dst.fill(f(v)),
+    }
+}
+
+/// `dst[i] = f(x[i], y[i])`, scalars held in a register.
+#[inline(always)]
+fn map2(dst: &mut [f32], x: Values, y: Values, f: impl Fn(f32, f32) -> f32) {
+    match (x, y) {
+        (Values::Slice(x), Values::Slice(y)) => {
+            for ((d, &p), &q) in dst.iter_mut().zip(x).zip(y) {
+                *d = f(p, q);
+            }
+        }
+        (Values::Slice(x), Values::Scalar(q)) => {
+            for (d, &p) in dst.iter_mut().zip(x) {
+                *d = f(p, q);
+            }
+        }
+        (Values::Scalar(p), Values::Slice(y)) => {
+            for (d, &q) in dst.iter_mut().zip(y) {
+                *d = f(p, q);
+            }
+        }
+        (Values::Scalar(p), Values::Scalar(q)) => dst.fill(f(p, q)),
+    }
+}
+
+/// An operand's values over one chunk.
+enum Values<'a> {
+    Slice(&'a [f32]),
+    Scalar(f32),
+}
+
+/// The values of `source` for output elements `start..start + len`; a repeated row is
+/// written out into `row`.
+fn values<'a>(
+    source: Source<'a>,
+    start: usize,
+    len: usize,
+    done: &'a [f32],
+    row: &'a mut Vec<f32>,
+) -> Values<'a> {
+    match source {
+        Source::Full(data) => Values::Slice(&data[start..start + len]),
+        Source::Scalar(v) => Values::Scalar(v),
+        Source::Term(j) => Values::Slice(&done[j * len..(j + 1) * len]),
+        Source::Row(data) => {
+            row.clear();
+            row.extend((start..start + len).map(|i| data[i % data.len()]));
+            Values::Slice(row)
+        }
+    }
+}
+
+/// `reduce_sum` or `reduce_mean` over trailing axes (each output element sums one
+/// contiguous block), accumulated in f64 as the reference does, blocks and long rows
+/// spread over threads; `None` for other reductions and axes.
+pub(crate) fn reduce(op: &ReduceOp, (shape, x): Operand32) -> Option<Vec<f32>> {
+    let mean = match op.kind {
+        ReduceKind::Sum => false,
+        ReduceKind::Mean => true,
+        _ => return None,
+    };
+    let rank = shape.len();
+    let mut axes: Vec<usize> = match &op.axes {
+        None => (0..rank).collect(),
+        Some(a) => a
+            .iter()
+            .map(|&a| usize::try_from(if a < 0 { a + rank as i64 } else { a }).ok())
+            .collect::<Option<_>>()?,
+    };
+    axes.sort_unstable();
+    axes.dedup();
+    let first = rank.checked_sub(axes.len())?;
+    if axes.iter().copied().ne(first..rank) {
+        return None;
+    }
+    let block: usize = shape[first..].iter().product();
+    if block == 0 || x.len() % block != 0 {
+        return None;
+    }
+    let scale = if mean { 1.0 / block as f64 } else { 1.0 };
+    // Partial sums collected in order and added in order: the same bits on every run,
+    // whatever the threads did.
+    let sum = |row: &[f32]| -> f64 {
+        let partial: Vec<f64> = row
+            .par_chunks(1 << 16)
+            .map(|c| c.iter().map(|&v| f64::from(v)).sum::<f64>())
+            .collect();
+        partial.iter().sum()
+    };
+    Some(
+        x.par_chunks(block)
+            .map(|row| (sum(row) * scale) as f32)
+            .collect(),
+    )
+}
