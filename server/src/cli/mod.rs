@@ -40,8 +40,10 @@ pub enum OutputDtype {
 pub enum Device {
     /// The best GPU adapter (or `SLUICE_ADAPTER`).
     Gpu,
-    /// The CPU reference implementation.
+    /// The fast CPU device: multi-threaded GEMM and fused units, the reference elsewhere.
     Cpu,
+    /// The CPU reference implementation (the oracle every device is tested against).
+    Reference,
 }
 
 #[derive(Subcommand, Debug)]
@@ -149,8 +151,8 @@ pub struct ExecArgs {
     /// (every adapter), or auto (native where available).
     #[arg(long, value_enum, default_value_t = HalfArg::Auto)]
     pub f16_storage: HalfArg,
-    /// Where to run: the GPU (one device per stage) or the CPU reference (one CPU device
-    /// per stage, through the same batching and pipelines).
+    /// Where to run: the GPU (one device per stage), the fast CPU device or the CPU
+    /// reference (one CPU device per stage, through the same batching and pipelines).
     #[arg(long, value_enum, default_value_t = Device::Gpu)]
     pub device: Device,
     /// The engine's limits on graphs and runs.
@@ -344,7 +346,7 @@ pub struct TrainArgs {
     /// Turn off fusion.
     #[arg(long)]
     pub no_fuse: bool,
-    /// Where to train: the GPU or the CPU reference.
+    /// Where to train: the GPU, the fast CPU device or the CPU reference.
     #[arg(long, value_enum, default_value_t = Device::Gpu)]
     pub device: Device,
     /// Write a checkpoint (weights, optimiser state, progress) to DIR after every epoch.
@@ -441,10 +443,13 @@ pub struct PlanArgs {
 }
 
 /// The devices a run uses, one per stage: GPU devices (with the adapter's calibrated
-/// rates when the run is pipelined) or CPU reference devices.
+/// rates when the run is pipelined), fast CPU devices or CPU reference devices.
 pub fn open_devices(device: Device, stages: usize) -> Result<Vec<Box<dyn ExecDevice>>> {
     Ok(match device {
         Device::Cpu => (0..stages)
+            .map(|_| Box::new(sluice_engine::cpu::CpuDevice::fast()) as Box<dyn ExecDevice>)
+            .collect(),
+        Device::Reference => (0..stages)
             .map(|_| Box::new(sluice_engine::cpu::CpuDevice::new()) as Box<dyn ExecDevice>)
             .collect(),
         Device::Gpu => {
