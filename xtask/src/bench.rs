@@ -226,6 +226,7 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
             "mixed",
         ],
     )?;
+    let cpu = cpu_workloads(s, &g)?;
     let w4 = w4(s, &devices)?;
     let w3_fused = f(&w3, &["metrics", "wall_ns"]) / f(&w3, &["metrics", "samples"]);
     let w3_unfused = f(&w3_nf, &["metrics", "wall_ns"]) / f(&w3_nf, &["metrics", "samples"]);
@@ -240,6 +241,7 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
         "w3_ms_per_chain_fused": w3_fused / 1e6,
         "w3_ms_per_chain_unfused": w3_unfused / 1e6,
         "w3_fusion_speedup": w3_unfused / w3_fused,
+        "cpu": cpu["summary"],
         "w4": w4["summary"],
         "w5": w5.iter().map(|r| json!({
             "microbatches": r["config"]["microbatches"],
@@ -281,12 +283,37 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
         "machine": machine,
         "summary": summary,
         "runs": { "w1": w1, "w2_prefetch2": w2, "w2_prefetch1": w2_k1, "w2_batch1": w2_b1, "w2_batch64": w2_b64,
-                  "w3_fused": w3, "w3_unfused": w3_nf, "w4": w4["runs"], "w5_single": single, "w5_two_stage": w5, "w5_stream": w5_stream,
+                  "w3_fused": w3, "w3_unfused": w3_nf, "cpu": cpu["runs"], "w4": w4["runs"], "w5_single": single, "w5_two_stage": w5, "w5_stream": w5_stream,
                   "transformer_b64": tb, "transformer_b64_unfused": tb_nf, "transformer_b64_mixed": tb_mixed,
                   "mixed": mixed.iter().map(|(st, a, b)| json!({ "f16_storage": st, "w1": a, "w2": b })).collect::<Vec<_>>() },
     });
     println!("{}", serde_json::to_string_pretty(&summary)?);
     write_report(&target.join("bench-report.json"), &report)
+}
+
+/// W1, W2 and W3 on the fast CPU device (`--device cpu`): matmul GFLOP/s, MLP samples/s
+/// and latencies, and the chain's milliseconds, measured as on the GPU.
+fn cpu_workloads(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
+    let cpu = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--device", "cpu"]);
+        sluice_json(s, &a)
+    };
+    let w1 = cpu(&["bench", &g("w1_matmul"), "--batch", "1024", "--reps", "5"])?;
+    let w2 = cpu(&["bench", &g("w2_mlp"), "--batch", "256", "--reps", "20"])?;
+    let w2_b1 = cpu(&["bench", &g("w2_mlp"), "--batch", "1", "--reps", "20"])?;
+    let w2_b64 = cpu(&["bench", &g("w2_mlp"), "--batch", "64", "--reps", "20"])?;
+    let w3 = cpu(&["bench", &g("w3_chain"), "--reps", "20"])?;
+    Ok(json!({
+        "summary": {
+            "w1_matmul_1024_gflops": f(&w1, &["compute_gflops"]),
+            "w2_samples_per_s_batch256": f(&w2, &["metrics", "throughput"]),
+            "w2_latency_p50_ms_batch1": f(&w2_b1, &["metrics", "latency_p50_ns"]) / 1e6,
+            "w2_latency_p50_ms_batch64": f(&w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
+            "w3_ms_per_chain": f(&w3, &["metrics", "wall_ns"]) / f(&w3, &["metrics", "samples"]) / 1e6,
+        },
+        "runs": { "w1": w1, "w2": w2, "w2_batch1": w2_b1, "w2_batch64": w2_b64, "w3": w3 },
+    }))
 }
 
 fn write_report(path: &Path, report: &Value) -> Result<()> {
@@ -311,7 +338,8 @@ const PEER_W4_MS: f64 = 192.0;
 /// W4, measured as the peer measures it: one plain SGD step (lr 0.01) of the W2 MLP with
 /// softmax cross-entropy on a batch of 256 random samples (features uniform in [0, 1),
 /// labels uniform in 0..10), timed from the upload to the updated weights, warm-up steps
-/// excluded; in f32 and mixed precision, on the GPU and on the CPU reference device.
+/// excluded; in f32 and mixed precision, on the GPU, the fast CPU device and the CPU
+/// reference device.
 fn w4(sluice: &str, adapters: &Value) -> Result<Value> {
     let dir = std::env::temp_dir().join(format!("sluice-bench-w4-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -342,7 +370,7 @@ fn w4_in(sluice: &str, adapters: &Value, dir: &Path) -> Result<Value> {
     let batch = W4_BATCH.to_string();
     let mut summary = serde_json::Map::new();
     let mut runs = serde_json::Map::new();
-    for device in ["gpu", "cpu"] {
+    for device in ["gpu", "cpu", "reference"] {
         for precision in ["f32", "mixed"] {
             let mut args = vec!["train", "assets/bench/w4_train.json", "--data"];
             args.extend(train.iter().map(String::as_str));
@@ -430,8 +458,10 @@ fn w4_in(sluice: &str, adapters: &Value, dir: &Path) -> Result<Value> {
     for (key, what) in [
         ("gpu_f32", "GPU f32"),
         ("gpu_mixed", "GPU mixed"),
-        ("cpu_f32", "CPU device f32"),
-        ("cpu_mixed", "CPU device mixed"),
+        ("cpu_f32", "fast CPU f32"),
+        ("cpu_mixed", "fast CPU mixed"),
+        ("reference_f32", "CPU reference f32"),
+        ("reference_mixed", "CPU reference mixed"),
     ] {
         let r = &summary[key];
         match r["ms_per_step_median"].as_f64() {
