@@ -146,49 +146,96 @@ pub(crate) fn fused(
     if steps.is_empty() {
         return None;
     }
+    let slots = slots(&steps);
     let mut result = vec![0.0f32; numel];
     result
         .par_chunks_mut(CHUNK)
         .enumerate()
-        .for_each(|(c, chunk)| evaluate(&steps, c * CHUNK, chunk));
+        .for_each(|(c, chunk)| evaluate(&steps, &slots, c * CHUNK, chunk));
     Some(result)
 }
 
-/// Evaluates every term over the chunk of the output starting at `start`.
-fn evaluate(steps: &[Step], start: usize, chunk: &mut [f32]) {
-    let len = chunk.len();
-    let mut terms = vec![0.0f32; steps.len() * len];
-    let mut rows = [Vec::new(), Vec::new()];
-    for (t, step) in steps.iter().enumerate() {
-        let (done, rest) = terms.split_at_mut(t * len);
-        let dst = &mut rest[..len];
-        let [row_x, row_y] = &mut rows;
-        match *step {
-            Step::Unary(u, x) => {
-                let x = values(x, start, len, done, row_x);
-                match u {
-                    Unary::Relu => map1(dst, x, |v| v.max(0.0)),
-                    Unary::Neg => map1(dst, x, |v| -v),
-                    Unary::Exp => map1(dst, x, f32::exp),
-                    _ => map1(dst, x, |v| unary(u, v)),
-                }
-            }
-            Step::Binary(b, x, y) => {
-                let (x, y) = (
-                    values(x, start, len, done, row_x),
-                    values(y, start, len, done, row_y),
-                );
-                match b {
-                    Binary::Add => map2(dst, x, y, |p, q| p + q),
-                    Binary::Sub => map2(dst, x, y, |p, q| p - q),
-                    Binary::Mul => map2(dst, x, y, |p, q| p * q),
-                    Binary::Div => map2(dst, x, y, |p, q| p / q),
-                    _ => map2(dst, x, y, |p, q| binary(b, p, q)),
-                }
+/// The buffer each term writes: a term's buffer is free again after its last reader, so a
+/// chain of any length needs two or three chunk-sized buffers that stay in cache.
+fn slots(steps: &[Step]) -> Vec<usize> {
+    let reads = |s: &Step| -> Vec<usize> {
+        let (Step::Unary(_, x) | Step::Binary(_, x, _)) = s;
+        let y = match s {
+            Step::Binary(_, _, y) => Some(*y),
+            Step::Unary(..) => None,
+        };
+        [Some(*x), y]
+            .into_iter()
+            .flatten()
+            .filter_map(|src| match src {
+                Source::Term(j) => Some(j),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut last_read = vec![0; steps.len()];
+    for (t, s) in steps.iter().enumerate() {
+        for j in reads(s) {
+            last_read[j] = t;
+        }
+    }
+    let (mut slot_of, mut free, mut count) = (Vec::with_capacity(steps.len()), Vec::new(), 0);
+    for (t, s) in steps.iter().enumerate() {
+        slot_of.push(free.pop().unwrap_or_else(|| {
+            count += 1;
+            count - 1
+        }));
+        // Operands read for the last time here free their buffers for later terms (never
+        // for this one, which is written while they are read).
+        for j in reads(s) {
+            if last_read[j] == t && !free.contains(&slot_of[j]) {
+                free.push(slot_of[j]);
             }
         }
     }
-    chunk.copy_from_slice(&terms[(steps.len() - 1) * len..]);
+    slot_of
+}
+
+/// Evaluates every term over the chunk of the output starting at `start`, term `t` into
+/// buffer `slot_of[t]`.
+fn evaluate(steps: &[Step], slot_of: &[usize], start: usize, chunk: &mut [f32]) {
+    let len = chunk.len();
+    let count = slot_of.iter().max().map_or(0, |m| m + 1);
+    let mut buffers: Vec<Vec<f32>> = (0..count).map(|_| vec![0.0f32; len]).collect();
+    let mut rows = [Vec::new(), Vec::new()];
+    for (t, step) in steps.iter().enumerate() {
+        let mut dst = std::mem::take(&mut buffers[slot_of[t]]);
+        let [row_x, row_y] = &mut rows;
+        let at = Chunk {
+            start,
+            len,
+            buffers: &buffers,
+            slot_of,
+        };
+        match *step {
+            Step::Unary(u, x) => {
+                let x = at.values(x, row_x);
+                match u {
+                    Unary::Relu => map1(&mut dst, x, |v| v.max(0.0)),
+                    Unary::Neg => map1(&mut dst, x, |v| -v),
+                    Unary::Exp => map1(&mut dst, x, f32::exp),
+                    _ => map1(&mut dst, x, |v| unary(u, v)),
+                }
+            }
+            Step::Binary(b, x, y) => {
+                let (x, y) = (at.values(x, row_x), at.values(y, row_y));
+                match b {
+                    Binary::Add => map2(&mut dst, x, y, |p, q| p + q),
+                    Binary::Sub => map2(&mut dst, x, y, |p, q| p - q),
+                    Binary::Mul => map2(&mut dst, x, y, |p, q| p * q),
+                    Binary::Div => map2(&mut dst, x, y, |p, q| p / q),
+                    _ => map2(&mut dst, x, y, |p, q| binary(b, p, q)),
+                }
+            }
+        }
+        buffers[slot_of[t]] = dst;
+    }
+    chunk.copy_from_slice(&buffers[slot_of[steps.len() - 1]]);
 }
 
 /// `dst[i] = f(x[i])`, the loop monomorphised per operator so it vectorises.
@@ -233,23 +280,31 @@ enum Values<'a> {
     Scalar(f32),
 }
 
-/// The values of `source` for output elements `start..start + len`; a repeated row is
-/// written out into `row`.
-fn values<'a>(
-    source: Source<'a>,
+/// One chunk of the output being evaluated: where it starts, how long it is, and the
+/// buffers holding the terms computed so far.
+struct Chunk<'b> {
     start: usize,
     len: usize,
-    done: &'a [f32],
-    row: &'a mut Vec<f32>,
-) -> Values<'a> {
-    match source {
-        Source::Full(data) => Values::Slice(&data[start..start + len]),
-        Source::Scalar(v) => Values::Scalar(v),
-        Source::Term(j) => Values::Slice(&done[j * len..(j + 1) * len]),
-        Source::Row(data) => {
-            row.clear();
-            row.extend((start..start + len).map(|i| data[i % data.len()]));
-            Values::Slice(row)
+    buffers: &'b [Vec<f32>],
+    slot_of: &'b [usize],
+}
+
+impl<'b> Chunk<'b> {
+    /// The values of `source` over this chunk; a repeated row is written out into `row`.
+    fn values<'a>(&self, source: Source<'a>, row: &'a mut Vec<f32>) -> Values<'a>
+    where
+        'b: 'a,
+    {
+        let (start, len) = (self.start, self.len);
+        match source {
+            Source::Full(data) => Values::Slice(&data[start..start + len]),
+            Source::Scalar(v) => Values::Scalar(v),
+            Source::Term(j) => Values::Slice(&self.buffers[self.slot_of[j]]),
+            Source::Row(data) => {
+                row.clear();
+                row.extend((start..start + len).map(|i| data[i % data.len()]));
+                Values::Slice(row)
+            }
         }
     }
 }
@@ -296,4 +351,30 @@ pub(crate) fn reduce(op: &ReduceOp, (shape, x): Operand32) -> Option<Vec<f32>> {
             .map(|row| (sum(row) * scale) as f32)
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_reuses_two_buffers_and_a_value_read_later_keeps_its_own() {
+        let relu = |j| Step::Unary(Unary::Relu, Source::Term(j));
+        let mut chain = vec![Step::Unary(Unary::Relu, Source::Scalar(1.0))];
+        chain.extend((0..31).map(relu));
+        let slot_of = slots(&chain);
+        assert_eq!(slot_of.iter().max(), Some(&1), "{slot_of:?}");
+        // t0 is read by t1 and again by t3: t2 must not take its buffer.
+        let steps = vec![
+            Step::Unary(Unary::Relu, Source::Scalar(2.0)),
+            relu(0),
+            Step::Unary(Unary::Neg, Source::Term(1)),
+            Step::Binary(Binary::Sub, Source::Term(0), Source::Term(2)),
+        ];
+        let slot_of = slots(&steps);
+        assert_ne!(slot_of[2], slot_of[0], "{slot_of:?}");
+        let mut out = vec![0.0; 5];
+        evaluate(&steps, &slot_of, 0, &mut out);
+        assert_eq!(out, vec![4.0; 5], "2 - (-2), t0 kept");
+    }
 }
