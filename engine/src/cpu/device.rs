@@ -291,6 +291,58 @@ impl CpuExecutable {
         None
     }
 
+    /// A step as the reference runs it: every operand copied out, the reference operator.
+    fn reference_step(
+        &self,
+        step: &crate::plan::Step,
+        storages: &HashMap<usize, Tensor>,
+        out_shapes: &[Vec<usize>],
+    ) -> Result<Vec<Tensor>, RunError> {
+        let ins: Vec<Tensor> = step
+            .inputs
+            .iter()
+            .map(|&v| self.value(storages, v))
+            .collect::<Result<_, _>>()?;
+        let params: Vec<Tensor> = step
+            .params
+            .iter()
+            .map(|&v| self.value(storages, v))
+            .collect::<Result<_, _>>()?;
+        let fail = |message: String| RunError::Op {
+            node: step.node.clone(),
+            message,
+        };
+        Ok(match &step.work {
+            Work::Op(op) => {
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                let prefs: Vec<&Tensor> = params.iter().collect();
+                eval(op, &refs, &prefs, out_shapes).map_err(fail)?
+            }
+            Work::Fused(expr) => {
+                let shape = out_shapes.first().cloned().unwrap_or_default();
+                let t = Self::expr(expr, &ins, None, &shape)
+                    .map_err(fail)?
+                    .ok_or_else(|| fail("an empty fused unit".into()))?;
+                vec![t]
+            }
+            Work::Epilogue {
+                anchor,
+                anchor_inputs,
+                expr,
+            } => {
+                let refs: Vec<&Tensor> = ins.iter().take(*anchor_inputs).collect();
+                let prefs: Vec<&Tensor> = params.iter().collect();
+                let mut a = eval(anchor, &refs, &prefs, out_shapes).map_err(fail)?;
+                let a = a
+                    .pop()
+                    .ok_or_else(|| fail("the anchor produced nothing".into()))?;
+                let shape = out_shapes.first().cloned().unwrap_or_default();
+                let t = Self::expr(expr, &ins, Some(&a), &shape).map_err(fail)?;
+                vec![t.unwrap_or(a)]
+            }
+        })
+    }
+
     fn compute(
         &self,
         m: usize,
@@ -312,62 +364,19 @@ impl CpuExecutable {
         }
         for step in &self.plan.steps {
             let t0 = now_ns();
-            let ins: Vec<Tensor> = step
-                .inputs
-                .iter()
-                .map(|&v| self.value(&storages, v))
-                .collect::<Result<_, _>>()?;
-            let params: Vec<Tensor> = step
-                .params
-                .iter()
-                .map(|&v| self.value(&storages, v))
-                .collect::<Result<_, _>>()?;
             let out_shapes: Vec<Vec<usize>> = step
                 .outputs
                 .iter()
                 .map(|&v| self.plan.values[v].shape.clone())
                 .collect();
-            let fail = |message: String| RunError::Op {
-                node: step.node.clone(),
-                message,
-            };
             let fast = if self.fast {
                 self.fast_step(step, &storages, &out_shapes)
             } else {
                 None
             };
-            let outs: Vec<Tensor> = if let Some(outs) = fast {
-                outs
-            } else {
-                match &step.work {
-                    Work::Op(op) => {
-                        let refs: Vec<&Tensor> = ins.iter().collect();
-                        let prefs: Vec<&Tensor> = params.iter().collect();
-                        eval(op, &refs, &prefs, &out_shapes).map_err(fail)?
-                    }
-                    Work::Fused(expr) => {
-                        let shape = out_shapes.first().cloned().unwrap_or_default();
-                        let t = Self::expr(expr, &ins, None, &shape)
-                            .map_err(fail)?
-                            .ok_or_else(|| fail("an empty fused unit".into()))?;
-                        vec![t]
-                    }
-                    Work::Epilogue {
-                        anchor,
-                        anchor_inputs,
-                        expr,
-                    } => {
-                        let refs: Vec<&Tensor> = ins.iter().take(*anchor_inputs).collect();
-                        let prefs: Vec<&Tensor> = params.iter().collect();
-                        let mut a = eval(anchor, &refs, &prefs, &out_shapes).map_err(fail)?;
-                        let a = a
-                            .pop()
-                            .ok_or_else(|| fail("the anchor produced nothing".into()))?;
-                        let shape = out_shapes.first().cloned().unwrap_or_default();
-                        let t = Self::expr(expr, &ins, Some(&a), &shape).map_err(fail)?;
-                        vec![t.unwrap_or(a)]
-                    }
-                }
+            let outs = match fast {
+                Some(outs) => outs,
+                None => self.reference_step(step, &storages, &out_shapes)?,
             };
             for (&v, t) in step.outputs.iter().zip(outs) {
                 let value = &self.plan.values[v];
