@@ -8,7 +8,8 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
 
-fn sluice_json(sluice: &str, args: &[&str]) -> Result<Value> {
+/// Runs `sluice ARGS --json` and parses what it prints.
+pub(crate) fn sluice_json(sluice: &str, args: &[&str]) -> Result<Value> {
     println!("$ sluice {}", args.join(" "));
     let out = Command::new(sluice)
         .args(args)
@@ -26,7 +27,8 @@ fn sluice_json(sluice: &str, args: &[&str]) -> Result<Value> {
         .with_context(|| format!("sluice {} printed no JSON", args.join(" ")))
 }
 
-fn f(v: &Value, path: &[&str]) -> f64 {
+/// The number at `path` in `v` (NaN where there is none).
+pub(crate) fn f(v: &Value, path: &[&str]) -> f64 {
     let mut cur = v;
     for p in path {
         cur = match p.parse::<usize>() {
@@ -43,7 +45,7 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
     let only_w4 = match only {
         [] => false,
         [w] if w == "w4" => true,
-        _ => bail!("usage: cargo xtask bench [w4]"),
+        _ => bail!("usage: cargo xtask bench [w4 | --peers [gpu|cpu|all] [--rounds N]]"),
     };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run(&cargo, &["build", "--release", "-p", "sluice-server"])?;

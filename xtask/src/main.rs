@@ -9,7 +9,9 @@
 //!   `sluice serve` on a workspace holding the example graphs; it prints the URL.
 //! - `bench [w4]`: build `sluice` in release mode, run the workloads of docs/design.md
 //!   (`assets/bench/`) and write one JSON report (`target/bench-report.json`); with `w4`
-//!   only the training step (`target/bench-report-w4.json`).
+//!   only the training step (`target/bench-report-w4.json`); with `--peers [gpu|cpu|all]
+//!   [--rounds N]` side by side with the Burn peer (`peers/burn-bench`), interleaved in
+//!   rounds (`target/bench-peers.json`).
 //! - `fuzz [--seconds N] [TARGET]`: fuzz the parsers with cargo-fuzz on the stable
 //!   toolchain (`fuzz.rs`); not part of `test`.
 //! - `soak [--minutes N]`: mixed valid and hostile traffic from 20 clients against one
@@ -19,6 +21,7 @@ mod bench;
 mod browser;
 mod editor;
 mod fuzz;
+mod peers;
 mod setup;
 mod soak;
 
@@ -38,7 +41,10 @@ fn main() -> Result<()> {
         "editor" => editor::build(&root).map(|_| ()),
         "bench" => {
             setup::ensure_gpu_adapter()?;
-            bench::bench(&root, &rest)
+            match rest.split_first() {
+                Some((p, args)) if p == "--peers" => peers::main(&root, args),
+                _ => bench::bench(&root, &rest),
+            }
         }
         "fuzz" => fuzz::fuzz(&root, &rest),
         "soak" => {
@@ -46,7 +52,7 @@ fn main() -> Result<()> {
             soak::soak(&rest)
         }
         _ => {
-            eprintln!("usage: cargo xtask <task>\n\n  test    set up (GPU driver, wasm target and tools, Chromium), then fmt, clippy, the editor bundle, all tests, the browser tests\n  editor  build the editor bundle into target/editor\n  demo    set up, build the editor, then start sluice serve with the example graphs\n  bench [w4]  run the benchmark workloads (or only W4), write target/bench-report.json (-w4)\n  fuzz [--seconds N] [TARGET]  fuzz the parsers (targets: {}; default {} s each)\n  soak [--minutes N]  20 clients of mixed valid and hostile traffic against sluice serve (default {} min)", fuzz::TARGETS.join(", "), fuzz::DEFAULT_SECONDS, soak::DEFAULT_MINUTES);
+            eprintln!("usage: cargo xtask <task>\n\n  test    set up (GPU driver, wasm target and tools, Chromium), then fmt, clippy, the editor bundle, all tests, the browser tests\n  editor  build the editor bundle into target/editor\n  demo    set up, build the editor, then start sluice serve with the example graphs\n  bench [w4]  run the benchmark workloads (or only W4), write target/bench-report.json (-w4)\n  bench --peers [gpu|cpu|all] [--rounds N]  the workloads side by side with Burn 0.22.1 (peers/burn-bench), target/bench-peers.json\n  fuzz [--seconds N] [TARGET]  fuzz the parsers (targets: {}; default {} s each)\n  soak [--minutes N]  20 clients of mixed valid and hostile traffic against sluice serve (default {} min)", fuzz::TARGETS.join(", "), fuzz::DEFAULT_SECONDS, soak::DEFAULT_MINUTES);
             bail!("unknown task '{task}'")
         }
     }

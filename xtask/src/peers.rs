@@ -1,0 +1,286 @@
+//! `cargo xtask bench --peers`: Sluice and the Burn peer (`peers/burn-bench`, Burn 0.22.1)
+//! on the same machine in one run, interleaved in rounds (Burn, then Sluice, per round), each
+//! figure the median over the rounds, printed side by side as ratios. Never part of the test
+//! command: the peer's clean build takes about 40 minutes on 2 cores, and Burn's first run
+//! on a GPU autotunes for several more (its cache is kept under the target folder).
+//!
+//! Pairs: W1 (1024³ matmul, inputs uploaded and the product read back, and Burn with inputs
+//! resident against Sluice's kernel time), W2 (the MLP at batch 256 over 20 batches,
+//! latency at batch 1 and 64), W3 (32 elementwise operations and a sum over 2^20 floats),
+//! each on the GPU (Burn's wgpu backend) and on the CPU (Burn's ndarray backend against
+//! `--device cpu`).
+
+use crate::bench::{f, sluice_json};
+use crate::run;
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Whether a bigger figure is better (throughput) or a smaller one (time).
+#[derive(Clone, Copy, PartialEq)]
+enum Better {
+    Higher,
+    Lower,
+}
+
+/// One compared figure: what it is, Burn's result key, and how Sluice's run gives it.
+struct Pair {
+    what: &'static str,
+    burn: &'static str,
+    unit: &'static str,
+    better: Better,
+    sluice: fn(&Runs) -> f64,
+}
+
+/// Sluice's runs of one round on one device.
+struct Runs {
+    w1: Value,
+    w2: Value,
+    w2_b1: Value,
+    w2_b64: Value,
+    w3: Value,
+}
+
+/// Wall-clock GFLOP/s of W1 (every batch uploaded, multiplied and read back).
+fn w1_wall_gflops(r: &Runs) -> f64 {
+    let n = 1024f64;
+    let batches = f(&r.w1, &["metrics", "samples"]) / n;
+    2.0 * n * n * n * batches / f(&r.w1, &["metrics", "wall_ns"])
+}
+
+const PAIRS: &[Pair] = &[
+    Pair {
+        what: "W1 matmul 1024³, uploaded and read back",
+        burn: "matmul.n1024_upload_readback",
+        unit: "GFLOP/s",
+        better: Better::Higher,
+        sluice: w1_wall_gflops,
+    },
+    Pair {
+        what: "W1 matmul 1024³, Burn resident / Sluice kernel",
+        burn: "matmul.n1024_resident_sync",
+        unit: "GFLOP/s",
+        better: Better::Higher,
+        sluice: |r| f(&r.w1, &["compute_gflops"]),
+    },
+    Pair {
+        what: "W2 MLP batch 256 × 20, upload and readback each",
+        burn: "mlp.b256_x20_serial",
+        unit: "samples/s",
+        better: Better::Higher,
+        sluice: |r| f(&r.w2, &["metrics", "throughput"]),
+    },
+    Pair {
+        what: "W2 batch 1 latency",
+        burn: "mlp.b1_latency",
+        unit: "ms",
+        better: Better::Lower,
+        sluice: |r| f(&r.w2_b1, &["metrics", "latency_p50_ns"]) / 1e6,
+    },
+    Pair {
+        what: "W2 batch 64 latency",
+        burn: "mlp.b64_latency",
+        unit: "ms",
+        better: Better::Lower,
+        sluice: |r| f(&r.w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
+    },
+    Pair {
+        what: "W3 32 elementwise ops + sum on 2^20 f32",
+        burn: "chain.32ops_sum_1M",
+        unit: "ms",
+        better: Better::Lower,
+        sluice: |r| f(&r.w3, &["metrics", "wall_ns"]) / f(&r.w3, &["metrics", "samples"]) / 1e6,
+    },
+];
+
+/// `cargo xtask bench --peers [gpu|cpu|all] [--rounds N]`, `args` being what follows
+/// `--peers`.
+pub fn main(root: &Path, args: &[String]) -> Result<()> {
+    const USAGE: &str = "usage: cargo xtask bench --peers [gpu|cpu|all] [--rounds N]";
+    let (devices, more): (&[&str], &[String]) = match args {
+        [] => (&["gpu", "cpu"], &[]),
+        [d, more @ ..] => (
+            match d.as_str() {
+                "gpu" => &["gpu"],
+                "cpu" => &["cpu"],
+                "all" => &["gpu", "cpu"],
+                _ => bail!(USAGE),
+            },
+            more,
+        ),
+    };
+    let rounds = match more {
+        [] => 3,
+        [r, n] if r == "--rounds" => n.parse().ok().filter(|&n| n > 0).context(USAGE)?,
+        _ => bail!(USAGE),
+    };
+    peers(root, devices, rounds)
+}
+
+/// Runs the comparison on `devices` ("gpu", "cpu") for `rounds` rounds and writes
+/// `bench-peers.json` into the target folder.
+fn peers(root: &Path, devices: &[&str], rounds: usize) -> Result<()> {
+    let target = crate::target_dir(root);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run(&cargo, &["build", "--release", "-p", "sluice-server"])?;
+    let peer_target = target.join("peers");
+    let manifest = root.join("peers/burn-bench/Cargo.toml");
+    let (manifest_s, peer_target_s) = (path_str(&manifest)?, path_str(&peer_target)?);
+    run(
+        &cargo,
+        &[
+            "build",
+            "--release",
+            "--manifest-path",
+            manifest_s,
+            "--target-dir",
+            peer_target_s,
+        ],
+    )?;
+    let burn = peer_target.join("release/burn-bench");
+    let sluice = target.join("release/sluice");
+    let sluice = path_str(&sluice)?;
+    let machine = json!({
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "adapters": sluice_json(sluice, &["devices"])?,
+    });
+    let mut table = Vec::new();
+    for device in devices {
+        let mut burn_rounds = Vec::new();
+        let mut sluice_rounds = Vec::new();
+        for round in 1..=rounds {
+            println!("== {device}, round {round} of {rounds}");
+            burn_rounds.push(burn_round(&burn, &peer_target, device)?);
+            sluice_rounds.push(sluice_round(sluice, device)?);
+        }
+        for pair in PAIRS {
+            let b = median(burn_rounds.iter().map(|r| f(r, &[pair.burn, "value"])));
+            let s = median(sluice_rounds.iter().map(pair.sluice));
+            let ratio = match pair.better {
+                Better::Higher => s / b,
+                Better::Lower => b / s,
+            };
+            table.push(json!({
+                "device": device, "what": pair.what, "unit": pair.unit,
+                "burn": b, "sluice": s, "sluice_advantage": ratio,
+            }));
+        }
+    }
+    println!(
+        "\nSluice and Burn 0.22.1 side by side, median of {rounds} interleaved rounds \
+         (advantage > 1: Sluice ahead; for times it is Burn's over Sluice's)"
+    );
+    println!(
+        "{:<4} {:<50} {:>12} {:>12} {:>10}",
+        "", "workload", "Burn", "Sluice", "advantage"
+    );
+    for row in &table {
+        println!(
+            "{:<4} {:<50} {:>12.3} {:>12.3} {:>9.2}×  {}",
+            row["device"].as_str().unwrap_or_default(),
+            row["what"].as_str().unwrap_or_default(),
+            f(row, &["burn"]),
+            f(row, &["sluice"]),
+            f(row, &["sluice_advantage"]),
+            row["unit"].as_str().unwrap_or_default(),
+        );
+    }
+    let path = target.join("bench-peers.json");
+    std::fs::write(
+        &path,
+        serde_json::to_vec_pretty(
+            &json!({ "machine": machine, "rounds": rounds, "table": table }),
+        )?,
+    )
+    .with_context(|| format!("cannot write {}", path.display()))?;
+    println!("report: {}", path.display());
+    Ok(())
+}
+
+fn path_str(p: &Path) -> Result<&str> {
+    p.to_str().context("non-UTF-8 path")
+}
+
+/// The median of finite figures (NaN when there are none).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// One round of the peer on `device` ("gpu": Burn's wgpu backend; "cpu": ndarray): its
+/// results merged from the matmul, mlp and chain workloads. It runs in its folder under
+/// the target folder, where Burn keeps its autotune cache.
+fn burn_round(burn: &PathBuf, dir: &Path, device: &str) -> Result<Value> {
+    let backend = if device == "gpu" { "wgpu" } else { "ndarray" };
+    let mut results = serde_json::Map::new();
+    for workload in ["matmul", "mlp", "chain"] {
+        println!("$ burn-bench {workload} --device {backend} --json");
+        let out = Command::new(burn)
+            .args([workload, "--json", "--device", backend])
+            .current_dir(dir)
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .output()
+            .context("cannot run burn-bench")?;
+        if !out.status.success() {
+            bail!(
+                "burn-bench {workload} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let v: Value = serde_json::from_slice(&out.stdout).context("burn-bench printed no JSON")?;
+        if let Some(r) = v["results"].as_object() {
+            results.extend(r.clone());
+        }
+    }
+    Ok(Value::Object(results))
+}
+
+/// One round of Sluice's runs of the same workloads on `device`.
+fn sluice_round(sluice: &str, device: &str) -> Result<Runs> {
+    let run = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--device", device]);
+        sluice_json(sluice, &a)
+    };
+    Ok(Runs {
+        w1: run(&[
+            "bench",
+            "assets/bench/w1_matmul.json",
+            "--batch",
+            "1024",
+            "--reps",
+            "5",
+        ])?,
+        w2: run(&[
+            "bench",
+            "assets/bench/w2_mlp.json",
+            "--batch",
+            "256",
+            "--reps",
+            "20",
+        ])?,
+        w2_b1: run(&[
+            "bench",
+            "assets/bench/w2_mlp.json",
+            "--batch",
+            "1",
+            "--reps",
+            "20",
+        ])?,
+        w2_b64: run(&[
+            "bench",
+            "assets/bench/w2_mlp.json",
+            "--batch",
+            "64",
+            "--reps",
+            "20",
+        ])?,
+        w3: run(&["bench", "assets/bench/w3_chain.json", "--reps", "20"])?,
+    })
+}
