@@ -550,3 +550,20 @@ fn hostile_onnx_files_are_clear_errors() {
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
 }
+
+#[test]
+fn per_pass_timing_can_be_left_out_without_changing_the_outputs() {
+    // `--no-pass-timing` drops the timestamp queries (what per-pass telemetry costs is
+    // the difference `cargo xtask bench` reports); the outputs are the same.
+    let graph = root().join("assets/bench/w2_mlp.json");
+    let g = graph.to_str().unwrap();
+    let args = ["bench", g, "--batch", "8", "--reps", "2", "--seed", "4"];
+    let timed = run_json(&args);
+    let untimed = run_json(&[&args[..], &["--no-pass-timing"]].concat());
+    assert_eq!(untimed["timing"], "host_completion", "{untimed}");
+    println!(
+        "timed with {}, untimed with {}",
+        timed["timing"], untimed["timing"]
+    );
+    assert_eq!(timed["outputs"], untimed["outputs"]);
+}

@@ -228,6 +228,7 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
             "mixed",
         ],
     )?;
+    let telemetry = telemetry_cost(s, &g)?;
     let cpu = cpu_workloads(s, &g)?;
     let w4 = w4(s, &devices)?;
     let w3_fused = f(&w3, &["metrics", "wall_ns"]) / f(&w3, &["metrics", "samples"]);
@@ -243,6 +244,7 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
         "w3_ms_per_chain_fused": w3_fused / 1e6,
         "w3_ms_per_chain_unfused": w3_unfused / 1e6,
         "w3_fusion_speedup": w3_unfused / w3_fused,
+        "telemetry_cost": telemetry,
         "cpu": cpu["summary"],
         "w4": w4["summary"],
         "w5": w5.iter().map(|r| json!({
@@ -291,6 +293,50 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
     });
     println!("{}", serde_json::to_string_pretty(&summary)?);
     write_report(&target.join("bench-report.json"), &report)
+}
+
+/// What per-pass timing costs: W3 and W2 (batch 256) with and without the GPU's timestamp
+/// queries, alternating over three rounds, medians, and the difference in percent.
+fn telemetry_cost(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
+    let (w3, w2) = (g("w3_chain"), g("w2_mlp"));
+    let mut out = serde_json::Map::new();
+    for (name, args, per) in [
+        ("w3_ms_per_chain", vec!["bench", &w3, "--reps", "20"], 1.0),
+        (
+            "w2_ms_per_batch256",
+            vec!["bench", &w2, "--batch", "256", "--reps", "20"],
+            256.0,
+        ),
+    ] {
+        let (mut timed, mut untimed) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            for (off, into) in [(false, &mut timed), (true, &mut untimed)] {
+                let mut a = args.clone();
+                if off {
+                    a.push("--no-pass-timing");
+                }
+                let r = sluice_json(s, &a)?;
+                let per_sample = f(&r, &["metrics", "wall_ns"]) / f(&r, &["metrics", "samples"]);
+                into.push(per_sample * per / 1e6);
+            }
+        }
+        let (t, u) = (median(&mut timed), median(&mut untimed));
+        out.insert(
+            name.into(),
+            json!({ "timed": t, "untimed": u, "cost_percent": 100.0 * (t - u) / u }),
+        );
+    }
+    Ok(Value::Object(out))
+}
+
+/// The median of `v` (NaN when empty).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// W1, W2 and W3 on the fast CPU device (`--device cpu`): matmul GFLOP/s, MLP samples/s

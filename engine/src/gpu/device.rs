@@ -18,12 +18,20 @@ pub struct GpuDevice {
     pub ctx: GpuContext,
     /// Measured rates, when calibrated.
     pub rates: Option<Rates>,
+    /// Whether every pass is timed with timestamp queries where the adapter has them
+    /// (else a micro-batch's events come from host completion times).
+    pub pass_timing: bool,
 }
 
 impl GpuDevice {
-    /// A device with assumed rates until [`GpuDevice::rates`] is set from a calibration.
+    /// A device with assumed rates until [`GpuDevice::rates`] is set from a calibration,
+    /// timing every pass.
     pub fn new(ctx: GpuContext) -> GpuDevice {
-        GpuDevice { ctx, rates: None }
+        GpuDevice {
+            ctx,
+            rates: None,
+            pass_timing: true,
+        }
     }
 
     /// Opens the best adapter (or the one `SLUICE_ADAPTER` names).
@@ -81,7 +89,9 @@ impl Device for GpuDevice {
         prefetch: usize,
     ) -> LocalBoxFuture<'a, Result<Box<dyn Executable>, RunError>> {
         Box::pin(async move {
-            let exe = GpuExecutable::compile(&self.ctx, plan, weights, prefetch).await?;
+            let exe =
+                GpuExecutable::compile_timed(&self.ctx, plan, weights, prefetch, self.pass_timing)
+                    .await?;
             Ok(Box::new(exe) as Box<dyn Executable>)
         })
     }

@@ -168,6 +168,19 @@ impl GpuExecutable {
         weights: &Weights,
         prefetch: usize,
     ) -> Result<GpuExecutable, RunError> {
+        Self::compile_timed(ctx, plan, weights, prefetch, true).await
+    }
+
+    /// [`GpuExecutable::compile`], timing every pass with timestamp queries only when
+    /// `pass_timing` is set and the adapter has them (what per-pass telemetry costs is the
+    /// difference).
+    pub async fn compile_timed(
+        ctx: &GpuContext,
+        plan: Plan,
+        weights: &Weights,
+        prefetch: usize,
+        pass_timing: bool,
+    ) -> Result<GpuExecutable, RunError> {
         let started = now_ns();
         let device = &ctx.device;
         plan.validate()?;
@@ -268,7 +281,8 @@ impl GpuExecutable {
             offset += padded(bytes);
         }
         let timestamp_offset = offset;
-        let use_timestamps = device.features().contains(wgpu::Features::TIMESTAMP_QUERY)
+        let use_timestamps = pass_timing
+            && device.features().contains(wgpu::Features::TIMESTAMP_QUERY)
             && !passes.is_empty()
             && passes.len() * 2 <= wgpu::QUERY_SET_MAX_QUERIES as usize;
         let ts_bytes = if use_timestamps {

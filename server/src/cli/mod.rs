@@ -155,6 +155,10 @@ pub struct ExecArgs {
     /// reference (one CPU device per stage, through the same batching and pipelines).
     #[arg(long, value_enum, default_value_t = Device::Gpu)]
     pub device: Device,
+    /// Leave out the GPU's per-pass timestamp queries: a micro-batch's events then come
+    /// from host completion times (what per-pass telemetry costs is the difference).
+    #[arg(long)]
+    pub no_pass_timing: bool,
     /// The engine's limits on graphs and runs.
     #[command(flatten)]
     pub limits: crate::limits::LimitArgs,
@@ -444,7 +448,11 @@ pub struct PlanArgs {
 
 /// The devices a run uses, one per stage: GPU devices (with the adapter's calibrated
 /// rates when the run is pipelined), fast CPU devices or CPU reference devices.
-pub fn open_devices(device: Device, stages: usize) -> Result<Vec<Box<dyn ExecDevice>>> {
+pub fn open_devices(
+    device: Device,
+    stages: usize,
+    pass_timing: bool,
+) -> Result<Vec<Box<dyn ExecDevice>>> {
     Ok(match device {
         Device::Cpu => (0..stages)
             .map(|_| Box::new(sluice_engine::cpu::CpuDevice::fast()) as Box<dyn ExecDevice>)
@@ -454,8 +462,9 @@ pub fn open_devices(device: Device, stages: usize) -> Result<Vec<Box<dyn ExecDev
             .collect(),
         Device::Gpu => {
             let mut devices = pollster::block_on(sluice_engine::gpu::GpuDevice::open_many(stages))?;
-            if stages > 1 {
-                for d in &mut devices {
+            for d in &mut devices {
+                d.pass_timing = pass_timing;
+                if stages > 1 {
                     d.rates = Some(crate::rates::rates_for(&d.ctx, false)?);
                 }
             }

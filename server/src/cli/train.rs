@@ -80,7 +80,7 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         limits,
     )?;
     let weights = load::weights(&args.graph, &graph)?;
-    let mut step_devices = open_devices(args.device, args.stages + 1)?;
+    let mut step_devices = open_devices(args.device, args.stages + 1, true)?;
     let Some(eval_device) = step_devices.pop() else {
         bail!("no device to train on");
     };

@@ -122,8 +122,8 @@ impl LocalDevices {
             .take(count)
             .map(|ctx| {
                 Box::new(GpuDevice {
-                    ctx: ctx.clone(),
                     rates: self.rates,
+                    ..GpuDevice::new(ctx.clone())
                 }) as Box<dyn Device>
             })
             .collect())
