@@ -121,7 +121,6 @@ pub fn Minimap(state: EditorState) -> impl IntoView {
             let r = super::canvas_rect().unwrap_or([0.0, 0.0, 800.0, 600.0]);
             (-v.tx / v.k, -v.ty / v.k, r[2] / v.k, r[3] / v.k)
         };
-        let stroke = 1.5 * s;
         Some(view! {
             <svg class="minimap" width=WIDTH height=HEIGHT role="img"
                 aria-label="Minimap of the whole graph: click or drag to move the view"
@@ -144,8 +143,7 @@ pub fn Minimap(state: EditorState) -> impl IntoView {
                     <path class="minimap-nodes" d=path />
                     <rect class="minimap-view"
                         x=move || view_rect().0 y=move || view_rect().1
-                        width=move || view_rect().2 height=move || view_rect().3
-                        style=format!("stroke-width:{stroke:.1}") />
+                        width=move || view_rect().2 height=move || view_rect().3 />
                 </g>
             </svg>
         })

@@ -265,7 +265,9 @@ fn attr_field(
     };
     view! {
         <label class="field" class:required=required>
-            <span class="field-name">{attr.name.clone()}{if required { " *" } else { "" }}</span>
+            <span class="field-name">{attr.name.clone()}
+                {required.then(|| view! { <span class="required-mark" title="required">" *"</span> })}
+            </span>
             {control}
             <span class="field-doc">{attr.doc.clone()}</span>
         </label>
