@@ -24,31 +24,41 @@ use serde_json::json;
 /// Family tag.
 pub const FAMILY: &str = "conv";
 
+/// The window attributes of conv2d, the pools and their gradients: one integer for every
+/// axis or one per axis ([`AttrKind::PerAxis`]).
+pub(crate) const KERNEL_SIZE: AttrSpec = required(
+    "kernel_size",
+    AttrKind::PerAxis(2),
+    "[kh, kw], or k for both.",
+);
+/// The window's step along each axis.
+pub(crate) const STRIDES: AttrSpec = optional(
+    "strides",
+    AttrKind::PerAxis(2),
+    "[1, 1]",
+    "[sh, sw], or s for both.",
+);
+/// Padding around the input, per side.
+pub(crate) const PADS: AttrSpec = optional(
+    "pads",
+    AttrKind::PerAxis(4),
+    "[0, 0, 0, 0]",
+    "[top, left, bottom, right], [ph, pw], or p for every side.",
+);
+/// Spacing between the window's taps.
+pub(crate) const DILATIONS: AttrSpec = optional(
+    "dilations",
+    AttrKind::PerAxis(2),
+    "[1, 1]",
+    "[dh, dw], or d for both.",
+);
+
 const CONV_ATTRS: &[AttrSpec] = &[
     required("out_channels", AttrKind::Int, "Output channels."),
-    required(
-        "kernel_size",
-        AttrKind::PerAxis(2),
-        "[kh, kw], or k for both.",
-    ),
-    optional(
-        "strides",
-        AttrKind::PerAxis(2),
-        "[1, 1]",
-        "[sh, sw], or s for both.",
-    ),
-    optional(
-        "pads",
-        AttrKind::PerAxis(4),
-        "[0, 0, 0, 0]",
-        "[top, left, bottom, right], [ph, pw], or p for every side.",
-    ),
-    optional(
-        "dilations",
-        AttrKind::PerAxis(2),
-        "[1, 1]",
-        "[dh, dw], or d for both.",
-    ),
+    KERNEL_SIZE,
+    STRIDES,
+    PADS,
+    DILATIONS,
     optional(
         "groups",
         AttrKind::Int,
@@ -64,14 +74,14 @@ const CONV_TRANSPOSE_ATTRS: &[AttrSpec] = &[
         "Output channels (the weight's second dimension × groups).",
     ),
     required("kernel_size", AttrKind::PerAxis(2), "[kh, kw], or k for both ([k] for 1-D)."),
-    optional("strides", AttrKind::PerAxis(2), "[1, 1]", "[sh, sw], or s for both."),
+    STRIDES,
     optional(
         "pads",
         AttrKind::PerAxis(4),
         "[0, 0, 0, 0]",
         "[top, left, bottom, right], [ph, pw], or p for every side, taken off the full output.",
     ),
-    optional("dilations", AttrKind::PerAxis(2), "[1, 1]", "[dh, dw], or d for both."),
+    DILATIONS,
     optional("groups", AttrKind::Int, "1", "Channel groups."),
     optional(
         "output_padding",
@@ -164,29 +174,10 @@ const RESIZE_ATTRS: &[AttrSpec] = &[
 ];
 /// max_pool2d's attributes (also `max_pool2d_grad`'s).
 pub(crate) const MAX_POOL_ATTRS: &[AttrSpec] = &[
-    required(
-        "kernel_size",
-        AttrKind::PerAxis(2),
-        "[kh, kw], or k for both.",
-    ),
-    optional(
-        "strides",
-        AttrKind::PerAxis(2),
-        "[1, 1]",
-        "[sh, sw], or s for both.",
-    ),
-    optional(
-        "pads",
-        AttrKind::PerAxis(4),
-        "[0, 0, 0, 0]",
-        "[top, left, bottom, right], [ph, pw], or p for every side.",
-    ),
-    optional(
-        "dilations",
-        AttrKind::PerAxis(2),
-        "[1, 1]",
-        "[dh, dw], or d for both.",
-    ),
+    KERNEL_SIZE,
+    STRIDES,
+    PADS,
+    DILATIONS,
     optional(
         "ceil_mode",
         AttrKind::Bool,
@@ -196,29 +187,10 @@ pub(crate) const MAX_POOL_ATTRS: &[AttrSpec] = &[
 ];
 /// avg_pool2d's attributes (also `avg_pool2d_grad`'s).
 pub(crate) const AVG_POOL_ATTRS: &[AttrSpec] = &[
-    required(
-        "kernel_size",
-        AttrKind::PerAxis(2),
-        "[kh, kw], or k for both.",
-    ),
-    optional(
-        "strides",
-        AttrKind::PerAxis(2),
-        "[1, 1]",
-        "[sh, sw], or s for both.",
-    ),
-    optional(
-        "pads",
-        AttrKind::PerAxis(4),
-        "[0, 0, 0, 0]",
-        "[top, left, bottom, right], [ph, pw], or p for every side.",
-    ),
-    optional(
-        "dilations",
-        AttrKind::PerAxis(2),
-        "[1, 1]",
-        "[dh, dw], or d for both.",
-    ),
+    KERNEL_SIZE,
+    STRIDES,
+    PADS,
+    DILATIONS,
     optional(
         "ceil_mode",
         AttrKind::Bool,

@@ -79,29 +79,10 @@ const SOFTMAX_GRAD_ATTRS: &[AttrSpec] = &[optional(
 )];
 
 const CONV_GRAD_ATTRS: &[AttrSpec] = &[
-    required(
-        "kernel_size",
-        AttrKind::PerAxis(2),
-        "conv2d's [kh, kw] (or k).",
-    ),
-    optional(
-        "strides",
-        AttrKind::PerAxis(2),
-        "[1, 1]",
-        "conv2d's [sh, sw] (or s).",
-    ),
-    optional(
-        "pads",
-        AttrKind::PerAxis(4),
-        "[0, 0, 0, 0]",
-        "conv2d's [top, left, bottom, right] (or [ph, pw], or p).",
-    ),
-    optional(
-        "dilations",
-        AttrKind::PerAxis(2),
-        "[1, 1]",
-        "conv2d's [dh, dw] (or d).",
-    ),
+    super::conv::KERNEL_SIZE,
+    super::conv::STRIDES,
+    super::conv::PADS,
+    super::conv::DILATIONS,
     optional("groups", AttrKind::Int, "1", "conv2d's channel groups."),
 ];
 
