@@ -229,7 +229,7 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
         ],
     )?;
     let telemetry = telemetry_cost(s, &g)?;
-    let cpu = cpu_workloads(s, &g)?;
+    let cpu = cpu_workloads(s)?;
     let w4 = w4(s, &devices)?;
     let w3_fused = f(&w3, &["metrics", "wall_ns"]) / f(&w3, &["metrics", "samples"]);
     let w3_unfused = f(&w3_nf, &["metrics", "wall_ns"]) / f(&w3_nf, &["metrics", "samples"]);
@@ -329,8 +329,8 @@ fn telemetry_cost(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
     Ok(Value::Object(out))
 }
 
-/// The median of `v` (NaN when empty).
-fn median(v: &mut [f64]) -> f64 {
+/// The median of `v`, which it sorts (NaN when empty).
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => f64::NAN,
@@ -339,28 +339,57 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// Sluice's runs of W1 (1024 rows), W2 (batch 256, and latency at 1 and 64) and W3 on one
+/// device: what the fast CPU rows of the report and `bench --peers` read.
+pub(crate) struct Workloads {
+    pub w1: Value,
+    pub w2: Value,
+    pub w2_b1: Value,
+    pub w2_b64: Value,
+    pub w3: Value,
+}
+
+impl Workloads {
+    /// Runs them on `device` (`gpu`, `cpu` or `reference`).
+    pub(crate) fn run(s: &str, device: &str) -> Result<Workloads> {
+        let run = |args: &[&str]| {
+            let mut a = args.to_vec();
+            a.extend(["--device", device]);
+            sluice_json(s, &a)
+        };
+        let (w1, w2, w3) = (
+            "assets/bench/w1_matmul.json",
+            "assets/bench/w2_mlp.json",
+            "assets/bench/w3_chain.json",
+        );
+        Ok(Workloads {
+            w1: run(&["bench", w1, "--batch", "1024", "--reps", "5"])?,
+            w2: run(&["bench", w2, "--batch", "256", "--reps", "20"])?,
+            w2_b1: run(&["bench", w2, "--batch", "1", "--reps", "20"])?,
+            w2_b64: run(&["bench", w2, "--batch", "64", "--reps", "20"])?,
+            w3: run(&["bench", w3, "--reps", "20"])?,
+        })
+    }
+
+    /// W3's milliseconds per chain.
+    pub(crate) fn w3_ms(&self) -> f64 {
+        f(&self.w3, &["metrics", "wall_ns"]) / f(&self.w3, &["metrics", "samples"]) / 1e6
+    }
+}
+
 /// W1, W2 and W3 on the fast CPU device (`--device cpu`): matmul GFLOP/s, MLP samples/s
 /// and latencies, and the chain's milliseconds, measured as on the GPU.
-fn cpu_workloads(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
-    let cpu = |args: &[&str]| {
-        let mut a = args.to_vec();
-        a.extend(["--device", "cpu"]);
-        sluice_json(s, &a)
-    };
-    let w1 = cpu(&["bench", &g("w1_matmul"), "--batch", "1024", "--reps", "5"])?;
-    let w2 = cpu(&["bench", &g("w2_mlp"), "--batch", "256", "--reps", "20"])?;
-    let w2_b1 = cpu(&["bench", &g("w2_mlp"), "--batch", "1", "--reps", "20"])?;
-    let w2_b64 = cpu(&["bench", &g("w2_mlp"), "--batch", "64", "--reps", "20"])?;
-    let w3 = cpu(&["bench", &g("w3_chain"), "--reps", "20"])?;
+fn cpu_workloads(s: &str) -> Result<Value> {
+    let r = Workloads::run(s, "cpu")?;
     Ok(json!({
         "summary": {
-            "w1_matmul_1024_gflops": f(&w1, &["compute_gflops"]),
-            "w2_samples_per_s_batch256": f(&w2, &["metrics", "throughput"]),
-            "w2_latency_p50_ms_batch1": f(&w2_b1, &["metrics", "latency_p50_ns"]) / 1e6,
-            "w2_latency_p50_ms_batch64": f(&w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
-            "w3_ms_per_chain": f(&w3, &["metrics", "wall_ns"]) / f(&w3, &["metrics", "samples"]) / 1e6,
+            "w1_matmul_1024_gflops": f(&r.w1, &["compute_gflops"]),
+            "w2_samples_per_s_batch256": f(&r.w2, &["metrics", "throughput"]),
+            "w2_latency_p50_ms_batch1": f(&r.w2_b1, &["metrics", "latency_p50_ns"]) / 1e6,
+            "w2_latency_p50_ms_batch64": f(&r.w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
+            "w3_ms_per_chain": r.w3_ms(),
         },
-        "runs": { "w1": w1, "w2": w2, "w2_batch1": w2_b1, "w2_batch64": w2_b64, "w3": w3 },
+        "runs": { "w1": r.w1, "w2": r.w2, "w2_batch1": r.w2_b1, "w2_batch64": r.w2_b64, "w3": r.w3 },
     }))
 }
 
@@ -455,12 +484,7 @@ fn w4_in(sluice: &str, adapters: &Value, dir: &Path) -> Result<Value> {
                 bail!("W4 {key}: {} steps, none after the warm-up", steps.len());
             };
             let mut sorted = timed.to_vec();
-            sorted.sort_by(f64::total_cmp);
-            let median = if sorted.len() % 2 == 1 {
-                sorted[sorted.len() / 2]
-            } else {
-                (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2]) / 2.0
-            };
+            let median = median(&mut sorted);
             summary.insert(
                 key.clone(),
                 json!({

@@ -10,7 +10,7 @@
 //! each on the GPU (Burn's wgpu backend) and on the CPU (Burn's ndarray backend against
 //! `--device cpu`).
 
-use crate::bench::{f, sluice_json};
+use crate::bench::{f, median, sluice_json, Workloads};
 use crate::run;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -30,20 +30,11 @@ struct Pair {
     burn: &'static str,
     unit: &'static str,
     better: Better,
-    sluice: fn(&Runs) -> f64,
-}
-
-/// Sluice's runs of one round on one device.
-struct Runs {
-    w1: Value,
-    w2: Value,
-    w2_b1: Value,
-    w2_b64: Value,
-    w3: Value,
+    sluice: fn(&Workloads) -> f64,
 }
 
 /// Wall-clock GFLOP/s of W1 (every batch uploaded, multiplied and read back).
-fn w1_wall_gflops(r: &Runs) -> f64 {
+fn w1_wall_gflops(r: &Workloads) -> f64 {
     let n = 1024f64;
     let batches = f(&r.w1, &["metrics", "samples"]) / n;
     2.0 * n * n * n * batches / f(&r.w1, &["metrics", "wall_ns"])
@@ -90,7 +81,7 @@ const PAIRS: &[Pair] = &[
         burn: "chain.32ops_sum_1M",
         unit: "ms",
         better: Better::Lower,
-        sluice: |r| f(&r.w3, &["metrics", "wall_ns"]) / f(&r.w3, &["metrics", "samples"]) / 1e6,
+        sluice: Workloads::w3_ms,
     },
 ];
 
@@ -152,11 +143,11 @@ fn peers(root: &Path, devices: &[&str], rounds: usize) -> Result<()> {
         for round in 1..=rounds {
             println!("== {device}, round {round} of {rounds}");
             burn_rounds.push(burn_round(&burn, &peer_target, device)?);
-            sluice_rounds.push(sluice_round(sluice, device)?);
+            sluice_rounds.push(Workloads::run(sluice, device)?);
         }
         for pair in PAIRS {
-            let b = median(burn_rounds.iter().map(|r| f(r, &[pair.burn, "value"])));
-            let s = median(sluice_rounds.iter().map(pair.sluice));
+            let b = finite_median(burn_rounds.iter().map(|r| f(r, &[pair.burn, "value"])));
+            let s = finite_median(sluice_rounds.iter().map(pair.sluice));
             let ratio = match pair.better {
                 Better::Higher => s / b,
                 Better::Lower => b / s,
@@ -202,15 +193,9 @@ fn path_str(p: &Path) -> Result<&str> {
     p.to_str().context("non-UTF-8 path")
 }
 
-/// The median of finite figures (NaN when there are none).
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+/// The median of the finite figures (NaN when there are none).
+fn finite_median(values: impl Iterator<Item = f64>) -> f64 {
+    median(&mut values.filter(|x| x.is_finite()).collect::<Vec<_>>())
 }
 
 /// One round of the peer on `device` ("gpu": Burn's wgpu backend; "cpu": ndarray): its
@@ -239,48 +224,4 @@ fn burn_round(burn: &PathBuf, dir: &Path, device: &str) -> Result<Value> {
         }
     }
     Ok(Value::Object(results))
-}
-
-/// One round of Sluice's runs of the same workloads on `device`.
-fn sluice_round(sluice: &str, device: &str) -> Result<Runs> {
-    let run = |args: &[&str]| {
-        let mut a = args.to_vec();
-        a.extend(["--device", device]);
-        sluice_json(sluice, &a)
-    };
-    Ok(Runs {
-        w1: run(&[
-            "bench",
-            "assets/bench/w1_matmul.json",
-            "--batch",
-            "1024",
-            "--reps",
-            "5",
-        ])?,
-        w2: run(&[
-            "bench",
-            "assets/bench/w2_mlp.json",
-            "--batch",
-            "256",
-            "--reps",
-            "20",
-        ])?,
-        w2_b1: run(&[
-            "bench",
-            "assets/bench/w2_mlp.json",
-            "--batch",
-            "1",
-            "--reps",
-            "20",
-        ])?,
-        w2_b64: run(&[
-            "bench",
-            "assets/bench/w2_mlp.json",
-            "--batch",
-            "64",
-            "--reps",
-            "20",
-        ])?,
-        w3: run(&["bench", "assets/bench/w3_chain.json", "--reps", "20"])?,
-    })
 }
