@@ -132,6 +132,49 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 
+//! variant split
+// Long reductions into few outputs, first of two passes: workgroup g reduces segment
+// g % {{SEGMENTS}} ({{SEG_LEN}} elements) of output g / {{SEGMENTS}} into `part[g]` (f32
+// scratch, no scale or `finish` yet), so that every core of the device takes a share.
+var<workgroup> partial: array<{{ACC}}, {{WG}}>;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= info[0] * {{SEGMENTS}}u) {
+        return;
+    }
+    let base = base_offset(g / {{SEGMENTS}}u);
+    let first = (g % {{SEGMENTS}}u) * {{SEG_LEN}}u;
+    let end = min(first + {{SEG_LEN}}u, info[1]);
+    var acc = {{INIT}};
+    for (var r = first + lid; r < end; r = r + {{WG}}u) {
+        acc = combine(acc, {{ACC}}(lift(ld_src(base + red_offset(r)))));
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            partial[lid] = combine(partial[lid], partial[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        st_part(g, f32(partial[0]));
+    }
+}
+
+//! variant segments
+// Second pass of `split`: output o combines its {{SEGMENTS}} partial results in order, then
+// scales and finishes them (entry point generated). `info` = [n_out, scale bits].
+fn value(o: u32) -> f32 {
+    var acc = {{ACC}}(ld_part(o * {{SEGMENTS}}u));
+    for (var s = 1u; s < {{SEGMENTS}}u; s = s + 1u) {
+        acc = combine(acc, {{ACC}}(ld_part(o * {{SEGMENTS}}u + s)));
+    }
+    return finish(f32(acc) * bitcast<f32>(info[1]));
+}
+
 //! variant argmax
 // One invocation per output element: the first index of the maximum (the minimum when
 // {{CMP}} is `<`) along the one reduced axis, NaN counting beyond every number, so the

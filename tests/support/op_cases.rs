@@ -1465,5 +1465,33 @@ pub fn op_cases() -> Vec<OpCase> {
             ));
         }
     }
+    // Reductions long enough to be split across workgroups (two passes on the GPU). Last,
+    // so that the cases before keep their seeds.
+    for (shape, axes, keep) in [
+        (vec![3, 9000], json!([1]), false),
+        (vec![4100, 2, 3], json!([0, 2]), true),
+        (vec![20000], json!(null), false),
+    ] {
+        for op in [
+            "reduce_sum",
+            "reduce_mean",
+            "reduce_max",
+            "reduce_min",
+            "reduce_prod",
+            "reduce_l2",
+        ] {
+            let mut c = case(
+                format!("{op} {shape:?} axes {axes} keepdims {keep}"),
+                single_op(
+                    op,
+                    json!({ "axes": axes, "keepdims": keep }),
+                    &[x(&shape)],
+                    1,
+                ),
+            );
+            c.half = op != "reduce_prod";
+            v.push(c);
+        }
+    }
     v
 }

@@ -18,7 +18,7 @@ impl Lower for ConvOp {
         let n_out = output.numel();
         if let ConvOp::GlobalAvgPool = self {
             let spatial: Vec<usize> = (2..input.shape.len()).collect();
-            let k = super::reduce::reduce_kernel(
+            return super::reduce::reduce_kernel(
                 "global_avg_pool",
                 input,
                 output,
@@ -26,8 +26,7 @@ impl Lower for ConvOp {
                 crate::ops::reduce::ReduceKind::Mean,
                 false,
                 ctx.f16_compute,
-            )?;
-            return Ok(Lowering::Kernels(vec![k]));
+            );
         }
         let param = |k: usize| ctx.params.get(k).map_or(Storage::F32, |c| c.storage);
         if let ConvOp::Resize(r) = self {

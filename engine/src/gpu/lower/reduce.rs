@@ -21,7 +21,7 @@ impl Lower for ReduceOp {
             }
             _ => {}
         }
-        Ok(Lowering::Kernels(vec![reduce_kernel(
+        reduce_kernel(
             self.name(),
             &ctx.inputs[0],
             &ctx.outputs[0],
@@ -29,7 +29,7 @@ impl Lower for ReduceOp {
             self.kind,
             self.select_last_index,
             ctx.f16_compute,
-        )?]))
+        )
     }
 }
 
@@ -160,9 +160,21 @@ fn top_k_kernels(ctx: &LowerCtx, a: usize, k: usize, largest: bool) -> Result<Ve
     Ok(vec![first, second])
 }
 
-/// A kernel reducing `input` over `axes` (sorted) into `output` as `kind` says: sums
+/// Reductions at least this long into fewer than [`SPLIT_MAX_OUTPUTS`] outputs are split
+/// into segments reduced by workgroups of their own (two passes), so that a single sum
+/// over a large tensor keeps every core of the device busy.
+const SPLIT_MIN_COUNT: usize = 8192;
+
+/// See [`SPLIT_MIN_COUNT`].
+const SPLIT_MAX_OUTPUTS: usize = 256;
+
+/// Elements each workgroup of a split reduction reduces (about).
+const SPLIT_SEGMENT: usize = 4096;
+
+/// The kernels reducing `input` over `axes` (sorted) into `output` as `kind` says: sums
 /// accumulate in f16 when `f16_compute`, products, norms, extrema and indices always work
-/// in f32; `last` (argmax, argmin) gives ties to the last index.
+/// in f32; `last` (argmax, argmin) gives ties to the last index. Long reductions into few
+/// outputs take two passes through f32 scratch (see [`SPLIT_MIN_COUNT`]).
 pub fn reduce_kernel(
     label: &str,
     input: &Concrete,
@@ -171,7 +183,7 @@ pub fn reduce_kernel(
     kind: ReduceKind,
     last: bool,
     f16_compute: bool,
-) -> Result<Kernel, String> {
+) -> Result<Lowering, String> {
     let x = &input.shape;
     let strides = shape::strides(x)?;
     let kept: Vec<usize> = (0..x.len()).filter(|i| !axes.contains(i)).collect();
@@ -232,13 +244,13 @@ pub fn reduce_kernel(
                 ("STOP", (!last).to_string()),
             ],
         );
-        return Ok(Kernel {
+        return Ok(Lowering::Kernels(vec![Kernel {
             label: format!("{label} argmax"),
             source: format!("{}\n{common}\n{body}", b.wgsl()),
             slots: b.slots(),
             info,
             workgroups: dispatch_1d(n_out, WG)?,
-        });
+        }]));
     }
     let (acc, combine, init) = match kind {
         ReduceKind::Max if count == 0 => {
@@ -266,6 +278,16 @@ pub fn reduce_kernel(
             &[("LIFT", lift.into()), ("FINISH", finish.into())]
         )
     );
+    if count >= SPLIT_MIN_COUNT && n_out < SPLIT_MAX_OUTPUTS {
+        return split_kernels(
+            label,
+            (input, output),
+            info,
+            (common, &combine),
+            (acc, init),
+            scale,
+        );
+    }
     let group = count >= WG as usize && n_out <= (MAX_GROUPS as usize) * (MAX_GROUPS as usize);
     let (name, body, workgroups) = if group {
         let packed = output.storage == Storage::Packed;
@@ -298,11 +320,67 @@ pub fn reduce_kernel(
             dispatch_1d(threads, WG)?,
         )
     };
-    Ok(Kernel {
+    Ok(Lowering::Kernels(vec![Kernel {
         label: format!("{label} {name}"),
         source: format!("{}\n{common}\n{combine}\n{body}", b.wgsl()),
         slots: b.slots(),
         info,
         workgroups,
-    })
+    }]))
+}
+
+/// The two passes of a split reduction: segments into f32 scratch, then each output from
+/// its segments in order (the same order every run). `info` is the one-pass kernel's;
+/// `functions` its shared WGSL and its `combine`/`lift`/`finish`, `acc` and `init` its
+/// accumulator type and first value.
+fn split_kernels(
+    label: &str,
+    (input, output): (&Concrete, &Concrete),
+    info: Vec<u32>,
+    functions: (&str, &str),
+    (acc, init): (&str, &str),
+    scale: f32,
+) -> Result<Lowering, String> {
+    let (n_out, count) = (info[0] as usize, info[1] as usize);
+    let seg_len = SPLIT_SEGMENT.min(count);
+    let segments = count.div_ceil(seg_len);
+    let (common, combine) = functions;
+    let marks = |extra: &[(&'static str, String)]| {
+        let mut m = vec![
+            ("WG", WG.to_string()),
+            ("ACC", acc.to_string()),
+            ("SEGMENTS", segments.to_string()),
+            ("SEG_LEN", seg_len.to_string()),
+        ];
+        m.extend(extra.iter().cloned());
+        m
+    };
+    let mut first = Bindings::new();
+    first.add("part", Slot::Scratch(0), Storage::F32, true);
+    first.add("src", Slot::Input(0), input.storage, false);
+    let body = fill(variant(SHADER, "split"), &marks(&[("INIT", init.into())]));
+    let groups = n_out * segments;
+    let split = Kernel {
+        label: format!("{label} split"),
+        source: format!("{}\n{common}\n{combine}\n{body}", first.wgsl()),
+        slots: first.slots(),
+        info,
+        workgroups: dispatch_1d(groups * WG as usize, WG)?,
+    };
+    let mut second = Bindings::new();
+    second.add("dst", Slot::Output(0), output.storage, true);
+    second.add("part", Slot::Scratch(0), Storage::F32, false);
+    let value = fill(variant(SHADER, "segments"), &marks(&[]));
+    let (main, threads) = per_element_main(output.storage, n_out);
+    let gather = Kernel {
+        label: format!("{label} segments"),
+        source: format!("{}\n{common}\n{combine}\n{value}\n{main}", second.wgsl()),
+        slots: second.slots(),
+        info: vec![word(n_out)?, scale.to_bits()],
+        workgroups: dispatch_1d(threads, WG)?,
+    };
+    Ok(Lowering::KernelsWithScratch(
+        vec![split, gather],
+        vec![groups],
+    ))
 }
