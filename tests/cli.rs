@@ -567,3 +567,75 @@ fn per_pass_timing_can_be_left_out_without_changing_the_outputs() {
     );
     assert_eq!(timed["outputs"], untimed["outputs"]);
 }
+
+#[test]
+fn a_large_matmul_is_tuned_once_per_adapter_and_sluice_autotune_lists_the_choice() {
+    let dir = tmp("autotune");
+    let file = dir.join("autotune.json");
+    let _ = std::fs::remove_file(&file);
+    let w1 = root().join("assets/bench/w1_matmul.json");
+    let bench = || {
+        let out = sluice()
+            .env("SLUICE_AUTOTUNE_CACHE", &file)
+            .args(["run", w1.to_str().unwrap(), "--batch", "128", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["outputs"][0]["checksum"].clone()
+    };
+    let tuned = bench();
+    let kept = std::fs::read_to_string(&file).expect("the run kept its tuning");
+    // The second run reads the choice back: the file is not rewritten.
+    assert_eq!(bench(), tuned, "the same answer with the kept choice");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), kept);
+    let untuned = sluice()
+        .env("SLUICE_AUTOTUNE", "off")
+        .args(["run", w1.to_str().unwrap(), "--batch", "128", "--json"])
+        .output()
+        .unwrap();
+    assert!(untuned.status.success());
+    let untuned: Value = serde_json::from_slice(&untuned.stdout).unwrap();
+    assert_eq!(
+        untuned["outputs"][0]["checksum"], tuned,
+        "every variant gives the same bits"
+    );
+
+    let list = sluice()
+        .env("SLUICE_AUTOTUNE_CACHE", &file)
+        .arg("autotune")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&list.stdout);
+    println!("{text}");
+    assert!(list.status.success());
+    assert!(
+        text.contains("m128 n1024 k1024 f32·f32→f32 f32: chose "),
+        "{text}"
+    );
+    let chosen = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with('*'))
+        .count();
+    assert_eq!(chosen, 1, "one variant marked as chosen: {text}");
+    let doc: Value = serde_json::from_slice(
+        &sluice()
+            .env("SLUICE_AUTOTUNE_CACHE", &file)
+            .args(["autotune", "--json"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(doc["format"], "sluice/autotune@1");
+    let cleared = sluice()
+        .env("SLUICE_AUTOTUNE_CACHE", &file)
+        .args(["autotune", "--clear"])
+        .output()
+        .unwrap();
+    assert!(cleared.status.success());
+    assert!(!file.exists());
+}

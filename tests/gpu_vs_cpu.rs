@@ -1,6 +1,8 @@
 //! Every operator's GPU kernel against its CPU reference on seeded random inputs, over the
 //! catalogue in `support/op_cases.rs` (odd sizes, broadcasting, every attribute).
 
+mod autotune;
+
 use sluice_engine::ops;
 use sluice_tests::op_cases::op_cases;
 use sluice_tests::{case_inputs, compare, graph, random_weights, run_cpu, run_gpu};

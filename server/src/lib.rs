@@ -1,8 +1,9 @@
 //! Sluice's command line and server as a library: the `sluice` binary is a thin shell
 //! around [`main`]. `cli` has one module per command, `serve` the axum server, `worker`
-//! `sluice worker`, `limits` the engine's limits as flags, `rates` the kept calibrations of devices, `npy` reading and writing
-//! `.npy` files. The wire types both ends of the API speak live in the `sluice-api` crate;
-//! every rule about graphs, plans and runs comes from the engine.
+//! `sluice worker`, `limits` the engine's limits as flags, `rates` the kept calibrations
+//! of devices, `tuning` the kept matmul tunings, `npy` reading and writing `.npy` files.
+//! The wire types both ends of the API speak live in the `sluice-api` crate; every rule
+//! about graphs, plans and runs comes from the engine.
 
 pub mod cli;
 pub mod files;
@@ -10,6 +11,7 @@ pub mod limits;
 pub mod npy;
 pub mod rates;
 pub mod serve;
+pub mod tuning;
 pub mod worker;
 
 use clap::Parser;
@@ -35,6 +37,7 @@ pub fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    tuning::install();
     match cli::dispatch(args) {
         Ok(code) => code,
         Err(e) => {

@@ -10,20 +10,21 @@ use sluice_engine::plan::cost::Rates;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// Where calibrations are kept, if anywhere.
+/// Where calibrations and tunings are kept, if anywhere: `SLUICE_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/sluice`, else `~/.cache/sluice`.
 pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("SLUICE_CACHE_DIR") {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = var("SLUICE_CACHE_DIR") {
         return Some(PathBuf::from(dir));
     }
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+    if let Some(dir) = var("XDG_CACHE_HOME") {
         return Some(PathBuf::from(dir).join("sluice"));
     }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache").join("sluice"))
+    var("HOME").map(|h| PathBuf::from(h).join(".cache").join("sluice"))
 }
 
 fn key(ctx: &GpuContext) -> String {
-    let a = &ctx.adapter;
-    format!("{} | {} | {}", a.name, a.backend, a.driver)
+    ctx.adapter.cache_key()
 }
 
 fn read_all() -> BTreeMap<String, Rates> {

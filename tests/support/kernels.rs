@@ -1,11 +1,14 @@
 //! Every WGSL kernel the engine generates: for every case of the operator catalogue and
 //! the example and benchmark graphs, fused and unfused, on f32 and the three 16-bit
-//! paths. `tests/shaders.rs` validates them with naga; the `kernels` example hands the
-//! portable ones to the browser tests, which compile them with Chromium's WebGPU.
+//! paths, with every matmul variant the autotuner may choose. `tests/shaders.rs`
+//! validates them with naga; the `kernels` example hands the portable ones to the browser
+//! tests, which compile them with Chromium's WebGPU.
 
 use crate::op_cases::op_cases;
 use crate::{graph, root};
-use sluice_engine::gpu::program::lower_plan;
+use sluice_engine::gpu::program::lower_plan_tuned;
+use sluice_engine::gpu::tuning::MatmulVariant;
+use sluice_engine::gpu::tuning::Tuning;
 use sluice_engine::plan::{HalfStorage, Plan, PlanOptions, Precision};
 use std::collections::BTreeMap;
 
@@ -72,8 +75,15 @@ pub fn generated_kernels() -> Vec<GeneratedKernel> {
     for g in &graphs {
         for o in OPTIONS {
             let plan = Plan::with_options(g, o).unwrap_or_else(|e| panic!("plan failed: {e}"));
-            let program = lower_plan(&plan).unwrap_or_else(|e| panic!("lowering failed: {e}"));
-            for pass in program.passes {
+            // The default kernels, and every matmul variant the autotuner may choose.
+            let tunings = std::iter::once(Tuning::none())
+                .chain(MatmulVariant::ALL.into_iter().map(Tuning::forced));
+            let passes = tunings.flat_map(|t| {
+                lower_plan_tuned(&plan, &t)
+                    .unwrap_or_else(|e| panic!("lowering failed: {e}"))
+                    .passes
+            });
+            for pass in passes {
                 let source = pass.kernel.source.clone();
                 sources.entry(source.clone()).or_insert(GeneratedKernel {
                     label: format!(

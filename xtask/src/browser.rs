@@ -68,9 +68,14 @@ fn missing_packages(dir: &Path) -> Result<bool> {
 }
 
 /// Runs the browser tests against the `sluice` binary and the `kernels` example in
-/// `built` (what `cargo test --workspace` built) and the editor bundle; returns
-/// (passed, failed).
-pub fn run_tests(root: &Path, built: &Path, bundle: &Path) -> Result<(u64, u64)> {
+/// `built` (what `cargo test --workspace` built) and the editor bundle, the server's
+/// matmul tuning kept in `tuning_cache`; returns (passed, failed).
+pub fn run_tests(
+    root: &Path,
+    built: &Path,
+    bundle: &Path,
+    tuning_cache: &Path,
+) -> Result<(u64, u64)> {
     let dir = root.join("tests/browser");
     let exe = std::env::consts::EXE_SUFFIX;
     let sluice = built.join(format!("sluice{exe}"));
@@ -107,6 +112,7 @@ pub fn run_tests(root: &Path, built: &Path, bundle: &Path) -> Result<(u64, u64)>
         .args(&tests)
         .current_dir(&dir)
         .env("SLUICE_BIN", &sluice)
+        .env("SLUICE_AUTOTUNE_CACHE", tuning_cache)
         .env("SLUICE_KERNELS", &kernels)
         .env("SLUICE_EDITOR", bundle)
         .env(

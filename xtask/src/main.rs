@@ -112,10 +112,17 @@ fn test(root: &Path) -> Result<()> {
     )?;
     // The bundle's wasm build is also the engine's wasm32 check.
     let bundle = editor::build(root)?;
-    let (mut passed, mut failed) = run_tests(&cargo)?;
+    // The tests' matmul tuning is kept apart from the user's own cache.
+    let tuning_cache = target_dir(root).join("autotune-tests.json");
+    let (mut passed, mut failed) = run_tests(&cargo, &tuning_cache)?;
     // `cargo test --workspace` built `sluice` and the examples with the workspace's
     // features; building them again by package would recompile the engine.
-    let (p, f) = browser::run_tests(root, &target_dir(root).join("debug"), &bundle)?;
+    let (p, f) = browser::run_tests(
+        root,
+        &target_dir(root).join("debug"),
+        &bundle,
+        &tuning_cache,
+    )?;
     passed += p;
     failed += f;
     println!(
@@ -129,13 +136,15 @@ fn test(root: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `cargo test --workspace`, echoing its output; returns (passed, failed).
-fn run_tests(cargo: &str) -> Result<(u64, u64)> {
+/// `cargo test --workspace` with its autotuning cache in `tuning_cache`, echoing its
+/// output; returns (passed, failed).
+fn run_tests(cargo: &str, tuning_cache: &Path) -> Result<(u64, u64)> {
     use std::io::{BufRead, BufReader};
     println!("$ {cargo} test --workspace");
     let start = Instant::now();
     let mut child = Command::new(cargo)
         .args(["test", "--workspace"])
+        .env("SLUICE_AUTOTUNE_CACHE", tuning_cache)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .context("cannot start cargo test")?;

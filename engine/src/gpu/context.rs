@@ -35,6 +35,12 @@ pub struct AdapterSummary {
 }
 
 impl AdapterSummary {
+    /// How Sluice's caches (rate calibrations, matmul tuning) name the adapter: name,
+    /// backend and driver (a new driver measures afresh).
+    pub fn cache_key(&self) -> String {
+        format!("{} | {} | {}", self.name, self.backend, self.driver)
+    }
+
     fn of(adapter: &wgpu::Adapter) -> AdapterSummary {
         let info = adapter.get_info();
         let f = adapter.features();
@@ -70,6 +76,8 @@ pub struct GpuContext {
     pub limits: wgpu::Limits,
     /// Compute pipelines created on this device, by WGSL source.
     pipelines: Arc<Mutex<HashMap<String, wgpu::ComputePipeline>>>,
+    /// Chooses matmul kernels for this adapter (shared by the process's devices).
+    pub autotuner: Arc<super::autotune::Autotuner>,
 }
 
 /// Pipelines kept per device; past this the cache starts again (a long-running server
@@ -221,7 +229,14 @@ impl GpuContext {
             adapter: summary,
             limits,
             pipelines: Arc::default(),
+            autotuner: super::autotune::Autotuner::from_env(),
         })
+    }
+
+    /// The same device with kernels chosen by `autotuner` (tests, tools).
+    pub fn with_autotuner(mut self, autotuner: Arc<super::autotune::Autotuner>) -> GpuContext {
+        self.autotuner = autotuner;
+        self
     }
 
     /// The device for people: `adapter (backend)`.

@@ -7,8 +7,9 @@
 //! queries when the adapter has them, so every pass becomes a compute event.
 
 use super::context::GpuContext;
-use super::program::{lower_plan, Buffer, Program};
+use super::program::{lower_plan_tuned, Buffer, Program};
 use super::readback::{finish_map, map_read, start_map, wait_idle, MapPending};
+use super::tuning::Tuning;
 use crate::error::RunError;
 use crate::exec::device::{CompileStats, Executable, TraceContext, Values};
 use crate::plan::Plan;
@@ -159,6 +160,25 @@ fn check_limits(plan: &Plan, program: &Program, limits: &wgpu::Limits) -> Result
     Ok(())
 }
 
+/// The plan lowered with the matmul variants the device's autotuner chooses for the
+/// problems it holds (measured now for classes the cache lacks).
+async fn tuned_program(ctx: &GpuContext, plan: &Plan) -> Result<Program, RunError> {
+    if let Some(v) = ctx.autotuner.forced() {
+        return lower_plan_tuned(plan, &Tuning::forced(v));
+    }
+    let defaults = Tuning::none();
+    let program = lower_plan_tuned(plan, &defaults)?;
+    let tasks = defaults.met();
+    if tasks.is_empty() || !ctx.autotuner.enabled() {
+        return Ok(program);
+    }
+    let chosen = super::variant_timing::tuned_variants(ctx, &tasks).await?;
+    if chosen.is_empty() {
+        return Ok(program);
+    }
+    lower_plan_tuned(plan, &Tuning::with(chosen))
+}
+
 impl GpuExecutable {
     /// Compiles a plan with `prefetch` slots: lowers it, allocates, uploads weights and
     /// constants, builds (or reuses) every pipeline and every bind group, and the ring.
@@ -185,7 +205,7 @@ impl GpuExecutable {
         let device = &ctx.device;
         plan.validate()?;
         plan.check_weights(weights)?;
-        let program = lower_plan(&plan)?;
+        let program = tuned_program(ctx, &plan).await?;
         check_limits(&plan, &program, &ctx.limits)?;
         if plan.values.iter().any(|v| v.layout == Storage::F16)
             && !device.features().contains(wgpu::Features::SHADER_F16)

@@ -363,6 +363,8 @@ pub struct LowerCtx<'a> {
     pub epilogue: &'a Epilogue,
     /// Accumulate in f16 (precision `f16`) instead of f32.
     pub f16_compute: bool,
+    /// Tuned kernel choices.
+    pub tuning: &'a super::tuning::Tuning,
 }
 
 /// Puts `enable f16;` in front of a shader that uses `f16` anywhere, once.

@@ -2,8 +2,11 @@
 //! lowered to WGSL passes ([`program`], one lowering file per operator family in
 //! [`lower`], kernel building blocks in [`kernel`]), compiled executables
 //! ([`executable`]), the [`Device`](crate::exec::device::Device) seam ([`device`]), the
-//! 16-bit storage probe and the rate calibration ([`probe`]).
+//! 16-bit storage probe and the rate calibration ([`probe`]), and the matmul kernel
+//! variants and choices ([`tuning`]) the autotuner measures per adapter
+//! ([`variant_timing`]) and keeps ([`autotune`]).
 
+pub mod autotune;
 pub mod context;
 pub mod device;
 pub mod executable;
@@ -12,6 +15,8 @@ pub mod lower;
 pub mod probe;
 pub mod program;
 mod readback;
+pub mod tuning;
+pub mod variant_timing;
 
 pub use context::{AdapterSummary, GpuContext};
 #[cfg(all(feature = "native", not(target_arch = "wasm32")))]

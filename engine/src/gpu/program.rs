@@ -6,6 +6,7 @@
 use super::kernel::{f32_literal, Epilogue, Kernel, LowerCtx, Lowering, Slot};
 use super::lower::elementwise::elementwise_kernel;
 use super::lower::{lower_op, pointwise_wgsl};
+use super::tuning::Tuning;
 use crate::error::RunError;
 use crate::plan::expr::{Expr, Operand};
 use crate::plan::{Plan, Precision, Step, Work};
@@ -83,7 +84,11 @@ fn statements(expr: &Expr, operand: &dyn Fn(usize) -> String) -> Result<(String,
 }
 
 /// The kernels of one step and the f32 element counts of the scratch buffers they use.
-fn step_kernels(plan: &Plan, step: &Step) -> Result<(Vec<Kernel>, Vec<usize>), String> {
+fn step_kernels(
+    plan: &Plan,
+    step: &Step,
+    tuning: &Tuning,
+) -> Result<(Vec<Kernel>, Vec<usize>), String> {
     let inputs: Vec<Concrete> = step.inputs.iter().map(|&v| concrete(plan, v)).collect();
     let outputs: Vec<Concrete> = step.outputs.iter().map(|&v| concrete(plan, v)).collect();
     let params: Vec<Concrete> = step.params.iter().map(|&v| concrete(plan, v)).collect();
@@ -114,6 +119,7 @@ fn step_kernels(plan: &Plan, step: &Step) -> Result<(Vec<Kernel>, Vec<usize>), S
                 params: &params,
                 epilogue: &Epilogue::identity(),
                 f16_compute,
+                tuning,
             },
         )?,
         Work::Fused(expr) => {
@@ -144,6 +150,7 @@ fn step_kernels(plan: &Plan, step: &Step) -> Result<(Vec<Kernel>, Vec<usize>), S
                     params: &params,
                     epilogue: &epilogue,
                     f16_compute,
+                    tuning,
                 },
             )?
         }
@@ -154,18 +161,25 @@ fn step_kernels(plan: &Plan, step: &Step) -> Result<(Vec<Kernel>, Vec<usize>), S
     })
 }
 
-/// Lowers every step of a plan to WGSL passes. Passes with nothing to do (empty tensors)
-/// are left out.
+/// Lowers every step of a plan to WGSL passes with the default kernel choices. Passes with
+/// nothing to do (empty tensors) are left out.
 pub fn lower_plan(plan: &Plan) -> Result<Program, RunError> {
+    lower_plan_tuned(plan, &Tuning::none())
+}
+
+/// [`lower_plan`] with the kernel choices of `tuning` (which notes the tunable problems
+/// it meets).
+pub fn lower_plan_tuned(plan: &Plan, tuning: &Tuning) -> Result<Program, RunError> {
     let mut program = Program {
         passes: Vec::new(),
         scratch: Vec::new(),
     };
     for (i, step) in plan.steps.iter().enumerate() {
-        let (kernels, scratch) = step_kernels(plan, step).map_err(|message| RunError::Op {
-            node: step.node.clone(),
-            message,
-        })?;
+        let (kernels, scratch) =
+            step_kernels(plan, step, tuning).map_err(|message| RunError::Op {
+                node: step.node.clone(),
+                message,
+            })?;
         let base = program.scratch.len();
         program
             .scratch

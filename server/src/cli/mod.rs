@@ -1,5 +1,6 @@
 //! Command-line interface: argument definitions and dispatch to one module per command.
 
+mod autotune;
 mod bench;
 mod devices;
 mod load;
@@ -80,6 +81,16 @@ enum Command {
         /// Measure the rates again instead of using the kept calibration.
         #[arg(long)]
         recalibrate: bool,
+    },
+    /// Show the matmul kernels the autotuner chose for each adapter and problem class,
+    /// with every variant it tried and its time (the cache compiles read and fill).
+    Autotune {
+        /// Print JSON (the cache file's contents).
+        #[arg(long)]
+        json: bool,
+        /// Delete the cache, so that the next compiles measure again.
+        #[arg(long)]
+        clear: bool,
     },
     /// Import an ONNX model: write a graph file and its weights (safetensors).
     Import {
@@ -498,6 +509,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             limits,
         } => validate::validate(&graph, json, &limits.0),
         Command::Devices { json, recalibrate } => devices::devices(json, recalibrate),
+        Command::Autotune { json, clear } => autotune::show(json, clear),
         Command::Import {
             model,
             out,

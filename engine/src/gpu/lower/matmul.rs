@@ -1,7 +1,9 @@
 //! GPU lowering of the matmul family.
 
 use super::Lower;
+use crate::gpu::kernel::variant as variant_of;
 use crate::gpu::kernel::*;
+use crate::gpu::tuning::{vectorised, MatmulTypes, MatmulVariant};
 use crate::ops::matmul::*;
 
 const SHADER: &str = include_str!("../../../../shaders/matmul.wgsl");
@@ -43,12 +45,14 @@ impl Lower for MatMulOp {
             bias: ctx.params.get(1).map_or(Storage::F32, |c| c.storage),
             f16_accumulate: ctx.f16_compute,
         };
+        let variant = ctx.tuning.matmul_variant(&problem, types);
         Ok(Lowering::Kernels(vec![matmul_kernel(
             &problem,
             b_slot,
             bias,
             ctx.epilogue,
             types,
+            variant,
         )?]))
     }
 }
@@ -86,29 +90,62 @@ fn vec4_binding(decls: &mut String, binding: u32, name: &str, storage: Storage, 
     }
 }
 
-/// The types a matmul kernel works with: storages of A, B, C and the bias, and the
-/// accumulator type.
-#[derive(Debug, Clone, Copy)]
-pub struct MatmulTypes {
-    /// A.
-    pub a: Storage,
-    /// B.
-    pub b: Storage,
-    /// C.
-    pub c: Storage,
-    /// The bias (if any).
-    pub bias: Storage,
-    /// Accumulate in f16 (f16 precision mode) instead of f32.
-    pub f16_accumulate: bool,
+/// The statements of a register block of `rows` × `cols` vec4 columns (see the `blocked`
+/// variant of `shaders/matmul.wgsl`): clamped row and column indices, the products of one
+/// vec4 step along K, and the guarded stores.
+fn blocked(rows: u32, cols: u32) -> [(&'static str, String); 3] {
+    let acc = "vec4<{{ACC}}>";
+    let mut setup = String::new();
+    for c in 0..cols {
+        setup.push_str(&format!(
+            "    let bc{c} = b_base + min(col4 + {c}u, n4 - 1u);\n"
+        ));
+    }
+    for r in 0..rows {
+        setup.push_str(&format!(
+            "    let ra{r} = a_base + min(row0 + {r}u, m - 1u) * k4;\n"
+        ));
+        for c in 0..cols {
+            setup.push_str(&format!("    var acc{r}_{c} = {acc}(0.0);\n"));
+        }
+    }
+    let mut step = String::new();
+    for c in 0..cols {
+        for j in 0..4 {
+            let plus = ["", " + n4", " + 2u * n4", " + 3u * n4"][j];
+            step.push_str(&format!(
+                "        let b{c}_{j} = {acc}(ld4_b(bc{c} + kb{plus}));\n"
+            ));
+        }
+    }
+    for r in 0..rows {
+        step.push_str(&format!("        let a{r} = {acc}(ld4_a(ra{r} + k));\n"));
+        for c in 0..cols {
+            step.push_str(&format!(
+                "        acc{r}_{c} = fma({acc}(a{r}.x), b{c}_0, fma({acc}(a{r}.y), b{c}_1, fma({acc}(a{r}.z), b{c}_2, fma({acc}(a{r}.w), b{c}_3, acc{r}_{c}))));\n"
+            ));
+        }
+    }
+    let mut store = String::new();
+    for r in 0..rows {
+        for c in 0..cols {
+            store.push_str(&format!(
+                "    if (row0 + {r}u < m && col4 + {c}u < n4) {{\n        st4_c(c_base + (row0 + {r}u) * n4 + col4 + {c}u, epilogue(vec4<f32>(acc{r}_{c}), col4 + {c}u));\n    }}\n"
+            ));
+        }
+    }
+    [("SETUP", setup), ("STEP", step), ("STORE", store)]
 }
 
-/// Builds the kernel for a problem; `bias` binds the weight slot after B.
+/// Builds the kernel for a problem; `bias` binds the weight slot after B; `variant` says
+/// how vec4 kernels share out C (problems without vec4 loads take the scalar kernel).
 pub fn matmul_kernel(
     p: &Problem,
     b_slot: Slot,
     bias: bool,
     epilogue: &Epilogue,
     types: MatmulTypes,
+    variant: MatmulVariant,
 ) -> Result<Kernel, String> {
     let batches = p.offsets.len();
     if batches > MAX_GROUPS as usize {
@@ -121,7 +158,7 @@ pub fn matmul_kernel(
         info.push(word(oa)?);
         info.push(word(ob)?);
     }
-    let vec4 = p.k.is_multiple_of(4) && p.n.is_multiple_of(4) && p.k > 0;
+    let vec4 = vectorised(p);
     let acc = if types.f16_accumulate { "f16" } else { "f32" };
     let mut decls = String::from("@group(0) @binding(0) var<storage, read> info: array<u32>;\n");
     let mut slots = vec![Slot::Input(0), b_slot, Slot::Output(0)];
@@ -135,13 +172,37 @@ pub fn matmul_kernel(
         } else {
             "vec4<f32>(0.0)"
         };
-        let gx = (p.n / 4).div_ceil(8);
-        let gy = p.m.div_ceil(4).div_ceil(8);
-        let body = fill(
-            variant(SHADER, "vec4"),
-            &[("BIAS", bias_read.into()), ("ACC", acc.into())],
+        let n4 = p.n / 4;
+        let epilogue = fill(
+            variant_of(SHADER, "epilogue"),
+            &[("BIAS", bias_read.into())],
         );
-        ("vec4", [word(gx)?, word(gy)?, batches as u32], body)
+        let (template, marks, groups) = match variant {
+            MatmulVariant::Blocked { rows, cols, wx, wy } => {
+                let mut marks = blocked(rows, cols).to_vec();
+                marks.extend([
+                    ("ROWS", rows.to_string()),
+                    ("COLS", cols.to_string()),
+                    ("WX", wx.to_string()),
+                    ("WY", wy.to_string()),
+                ]);
+                let groups = (
+                    n4.div_ceil((cols * wx) as usize),
+                    p.m.div_ceil((rows * wy) as usize),
+                );
+                ("blocked", marks, groups)
+            }
+            MatmulVariant::Tiled => ("tiled", Vec::new(), (n4.div_ceil(16), p.m.div_ceil(64))),
+        };
+        // The generated block holds {{ACC}} too, so it is filled in last.
+        let mut marks = marks;
+        marks.push(("ACC", acc.into()));
+        let body = fill(variant_of(SHADER, template), &marks);
+        (
+            template,
+            [word(groups.0)?, word(groups.1)?, batches as u32],
+            format!("{epilogue}\n{body}"),
+        )
     } else {
         let mut b = Bindings::new();
         b.add("a", Slot::Input(0), types.a, false);
@@ -153,7 +214,7 @@ pub fn matmul_kernel(
         decls = b.wgsl();
         let bias_read = if bias { "ld_bias(col)" } else { "0.0" };
         let value = fill(
-            variant(SHADER, "scalar"),
+            variant_of(SHADER, "scalar"),
             &[("BIAS", bias_read.into()), ("ACC", acc.into())],
         );
         let n = p.m * p.n * batches;
@@ -181,6 +242,11 @@ pub fn matmul_kernel(
         super::elementwise::helpers(),
         epilogue.wgsl(first_extra)
     );
+    let name = match (vec4, variant) {
+        (true, v) if v != MatmulVariant::DEFAULT => format!("vec4 {}", v.name()),
+        (true, _) => "vec4".to_string(),
+        (false, _) => name.to_string(),
+    };
     Ok(Kernel {
         label: format!("matmul {name}{}", epilogue.label()),
         source,
