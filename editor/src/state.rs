@@ -230,6 +230,9 @@ pub struct RunView {
     pub memory: Option<(u64, u64)>,
     /// Where compute times come from.
     pub timing: Option<String>,
+    /// The matmul kernels the autotuner chose for this run's adapter, one line each
+    /// (browser runs; `None` where the editor cannot know, as for server runs).
+    pub tuning: Option<Vec<String>>,
 }
 
 impl Default for RunView {
@@ -245,6 +248,7 @@ impl Default for RunView {
             devices: Vec::new(),
             memory: None,
             timing: None,
+            tuning: None,
         }
     }
 }

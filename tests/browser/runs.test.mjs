@@ -3,14 +3,17 @@
 // 2-stage, 4-micro-batch pipeline shows its warm-up (compiling pipelines) apart from the
 // measured micro-batches; the Gantt, the heat map and the utilisation chart have legends
 // and tooltips in milliseconds; every figure says what it means; the same run again,
-// compiled already, has no warm-up; opening another graph clears the charts. Timings are
-// printed, never asserted.
+// compiled already, has no warm-up; opening another graph clears the charts; a browser
+// run of a large matrix product tunes its kernel for the page's adapter and lists every
+// variant tried. Timings are printed, never asserted.
 
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
-import { closeNotice, launchChromium, openEditor, screenshotDir, setField, startServer } from './support.mjs';
+import { closeNotice, launchChromium, noticeAfter, openEditor, screenshotDir, setField, startServer } from './support.mjs';
 
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const RUN_TIMEOUT = 240_000;
 const MS = /\d+\.\d+ ms/;
 
@@ -144,6 +147,34 @@ describe('the run charts', { timeout: 600_000 }, () => {
     await page.locator('#open-graph').selectOption('cnn');
     await page.locator('#charts').waitFor({ state: 'detached' });
     assert.equal(await page.getAttribute('#run-status', 'data-status'), 'idle');
+    assert.deepEqual(pageErrors, []);
+  });
+
+  it('tunes a large matrix product for this browser\'s WebGPU adapter and says what it tried and chose', async () => {
+    await page.waitForFunction(() => document.querySelector('#browser-gpu')?.textContent.startsWith('this browser:'), null, { timeout: 60_000 });
+    const notice = await noticeAfter(page, () => page.setInputFiles('#import-file', join(ROOT, 'assets/bench/w1_matmul.json')));
+    assert.match(notice, /^imported 'w1_matmul\.json'/);
+    await closeNotice(page);
+    await page.locator('button[data-tab="Run"]').click();
+    await setField(page.locator('#run-batch'), '128');
+    await setField(page.locator('#run-microbatches'), '1');
+    await setField(page.locator('#run-stages'), '1');
+    await page.locator('#run-target').selectOption('browser');
+    await run();
+    const figure = page.locator('#run-figures .figure[data-figure="kernels"]');
+    const value = await figure.locator('.figure-value').textContent();
+    const lines = (await figure.getAttribute('title')).split('\n').slice(1);
+    console.log(`browser run of w1_matmul at batch 128, kernels: ${value}`);
+    for (const line of lines) console.log(`  ${line}`);
+    assert.equal(value, '1 tuned');
+    assert.equal(lines.length, 1);
+    const variant = '(?:blocked \\d+x\\d+ \\d+x\\d+|tiled 64x64)';
+    assert.match(lines[0], new RegExp(`^m128 n1024 k1024 f32·f32→f32 f32: chose ${variant} \\(measured; tried `));
+    const tried = [...lines[0].matchAll(new RegExp(`(${variant}) (\\d+\\.\\d+) ms`, 'g'))];
+    assert.ok(tried.length >= 2, `tried ${tried.length} variants`);
+    const chosen = lines[0].match(new RegExp(`chose (${variant})`))[1];
+    assert.ok(tried.some((t) => t[1] === chosen), 'the chosen variant was among those tried');
+    await page.locator('#charts').screenshot({ path: join(shots, 'run-browser-tuned.png') });
     assert.deepEqual(pageErrors, []);
   });
 });

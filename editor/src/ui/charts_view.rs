@@ -385,6 +385,19 @@ fn figures_view(run: &RunView, figures: Option<&Figures>) -> impl IntoView {
         .map(|(p, a)| format!("{} planned · {} allocated", mib(p), mib(a)))
         .unwrap_or_else(|| "—".into());
     let (timing, timing_line, timing_more) = timing_words(run.timing.as_deref());
+    let tuning = match &run.tuning {
+        None => "—".to_string(),
+        Some(lines) if lines.is_empty() => "defaults".into(),
+        Some(lines) => format!("{} tuned", lines.len()),
+    };
+    let tuning_more = match &run.tuning {
+        None => "Server runs: `sluice autotune` on the server lists the matmul kernels chosen for its adapters.".to_string(),
+        Some(lines) if lines.is_empty() => "No matrix product here is large enough to tune: every one runs the default kernel.".to_string(),
+        Some(lines) => format!(
+            "Each class of matrix product (sizes rounded up to powers of two, storage types) runs the variant measured fastest on this adapter, once per page:\n{}",
+            lines.join("\n")
+        ),
+    };
     // (name, value, the line shown under it, the longer word in its tooltip)
     let rows = [
         (
@@ -445,6 +458,10 @@ fn figures_view(run: &RunView, figures: Option<&Figures>) -> impl IntoView {
                     <div class="figure-doc">{line}</div>
                 </div>
             }).collect_view()}
+            <div class="figure" data-figure="kernels" title=tuning_more>
+                <span class="figure-name">"kernels"</span>" "<span class="figure-value">{tuning}</span>
+                <div class="figure-doc">"matmul variants the autotuner chose for this adapter"</div>
+            </div>
         </div>
     }
 }

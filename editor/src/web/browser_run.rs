@@ -10,7 +10,7 @@ use crate::state::{EditorState, OutputView, RunStatus, RunView, Target, UpdateRu
 use leptos::prelude::*;
 use sluice_engine::exec::device::Device;
 use sluice_engine::exec::{dataset, Concurrency, RunConfig, RunContext, Session};
-use sluice_engine::gpu::GpuDevice;
+use sluice_engine::gpu::{autotune, GpuDevice};
 use sluice_engine::plan::Precision;
 use sluice_engine::telemetry::Event;
 use wasm_bindgen::JsCast;
@@ -105,6 +105,24 @@ pub fn start(state: EditorState) {
     });
 }
 
+/// A tuning decision for people: the class, the variant chosen, whether it was measured
+/// now, and every variant tried with its time.
+fn tuning_line(d: &autotune::Decision) -> String {
+    let tried: Vec<String> = d
+        .record
+        .tried
+        .iter()
+        .map(|t| format!("{} {:.2} ms", t.variant, t.ms))
+        .collect();
+    let how = if d.measured { "measured" } else { "cached" };
+    format!(
+        "{}: chose {} ({how}; tried {})",
+        d.class,
+        d.record.chosen,
+        tried.join(", ")
+    )
+}
+
 async fn run(
     state: EditorState,
     doc: &sluice_engine::graph::GraphDoc,
@@ -136,9 +154,15 @@ async fn run(
         .into_iter()
         .map(|d| Box::new(d) as Box<dyn Device>)
         .collect();
+    let decided = autotune::decisions_so_far().len();
     let mut session = Session::compile(&graph, &weights, &config, devices, &progress)
         .await
         .map_err(|e| e.to_string())?;
+    let tuning: Vec<String> = autotune::decisions_so_far()
+        .into_iter()
+        .skip(decided)
+        .map(|d| tuning_line(&d))
+        .collect();
     update(&|r| {
         r.devices = session
             .device_names()
@@ -149,6 +173,7 @@ async fn run(
             })
             .collect();
         r.status = RunStatus::Active("running".into());
+        r.tuning = Some(tuning.clone());
     });
     let observe = |e: &Event| update(&|r| r.events.push(e.clone()));
     let ctx = RunContext {
