@@ -208,7 +208,9 @@ impl GpuContext {
 
     async fn open(adapter: wgpu::Adapter) -> Result<GpuContext, RunError> {
         let summary = AdapterSummary::of(&adapter);
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+        let wanted = wgpu::Features::SHADER_F16
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {

@@ -3,8 +3,10 @@
 //! and constants uploaded once, pipelines (shared per device) and bind groups created
 //! once. Micro-batches stream through a ring of `prefetch` slots: the host uploads
 //! micro-batch m+1.. into free input slots while the device computes m, and results come
-//! back through a ring of readback slots with `map_async`. Each pass carries timestamp
-//! queries when the adapter has them, so every pass becomes a compute event.
+//! back through a ring of readback slots with `map_async`. A micro-batch's passes are
+//! recorded into one compute pass; when timed, each is bracketed by timestamp queries
+//! (inside that compute pass where the adapter allows it), so every pass becomes a
+//! compute event.
 
 use super::context::GpuContext;
 use super::program::{lower_plan_tuned, Buffer, Program};
@@ -27,9 +29,21 @@ struct CompiledPass {
     workgroups: [u32; 3],
 }
 
+impl CompiledPass {
+    fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        let [x, y, z] = self.workgroups;
+        pass.dispatch_workgroups(x, y, z);
+    }
+}
+
 /// Timestamp queries around every pass, and how device ticks map to the host clock.
 struct Timestamps {
     queries: wgpu::QuerySet,
+    /// Written between dispatches inside one compute pass (the adapter allows it), not as
+    /// a compute pass's beginning and end.
+    inside_passes: bool,
     resolve: wgpu::Buffer,
     /// Nanoseconds per tick.
     period: f64,
@@ -426,6 +440,9 @@ impl GpuExecutable {
         let host_mid = (h0 as f64 + h1 as f64) / 2.0;
         Ok(Timestamps {
             queries,
+            inside_passes: device
+                .features()
+                .contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
             resolve,
             period,
             offset: (host_mid - device_mid) as i128,
@@ -474,24 +491,41 @@ impl GpuExecutable {
         Ok(())
     }
 
-    /// Records every pass, each its own compute pass (timestamped when asked and possible).
+    /// Records every pass `repeat` times. Untimed, all go into one compute pass (wgpu orders
+    /// each dispatch after the writes it reads); timed, each dispatch is bracketed by
+    /// timestamps written inside that one compute pass where the adapter allows it, else
+    /// each dispatch becomes its own timestamped compute pass.
     fn encode_passes(&self, encoder: &mut wgpu::CommandEncoder, repeat: usize, timestamps: bool) {
+        let timed = self.timestamps.as_ref().filter(|_| timestamps);
+        if let Some(t) = timed.filter(|t| !t.inside_passes) {
+            for _ in 0..repeat {
+                for (i, p) in self.passes.iter().enumerate() {
+                    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(&p.label),
+                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                            query_set: &t.queries,
+                            beginning_of_pass_write_index: Some(2 * i as u32),
+                            end_of_pass_write_index: Some(2 * i as u32 + 1),
+                        }),
+                    });
+                    p.dispatch(&mut pass);
+                }
+            }
+            return;
+        }
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("passes"),
+            timestamp_writes: None,
+        });
         for _ in 0..repeat {
             for (i, p) in self.passes.iter().enumerate() {
-                let writes = self.timestamps.as_ref().filter(|_| timestamps).map(|t| {
-                    wgpu::ComputePassTimestampWrites {
-                        query_set: &t.queries,
-                        beginning_of_pass_write_index: Some(2 * i as u32),
-                        end_of_pass_write_index: Some(2 * i as u32 + 1),
-                    }
-                });
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(&p.label),
-                    timestamp_writes: writes,
-                });
-                pass.set_pipeline(&p.pipeline);
-                pass.set_bind_group(0, &p.bind_group, &[]);
-                pass.dispatch_workgroups(p.workgroups[0], p.workgroups[1], p.workgroups[2]);
+                if let Some(t) = timed {
+                    pass.write_timestamp(&t.queries, 2 * i as u32);
+                }
+                p.dispatch(&mut pass);
+                if let Some(t) = timed {
+                    pass.write_timestamp(&t.queries, 2 * i as u32 + 1);
+                }
             }
         }
     }
