@@ -95,8 +95,14 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
             "20",
         ],
     )?;
-    let w2_b1 = sluice_json(s, &["bench", &g("w2_mlp"), "--batch", "1", "--reps", "20"])?;
-    let w2_b64 = sluice_json(s, &["bench", &g("w2_mlp"), "--batch", "64", "--reps", "20"])?;
+    // Latency: one request at a time (see `Workloads::run`).
+    let latency = |batch: &str| {
+        let w2 = g("w2_mlp");
+        let mut args = vec!["bench", &w2, "--batch", batch];
+        args.extend(["--reps", "20", "--prefetch", "1"]);
+        sluice_json(s, &args)
+    };
+    let (w2_b1, w2_b64) = (latency("1")?, latency("64")?);
     // W3: 32 elementwise ops and a sum over 2^20 floats, fused and not.
     let w3 = sluice_json(s, &["bench", &g("w3_chain"), "--reps", "20"])?;
     let w3_nf = sluice_json(s, &["bench", &g("w3_chain"), "--reps", "5", "--no-fuse"])?;
@@ -362,11 +368,18 @@ impl Workloads {
             "assets/bench/w2_mlp.json",
             "assets/bench/w3_chain.json",
         );
+        // Latency: one request at a time, as the peer measures it (with more in flight,
+        // each would also wait for the one before).
+        let latency = |batch: &str| {
+            let mut args = vec!["bench", w2, "--batch", batch];
+            args.extend(["--reps", "20", "--prefetch", "1"]);
+            run(&args)
+        };
         Ok(Workloads {
             w1: run(&["bench", w1, "--batch", "1024", "--reps", "5"])?,
             w2: run(&["bench", w2, "--batch", "256", "--reps", "20"])?,
-            w2_b1: run(&["bench", w2, "--batch", "1", "--reps", "20"])?,
-            w2_b64: run(&["bench", w2, "--batch", "64", "--reps", "20"])?,
+            w2_b1: latency("1")?,
+            w2_b64: latency("64")?,
             w3: run(&["bench", w3, "--reps", "20"])?,
         })
     }
