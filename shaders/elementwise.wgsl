@@ -165,6 +165,27 @@ fn value(i: u32) -> f32 {
     return {{EXPR}};
 }
 
+//! variant value4
+// The value of one output element from its inputs' elements x0.. (f32), for kernels that
+// read and write four neighbouring elements at a time (`vec4` entry point below).
+fn value({{PARAMS}}) -> f32 {
+{{BODY}}
+    return {{EXPR}};
+}
+
+// Four elements per invocation, each input and the output moved as one vec4: software
+// rasterisers (lavapipe) move a vec4 as cheaply as one element, and GPUs coalesce it.
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = gid.x + gid.y * nwg.x * {{WG}}u;
+    _ = info[0];
+    if (t >= {{N4}}u) {
+        return;
+    }
+{{LOADS}}
+    dst[t] = vec4<f32>({{LANES}});
+}
+
 //! variant words
 // An i32 or bool output (i32 arithmetic, `where` over i32 or bool values): inputs read
 // from their i32 or u32 arrays as they are, never through f32. info as above.

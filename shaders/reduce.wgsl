@@ -164,6 +164,43 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 
+//! variant split4
+// `split` for sums over trailing axes of f32 data whose length is a multiple of 4: each
+// invocation reads four neighbouring elements as one vec4 (what software rasterisers and
+// GPUs move fastest); {{SEG_LEN}} counts vec4s here.
+var<workgroup> partial: array<{{ACC}}, {{WG}}>;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wid.x + wid.y * nwg.x;
+    if (g >= info[0] * {{SEGMENTS}}u) {
+        return;
+    }
+    let count4 = info[1] / 4u;
+    let base = (g / {{SEGMENTS}}u) * count4;
+    let first = (g % {{SEGMENTS}}u) * {{SEG_LEN}}u;
+    let end = min(first + {{SEG_LEN}}u, count4);
+    var acc = {{INIT}};
+    for (var r = first + lid; r < end; r = r + {{WG}}u) {
+        let v = src4[base + r];
+        acc = combine(acc, {{ACC}}(lift(v.x)));
+        acc = combine(acc, {{ACC}}(lift(v.y)));
+        acc = combine(acc, {{ACC}}(lift(v.z)));
+        acc = combine(acc, {{ACC}}(lift(v.w)));
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
+        if (lid < s) {
+            partial[lid] = combine(partial[lid], partial[lid + s]);
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        st_part(g, f32(partial[0]));
+    }
+}
+
 //! variant segments
 // Second pass of `split`: output o combines its {{SEGMENTS}} partial results in order, then
 // scales and finishes them (entry point generated). `info` = [n_out, scale bits].

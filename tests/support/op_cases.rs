@@ -1468,9 +1468,9 @@ pub fn op_cases() -> Vec<OpCase> {
     // Reductions long enough to be split across workgroups (two passes on the GPU). Last,
     // so that the cases before keep their seeds.
     for (shape, axes, keep) in [
-        (vec![3, 9000], json!([1]), false),
-        (vec![4100, 2, 3], json!([0, 2]), true),
-        (vec![20000], json!(null), false),
+        (vec![3, 70000], json!([1]), false),
+        (vec![33000, 2, 3], json!([0, 2]), true),
+        (vec![131075], json!(null), false),
     ] {
         for op in [
             "reduce_sum",

@@ -231,6 +231,60 @@ fn integer_kernel(
     })
 }
 
+/// An elementwise kernel over f32 inputs of the output's shape, four elements a time
+/// (`n` a multiple of 4).
+fn vec4_kernel(
+    label: &str,
+    stmts: &str,
+    expr: &str,
+    inputs: usize,
+    n: usize,
+    info: Vec<u32>,
+) -> Result<Kernel, String> {
+    let mut decls = String::from(
+        "@group(0) @binding(0) var<storage, read> info: array<u32>;\n\
+         @group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;\n",
+    );
+    let mut slots = vec![Slot::Output(0)];
+    let mut loads = String::new();
+    for i in 0..inputs {
+        decls.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read> src{i}: array<vec4<f32>>;\n",
+            i + 2
+        ));
+        slots.push(Slot::Input(i));
+        loads.push_str(&format!("    let v{i} = src{i}[t];\n"));
+    }
+    let params: Vec<String> = (0..inputs).map(|i| format!("x{i}: f32")).collect();
+    let lanes: Vec<String> = ["x", "y", "z", "w"]
+        .iter()
+        .map(|c| {
+            let args: Vec<String> = (0..inputs).map(|i| format!("v{i}.{c}")).collect();
+            format!("value({})", args.join(", "))
+        })
+        .collect();
+    let n4 = n / 4;
+    let body = fill(
+        variant(SHADER, "value4"),
+        &[
+            ("PARAMS", params.join(", ")),
+            ("BODY", stmts.to_string()),
+            ("EXPR", expr.to_string()),
+            ("WG", WG.to_string()),
+            ("N4", n4.to_string()),
+            ("LOADS", loads),
+            ("LANES", lanes.join(", ")),
+        ],
+    );
+    Ok(Kernel {
+        label: format!("{label} vec4"),
+        source: format!("{decls}\n{}\n{body}", helpers()),
+        slots,
+        info,
+        workgroups: dispatch_1d(n4, WG)?,
+    })
+}
+
 /// One elementwise kernel: `stmts` then `expr` over inputs `x0..`, into an output of `out`
 /// shape stored as `out_storage`. Inputs of dtype bool are read as `x{i}: bool`. With
 /// `in_place = Some(k)`, input k (same shape and storage as the output) is read from the
@@ -256,6 +310,15 @@ pub fn elementwise_kernel(
         }
     }
     let (info, contiguous) = element_info(inputs, out)?;
+    let all_f32 = |t: &Concrete| t.dtype == DType::F32 && t.storage == Storage::F32;
+    if contiguous
+        && in_place.is_none()
+        && out_storage == Storage::F32
+        && inputs.iter().all(all_f32)
+        && n.is_multiple_of(4)
+    {
+        return vec4_kernel(label, stmts, expr, inputs.len(), n, info);
+    }
     let mut b = Bindings::new();
     b.add("dst", Slot::Output(0), out_storage, true);
     let mut loads = String::new();

@@ -163,16 +163,17 @@ fn top_k_kernels(ctx: &LowerCtx, a: usize, k: usize, largest: bool) -> Result<Ve
 /// Reductions at least this long into fewer than [`SPLIT_MAX_OUTPUTS`] outputs are split
 /// into segments reduced by workgroups of their own (two passes), so that a single sum
 /// over a large tensor keeps every core of the device busy.
-const SPLIT_MIN_COUNT: usize = 8192;
+const SPLIT_MIN_COUNT: usize = 2 * SPLIT_SEGMENT;
 
 /// See [`SPLIT_MIN_COUNT`].
 const SPLIT_MAX_OUTPUTS: usize = 256;
 
-/// Elements each workgroup of a split reduction reduces (about).
-const SPLIT_SEGMENT: usize = 4096;
+/// Elements each workgroup of a split reduction reduces (about): enough that software
+/// rasterisers, whose workgroup barriers are dear, spend their time reading.
+const SPLIT_SEGMENT: usize = 32768;
 
 /// The kernels reducing `input` over `axes` (sorted) into `output` as `kind` says: sums
-/// accumulate in f16 when `f16_compute`, products, norms, extrema and indices always work
+/// accumulate in f16 when `f16_compute` (but for split ones), products, norms, extrema and indices always work
 /// in f32; `last` (argmax, argmin) gives ties to the last index. Long reductions into few
 /// outputs take two passes through f32 scratch (see [`SPLIT_MIN_COUNT`]).
 pub fn reduce_kernel(
@@ -252,6 +253,7 @@ pub fn reduce_kernel(
             workgroups: dispatch_1d(n_out, WG)?,
         }]));
     }
+    let split = count >= SPLIT_MIN_COUNT && n_out < SPLIT_MAX_OUTPUTS;
     let (acc, combine, init) = match kind {
         ReduceKind::Max if count == 0 => {
             return Err(format!("{label} over an empty axis has no value"));
@@ -262,7 +264,8 @@ pub fn reduce_kernel(
         ReduceKind::Min => ("f32", "min", "bitcast<f32>(0x7f800000u | (info[0] & 0u))"),
         ReduceKind::Prod => ("f32", "prod", "f32(1.0)"),
         ReduceKind::L2 => ("f32", "sum", "f32(0.0)"),
-        _ if f16_compute => ("f16", "sum", "f16(0.0)"),
+        // A long f16 running sum loses whole units: split reductions add in f32.
+        _ if f16_compute && !split => ("f16", "sum", "f16(0.0)"),
         _ => ("f32", "sum", "f32(0.0)"),
     };
     let (lift, finish) = if kind == ReduceKind::L2 {
@@ -278,13 +281,18 @@ pub fn reduce_kernel(
             &[("LIFT", lift.into()), ("FINISH", finish.into())]
         )
     );
-    if count >= SPLIT_MIN_COUNT && n_out < SPLIT_MAX_OUTPUTS {
+    if split {
+        // Sums of f32 rows a multiple of 4 long read them four elements at a time.
+        let vec4 = contiguous
+            && input.storage == Storage::F32
+            && count.is_multiple_of(4)
+            && matches!(kind, ReduceKind::Sum | ReduceKind::Mean | ReduceKind::L2);
         return split_kernels(
             label,
             (input, output),
             info,
             (common, &combine),
-            (acc, init),
+            (acc, init, vec4),
             scale,
         );
     }
@@ -338,12 +346,18 @@ fn split_kernels(
     (input, output): (&Concrete, &Concrete),
     info: Vec<u32>,
     functions: (&str, &str),
-    (acc, init): (&str, &str),
+    (acc, init, vec4): (&str, &str, bool),
     scale: f32,
 ) -> Result<Lowering, String> {
     let (n_out, count) = (info[0] as usize, info[1] as usize);
-    let seg_len = SPLIT_SEGMENT.min(count);
-    let segments = count.div_ceil(seg_len);
+    // Segments count elements, or vec4s when the first pass reads four at a time.
+    let (items, template) = if vec4 {
+        (count / 4, "split4")
+    } else {
+        (count, "split")
+    };
+    let seg_len = (SPLIT_SEGMENT / if vec4 { 4 } else { 1 }).min(items);
+    let segments = items.div_ceil(seg_len);
     let (common, combine) = functions;
     let marks = |extra: &[(&'static str, String)]| {
         let mut m = vec![
@@ -357,13 +371,25 @@ fn split_kernels(
     };
     let mut first = Bindings::new();
     first.add("part", Slot::Scratch(0), Storage::F32, true);
-    first.add("src", Slot::Input(0), input.storage, false);
-    let body = fill(variant(SHADER, "split"), &marks(&[("INIT", init.into())]));
+    let decls = if vec4 {
+        let mut decls = first.wgsl();
+        decls.push_str(
+            "@group(0) @binding(2) var<storage, read> src4: array<vec4<f32>>;\n\
+             fn ld_src(i: u32) -> f32 {\n    return src4[i / 4u][i % 4u];\n}\n",
+        );
+        let mut slots = first.slots();
+        slots.push(Slot::Input(0));
+        (decls, slots)
+    } else {
+        first.add("src", Slot::Input(0), input.storage, false);
+        (first.wgsl(), first.slots())
+    };
+    let body = fill(variant(SHADER, template), &marks(&[("INIT", init.into())]));
     let groups = n_out * segments;
     let split = Kernel {
         label: format!("{label} split"),
-        source: format!("{}\n{common}\n{combine}\n{body}", first.wgsl()),
-        slots: first.slots(),
+        source: format!("{}\n{common}\n{combine}\n{body}", decls.0),
+        slots: decls.1,
         info,
         workgroups: dispatch_1d(groups * WG as usize, WG)?,
     };
