@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use sluice_engine::exec::dataset::random_inputs;
 use sluice_engine::gpu::autotune::{
-    decisions_so_far, Autotuner, TuneCache, TuningStore, CACHE_FORMAT,
+    decision_count, decisions_since, Autotuner, TuneCache, TuningStore, CACHE_FORMAT,
 };
 use sluice_engine::gpu::tuning::MatmulVariant;
 use sluice_engine::gpu::GpuExecutable;
@@ -168,7 +168,7 @@ fn the_tuner_measures_a_class_once_keeps_it_in_its_store_and_runs_its_choice_cor
     let weights = random_weights(&g, 5);
     let inputs = random_inputs(&g, 6).expect("bound graph");
     let want = run_cpu(&g, &weights, &inputs);
-    let before = decisions_so_far().len();
+    let before = decision_count();
     let tuner = Arc::new(Autotuner::new(true, Some(store.clone())));
     let got = run_with(tuner, &g, OPTIONS[0], &weights, &inputs);
     compare("tuned matmul", &got[0].1, &want[0].1, 1e-4, 1e-4).unwrap_or_else(|e| panic!("{e}"));
@@ -198,9 +198,8 @@ fn the_tuner_measures_a_class_once_keeps_it_in_its_store_and_runs_its_choice_cor
     let again = Arc::new(Autotuner::new(true, Some(store.clone())));
     let got = run_with(again, &g, OPTIONS[0], &weights, &inputs);
     compare("cached matmul", &got[0].1, &want[0].1, 1e-4, 1e-4).unwrap_or_else(|e| panic!("{e}"));
-    let mine: Vec<_> = decisions_so_far()
+    let mine: Vec<_> = decisions_since(before)
         .into_iter()
-        .skip(before)
         .filter(|d| d.class == class && d.adapter == adapter)
         .collect();
     assert_eq!(
@@ -214,9 +213,8 @@ fn the_tuner_measures_a_class_once_keeps_it_in_its_store_and_runs_its_choice_cor
     let off = Arc::new(Autotuner::new(false, None));
     let got = run_with(off, &g, OPTIONS[0], &weights, &inputs);
     compare("untuned matmul", &got[0].1, &want[0].1, 1e-4, 1e-4).unwrap_or_else(|e| panic!("{e}"));
-    let after_off = decisions_so_far()
+    let after_off = decisions_since(before)
         .into_iter()
-        .skip(before)
         .filter(|d| d.class == class && d.adapter == adapter)
         .count();
     assert_eq!(after_off, 2, "an autotuner turned off decides nothing");

@@ -154,14 +154,13 @@ async fn run(
         .into_iter()
         .map(|d| Box::new(d) as Box<dyn Device>)
         .collect();
-    let decided = autotune::decisions_so_far().len();
+    let decided = autotune::decision_count();
     let mut session = Session::compile(&graph, &weights, &config, devices, &progress)
         .await
         .map_err(|e| e.to_string())?;
-    let tuning: Vec<String> = autotune::decisions_so_far()
-        .into_iter()
-        .skip(decided)
-        .map(|d| tuning_line(&d))
+    let tuning: Vec<String> = autotune::decisions_since(decided)
+        .iter()
+        .map(tuning_line)
         .collect();
     update(&|r| {
         r.devices = session

@@ -8,7 +8,7 @@
 
 use super::tuning::MatmulVariant;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The format tag of the cache file.
@@ -66,20 +66,39 @@ pub struct Autotuner {
     cache: Mutex<TuneCache>,
 }
 
-/// Decisions made in this process, newest last.
-fn decisions() -> &'static Mutex<Vec<Decision>> {
-    static LOG: OnceLock<Mutex<Vec<Decision>>> = OnceLock::new();
+/// Decisions kept for reports: the newest, as many as a long-running server needs.
+const KEPT_DECISIONS: usize = 256;
+
+/// The decisions made in this process: how many so far, and the newest
+/// [`KEPT_DECISIONS`] of them.
+fn decisions() -> &'static Mutex<(u64, VecDeque<Decision>)> {
+    static LOG: OnceLock<Mutex<(u64, VecDeque<Decision>)>> = OnceLock::new();
     LOG.get_or_init(Mutex::default)
+}
+
+/// How many tuning decisions this process has made (or read from the cache) so far.
+pub fn decision_count() -> u64 {
+    decisions().lock().map_or(0, |log| log.0)
+}
+
+/// The decisions made since there were `count` (see [`decision_count`]), oldest first,
+/// as far as they are still kept.
+pub fn decisions_since(count: u64) -> Vec<Decision> {
+    let Ok(log) = decisions().lock() else {
+        return Vec::new();
+    };
+    let (total, kept) = (&log.0, &log.1);
+    let first_kept = total - kept.len() as u64;
+    let skip = count.saturating_sub(first_kept);
+    kept.iter()
+        .skip(usize::try_from(skip).unwrap_or(usize::MAX))
+        .cloned()
+        .collect()
 }
 
 /// Whether `SLUICE_AUTOTUNE` turns tuning off (`off`, `0`, `false` or `no`).
 pub fn off_by_env() -> bool {
     std::env::var("SLUICE_AUTOTUNE").is_ok_and(|v| matches!(v.trim(), "off" | "0" | "false" | "no"))
-}
-
-/// Every tuning decision made (or read from the cache) in this process, oldest first.
-pub fn decisions_so_far() -> Vec<Decision> {
-    decisions().lock().map(|d| d.clone()).unwrap_or_default()
 }
 
 /// Where an autotuner keeps its records between processes.
@@ -153,7 +172,7 @@ impl Autotuner {
             .filter(|r| MatmulVariant::parse(&r.chosen).is_some())
     }
 
-    /// Notes a decision for [`decisions_so_far`]; one `measured` now is also kept in the
+    /// Notes a decision for [`decisions_since`]; one `measured` now is also kept in the
     /// cache and saved.
     pub fn remember(&self, adapter: &str, class: &str, record: TuneRecord, measured: bool) {
         if measured {
@@ -177,7 +196,11 @@ impl Autotuner {
             self.save();
         }
         if let Ok(mut log) = decisions().lock() {
-            log.push(Decision {
+            log.0 += 1;
+            if log.1.len() == KEPT_DECISIONS {
+                log.1.pop_front();
+            }
+            log.1.push_back(Decision {
                 adapter: adapter.to_string(),
                 class: class.to_string(),
                 record,
@@ -191,5 +214,38 @@ impl Autotuner {
         if let (Some(store), Ok(cache)) = (&self.store, self.cache.lock()) {
             store.save(&cache);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_decision_log_keeps_the_newest_and_counts_them_all() {
+        let tuner = Autotuner::new(true, None);
+        let record = TuneRecord {
+            chosen: MatmulVariant::DEFAULT.name(),
+            measured_on: [1, 1, 1],
+            tried: Vec::new(),
+        };
+        let start = decision_count();
+        for i in 0..KEPT_DECISIONS + 10 {
+            tuner.remember("adapter", &format!("class {i}"), record.clone(), false);
+        }
+        assert_eq!(decision_count(), start + KEPT_DECISIONS as u64 + 10);
+        let kept = decisions_since(start);
+        assert_eq!(kept.len(), KEPT_DECISIONS, "only the newest are kept");
+        let last = KEPT_DECISIONS + 9;
+        assert_eq!(
+            kept.last().map(|d| d.class.clone()),
+            Some(format!("class {last}"))
+        );
+        let last_two = decisions_since(decision_count() - 2);
+        assert_eq!(
+            last_two.iter().map(|d| d.class.clone()).collect::<Vec<_>>(),
+            [format!("class {}", last - 1), format!("class {last}")]
+        );
+        assert!(decisions_since(decision_count()).is_empty());
     }
 }
