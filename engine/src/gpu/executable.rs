@@ -51,6 +51,29 @@ struct Timestamps {
     offset: i128,
 }
 
+impl Timestamps {
+    /// The queries bounding pass `i`: inside one compute pass, one timestamp between
+    /// consecutive dispatches serves as the end of one and the start of the next (each
+    /// write costs a software rasteriser a wait); else each pass's own two.
+    fn bounds(&self, i: usize) -> (usize, usize) {
+        if self.inside_passes {
+            (i, i + 1)
+        } else {
+            (2 * i, 2 * i + 1)
+        }
+    }
+
+    /// How many queries a micro-batch of `passes` passes writes.
+    fn written(&self, passes: usize) -> u32 {
+        let n = if self.inside_passes {
+            passes + 1
+        } else {
+            2 * passes
+        };
+        n as u32
+    }
+}
+
 /// One prefetch slot: staging buffers for the inputs, and a readback buffer for the
 /// outputs and timestamps.
 struct Ring {
@@ -492,9 +515,10 @@ impl GpuExecutable {
     }
 
     /// Records every pass `repeat` times. Untimed, all go into one compute pass (wgpu orders
-    /// each dispatch after the writes it reads); timed, each dispatch is bracketed by
-    /// timestamps written inside that one compute pass where the adapter allows it, else
-    /// each dispatch becomes its own timestamped compute pass.
+    /// each dispatch after the writes it reads); timed, timestamps are written inside that
+    /// one compute pass before the first dispatch and after each (see
+    /// [`Timestamps::bounds`]) where the adapter allows it, else each dispatch becomes its
+    /// own timestamped compute pass.
     fn encode_passes(&self, encoder: &mut wgpu::CommandEncoder, repeat: usize, timestamps: bool) {
         let timed = self.timestamps.as_ref().filter(|_| timestamps);
         if let Some(t) = timed.filter(|t| !t.inside_passes) {
@@ -518,13 +542,13 @@ impl GpuExecutable {
             timestamp_writes: None,
         });
         for _ in 0..repeat {
+            if let Some(t) = timed {
+                pass.write_timestamp(&t.queries, 0);
+            }
             for (i, p) in self.passes.iter().enumerate() {
-                if let Some(t) = timed {
-                    pass.write_timestamp(&t.queries, 2 * i as u32);
-                }
                 p.dispatch(&mut pass);
                 if let Some(t) = timed {
-                    pass.write_timestamp(&t.queries, 2 * i as u32 + 1);
+                    pass.write_timestamp(&t.queries, i as u32 + 1);
                 }
             }
         }
@@ -592,7 +616,8 @@ impl GpuExecutable {
                     let to_host =
                         |ticks: u64| ((ticks as f64 * ts.period) as i128 + ts.offset).max(0) as u64;
                     for (i, pass) in self.passes.iter().enumerate() {
-                        let (s, e) = (to_host(at(2 * i)), to_host(at(2 * i + 1)));
+                        let (s, e) = ts.bounds(i);
+                        let (s, e) = (to_host(at(s)), to_host(at(e)));
                         let event =
                             trace.event(p.m, pass.label.clone(), EventKind::Compute, s, e.max(s));
                         trace.record(events, event);
@@ -704,7 +729,7 @@ impl Executable for GpuExecutable {
             }
         }
         if let Some(ts) = &self.timestamps {
-            let n = 2 * self.passes.len() as u32;
+            let n = ts.written(self.passes.len());
             enc.resolve_query_set(&ts.queries, 0..n, &ts.resolve, 0);
             enc.copy_buffer_to_buffer(
                 &ts.resolve,
