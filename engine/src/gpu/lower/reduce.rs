@@ -373,10 +373,7 @@ fn split_kernels(
     first.add("part", Slot::Scratch(0), Storage::F32, true);
     let decls = if vec4 {
         let mut decls = first.wgsl();
-        decls.push_str(
-            "@group(0) @binding(2) var<storage, read> src4: array<vec4<f32>>;\n\
-             fn ld_src(i: u32) -> f32 {\n    return src4[i / 4u][i % 4u];\n}\n",
-        );
+        decls.push_str("@group(0) @binding(2) var<storage, read> src4: array<vec4<f32>>;\n");
         let mut slots = first.slots();
         slots.push(Slot::Input(0));
         (decls, slots)
