@@ -118,9 +118,17 @@ async fn measure(ctx: &GpuContext, task: &MatmulTask) -> Result<Option<TuneRecor
         {
             continue;
         }
-        let (pipeline, _) = ctx
+        // A variant the driver refuses is left out, never the compile that asked.
+        let pipeline = match ctx
             .pipeline(&kernel.label, &kernel.source, "autotune")
-            .await?;
+            .await
+        {
+            Ok((p, _)) => p,
+            Err(e) => {
+                tracing::warn!("autotune: {} does not build here: {e}", variant.name());
+                continue;
+            }
+        };
         let info = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("autotune info"),
             size: (4 * kernel.info.len() as u64).div_ceil(8) * 8,
