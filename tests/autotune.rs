@@ -10,8 +10,9 @@ use sluice_engine::gpu::autotune::{
 };
 use sluice_engine::gpu::tuning::MatmulVariant;
 use sluice_engine::gpu::GpuExecutable;
-use sluice_engine::plan::{HalfStorage, Plan, PlanOptions, Precision};
+use sluice_engine::plan::{Plan, PlanOptions, Precision};
 use sluice_engine::{Graph, Tensor};
+use sluice_tests::kernels::OPTIONS as KERNEL_OPTIONS;
 use sluice_tests::{compare, f32_in, gpu, graph, random_weights, run_cpu, single_op};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -66,23 +67,8 @@ fn cases() -> Vec<(String, Value)> {
     out
 }
 
-const OPTIONS: [PlanOptions; 3] = [
-    PlanOptions {
-        fuse: true,
-        precision: Precision::F32,
-        half: HalfStorage::Packed,
-    },
-    PlanOptions {
-        fuse: false,
-        precision: Precision::F32,
-        half: HalfStorage::Packed,
-    },
-    PlanOptions {
-        fuse: true,
-        precision: Precision::Mixed,
-        half: HalfStorage::Packed,
-    },
-];
+/// f32 fused and unfused, and mixed precision with packed storage.
+const OPTIONS: &[PlanOptions] = KERNEL_OPTIONS.split_at(3).0;
 
 #[test]
 fn every_matmul_variant_matches_the_cpu_reference() {
@@ -93,7 +79,7 @@ fn every_matmul_variant_matches_the_cpu_reference() {
         let weights = random_weights(&g, 30 + i as u64);
         let inputs = random_inputs(&g, 60 + i as u64).expect("bound graph");
         let want = run_cpu(&g, &weights, &inputs);
-        for options in OPTIONS {
+        for &options in OPTIONS {
             let (rtol, atol) = if options.precision == Precision::Mixed {
                 (2e-2, 2e-2)
             } else {

@@ -23,8 +23,9 @@ pub struct GeneratedKernel {
     pub needs_f16: bool,
 }
 
-/// The plan options every graph is planned with.
-const OPTIONS: [PlanOptions; 5] = [
+/// The plan options every graph is planned with (the first three are f32 fused, f32
+/// unfused and mixed precision with packed storage).
+pub const OPTIONS: [PlanOptions; 5] = [
     PlanOptions {
         fuse: true,
         precision: Precision::F32,

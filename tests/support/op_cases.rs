@@ -285,27 +285,7 @@ pub fn op_cases() -> Vec<OpCase> {
         (vec![3, 4], json!([]), true),
         (vec![3, 4, 5], json!(null), false),
     ] {
-        for op in [
-            "reduce_sum",
-            "reduce_mean",
-            "reduce_max",
-            "reduce_min",
-            "reduce_prod",
-            "reduce_l2",
-        ] {
-            let mut c = case(
-                format!("{op} {shape:?} axes {axes} keepdims {keep}"),
-                single_op(
-                    op,
-                    json!({ "axes": axes, "keepdims": keep }),
-                    &[x(&shape)],
-                    1,
-                ),
-            );
-            // Products of many f16-rounded factors drift beyond a tolerance.
-            c.half = op != "reduce_prod";
-            v.push(c);
-        }
+        v.extend(reductions(&shape, &axes, keep));
     }
     // Over an empty axis: +inf, 1 and 0.
     for op in ["reduce_min", "reduce_prod", "reduce_l2"] {
@@ -1472,26 +1452,31 @@ pub fn op_cases() -> Vec<OpCase> {
         (vec![33000, 2, 3], json!([0, 2]), true),
         (vec![131075], json!(null), false),
     ] {
-        for op in [
-            "reduce_sum",
-            "reduce_mean",
-            "reduce_max",
-            "reduce_min",
-            "reduce_prod",
-            "reduce_l2",
-        ] {
-            let mut c = case(
-                format!("{op} {shape:?} axes {axes} keepdims {keep}"),
-                single_op(
-                    op,
-                    json!({ "axes": axes, "keepdims": keep }),
-                    &[x(&shape)],
-                    1,
-                ),
-            );
-            c.half = op != "reduce_prod";
-            v.push(c);
-        }
+        v.extend(reductions(&shape, &axes, keep));
     }
     v
+}
+
+/// Every reduction of the family over `axes` of a `shape` input.
+fn reductions(shape: &[usize], axes: &Value, keep: bool) -> Vec<OpCase> {
+    let ops = [
+        "reduce_sum",
+        "reduce_mean",
+        "reduce_max",
+        "reduce_min",
+        "reduce_prod",
+        "reduce_l2",
+    ];
+    ops.into_iter()
+        .map(|op| {
+            let attrs = json!({ "axes": axes, "keepdims": keep });
+            let mut c = case(
+                format!("{op} {shape:?} axes {axes} keepdims {keep}"),
+                single_op(op, attrs, &[x(shape)], 1),
+            );
+            // Products of many f16-rounded factors drift beyond a tolerance.
+            c.half = op != "reduce_prod";
+            c
+        })
+        .collect()
 }
