@@ -552,20 +552,40 @@ fn hostile_onnx_files_are_clear_errors() {
 }
 
 #[test]
-fn per_pass_timing_can_be_left_out_without_changing_the_outputs() {
-    // `--no-pass-timing` drops the timestamp queries (what per-pass telemetry costs is
-    // the difference `cargo xtask bench` reports); the outputs are the same.
+fn per_pass_timing_can_be_sampled_or_left_out_without_changing_the_outputs() {
+    // `--pass-timing` picks which micro-batches write timestamp queries (what per-pass
+    // telemetry costs is the difference `cargo xtask bench` reports); the outputs are the
+    // same whichever it is, and a setting that means nothing is refused.
     let graph = root().join("assets/bench/w2_mlp.json");
     let g = graph.to_str().unwrap();
-    let args = ["bench", g, "--batch", "8", "--reps", "2", "--seed", "4"];
-    let timed = run_json(&args);
+    let args = ["bench", g, "--batch", "8", "--reps", "4", "--seed", "4"];
+    let sampled = run_json(&args);
+    let every = run_json(&[&args[..], &["--pass-timing", "every"]].concat());
+    let one_in_3 = run_json(&[&args[..], &["--pass-timing", "3"]].concat());
     let untimed = run_json(&[&args[..], &["--no-pass-timing"]].concat());
+    let off = run_json(&[&args[..], &["--pass-timing", "off"]].concat());
     assert_eq!(untimed["timing"], "host_completion", "{untimed}");
+    assert_eq!(off["timing"], "host_completion", "{off}");
+    if every["timing"] == "timestamp_queries" {
+        assert_eq!(sampled["timing"], "sampled_timestamp_queries", "{sampled}");
+        assert_eq!(one_in_3["timing"], "sampled_timestamp_queries");
+    }
     println!(
-        "timed with {}, untimed with {}",
-        timed["timing"], untimed["timing"]
+        "default {}, every {}, off {}",
+        sampled["timing"], every["timing"], untimed["timing"]
     );
-    assert_eq!(timed["outputs"], untimed["outputs"]);
+    for r in [&every, &one_in_3, &untimed, &off] {
+        assert_eq!(sampled["outputs"], r["outputs"]);
+    }
+    for bad in ["0", "1.5", "sometimes", "99999999999"] {
+        let out = sluice()
+            .args([&args[..], &["--pass-timing", bad]].concat())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--pass-timing {bad} was accepted");
+        assert!(err.contains("--pass-timing") && err.contains(bad), "{err}");
+    }
 }
 
 #[test]

@@ -637,3 +637,87 @@ fn the_fast_cpu_device_gives_the_references_answers() {
         }
     }
 }
+
+/// A one-stage GPU session whose device times passes as `timing` says.
+fn timed_session(
+    g: &Graph,
+    weights: &sluice_engine::weights::Weights,
+    cfg: &RunConfig,
+    timing: sluice_engine::gpu::PassTiming,
+) -> Session {
+    let mut device = pollster::block_on(sluice_engine::gpu::GpuDevice::open()).unwrap();
+    device.pass_timing = timing;
+    let devices = vec![Box::new(device) as Box<dyn sluice_engine::exec::Device>];
+    Session::compile_blocking(g, weights, cfg, devices).unwrap()
+}
+
+#[test]
+fn sampled_pass_timing_reports_every_pass_of_every_micro_batch_and_changes_no_output() {
+    // Timestamps on the first two micro-batches and one in four after: the outputs are
+    // those of timing every pass and of timing none, and every micro-batch still reports
+    // each of its passes, in order and not overlapping.
+    use sluice_engine::gpu::PassTiming;
+    use sluice_engine::telemetry::{EventKind, TimingSource};
+    let g = load("assets/graphs/mlp.json");
+    let weights = init_weights(&g, 3);
+    let data = dataset(&g, 40, 5);
+    let cfg = RunConfig {
+        batch: 2,
+        microbatches: 1,
+        stages: 1,
+        ..Default::default()
+    };
+    let run = |timing| {
+        let mut s = timed_session(&g, &weights, &cfg, timing);
+        let r = s.run_blocking(&data, &RunContext::new("t")).unwrap();
+        (s.timing(), r)
+    };
+    let (every_source, every) = run(PassTiming::Every);
+    let (sampled_source, sampled) = run(PassTiming::Sampled(4));
+    let (off_source, off) = run(PassTiming::Off);
+    assert_eq!(sampled.outputs, every.outputs);
+    assert_eq!(off.outputs, every.outputs);
+    assert_eq!(off_source, TimingSource::HostCompletion);
+    assert_eq!(every.micro_batches, 20);
+    if every_source != TimingSource::TimestampQueries {
+        println!("the adapter has no timestamp queries: only the outputs were compared");
+        assert_eq!(sampled_source, TimingSource::HostCompletion);
+        return;
+    }
+    assert_eq!(sampled_source, TimingSource::SampledTimestampQueries);
+    let passes = |r: &sluice_engine::exec::RunReport, m: usize| -> Vec<(String, u64, u64)> {
+        let mut v: Vec<_> = r
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Compute && e.micro_batch == m)
+            .map(|e| (e.node.clone(), e.start_ns, e.end_ns))
+            .collect();
+        v.sort_by_key(|p| (p.1, p.2));
+        v
+    };
+    let labels = |v: &[(String, u64, u64)]| v.iter().map(|p| p.0.clone()).collect::<Vec<_>>();
+    let want = labels(&passes(&every, 0));
+    assert!(!want.is_empty());
+    for m in 0..20 {
+        let got = passes(&sampled, m);
+        let mut sorted_got = labels(&got);
+        let mut sorted_want = want.clone();
+        sorted_got.sort();
+        sorted_want.sort();
+        assert_eq!(
+            sorted_got, sorted_want,
+            "micro-batch {m} reports each pass once"
+        );
+        for w in got.windows(2) {
+            assert!(
+                w[0].1 <= w[0].2 && w[0].2 <= w[1].1,
+                "micro-batch {m}: {w:?}"
+            );
+        }
+    }
+    println!(
+        "{} passes reported for each of 20 micro-batches, {} of them measured",
+        want.len(),
+        (0..20).filter(|&m| PassTiming::Sampled(4).times(m)).count()
+    );
+}

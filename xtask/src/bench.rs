@@ -301,8 +301,9 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
     write_report(&target.join("bench-report.json"), &report)
 }
 
-/// What per-pass timing costs: W3 and W2 (batch 256) with and without the GPU's timestamp
-/// queries, alternating over three rounds, medians, and the difference in percent.
+/// What per-pass timing costs: W3 and W2 (batch 256) with the default sampled timestamp
+/// queries, with every micro-batch timed and with none, alternating over three rounds,
+/// medians, and the differences to none in percent.
 fn telemetry_cost(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
     let (w3, w2) = (g("w3_chain"), g("w2_mlp"));
     let mut out = serde_json::Map::new();
@@ -314,22 +315,29 @@ fn telemetry_cost(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
             256.0,
         ),
     ] {
-        let (mut timed, mut untimed) = (Vec::new(), Vec::new());
+        let modes = ["sampled", "every", "off"];
+        let mut times: [Vec<f64>; 3] = Default::default();
         for _ in 0..3 {
-            for (off, into) in [(false, &mut timed), (true, &mut untimed)] {
+            for (mode, into) in modes.iter().zip(times.iter_mut()) {
                 let mut a = args.clone();
-                if off {
-                    a.push("--no-pass-timing");
+                if *mode != "sampled" {
+                    a.extend(["--pass-timing", mode]);
                 }
                 let r = sluice_json(s, &a)?;
                 let per_sample = f(&r, &["metrics", "wall_ns"]) / f(&r, &["metrics", "samples"]);
                 into.push(per_sample * per / 1e6);
             }
         }
-        let (t, u) = (median(&mut timed), median(&mut untimed));
+        let [sampled, every, off] = times.map(|mut v| median(&mut v));
         out.insert(
             name.into(),
-            json!({ "timed": t, "untimed": u, "cost_percent": 100.0 * (t - u) / u }),
+            json!({
+                "sampled": sampled,
+                "every": every,
+                "untimed": off,
+                "cost_percent": 100.0 * (sampled - off) / off,
+                "every_cost_percent": 100.0 * (every - off) / off,
+            }),
         );
     }
     Ok(Value::Object(out))

@@ -320,6 +320,11 @@ fn timing_words(timing: Option<&str>) -> (String, &'static str, &'static str) {
             "pass times measured on the GPU: exact",
             "Timestamp queries on the GPU bracket every pass: compute times are the GPU's own.",
         ),
+        Some("sampled_timestamp_queries") => (
+            "sampled GPU timestamp queries".into(),
+            "pass times measured on the GPU for a sample of micro-batches",
+            "Timestamp queries bracket every pass of the first two micro-batches and one in sixteen after (each costs some adapters a wait); the others show the latest measured pass times at the end of their host completion.",
+        ),
         Some("host_completion") => (
             "host completion times".into(),
             "no GPU timestamps: host times, coarser",

@@ -273,17 +273,13 @@ impl Session {
             })
     }
 
-    /// Where compute times come from.
+    /// Where compute times come from: the least exact source of its stages.
     pub fn timing(&self) -> TimingSource {
-        if self
-            .stages
+        self.stages
             .iter()
-            .all(|s| s.exe.timing() == TimingSource::TimestampQueries)
-        {
-            TimingSource::TimestampQueries
-        } else {
-            TimingSource::HostCompletion
-        }
+            .map(|s| s.exe.timing())
+            .max()
+            .unwrap_or(TimingSource::HostCompletion)
     }
 
     /// Runs a dataset: every batched input holds the same number of samples along its

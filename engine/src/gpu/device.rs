@@ -2,7 +2,7 @@
 //! rates the partitioner uses for it.
 
 use super::context::GpuContext;
-use super::executable::GpuExecutable;
+use super::executable::{GpuExecutable, PassTiming};
 use super::probe;
 use crate::error::RunError;
 use crate::exec::device::{Device, Executable};
@@ -18,19 +18,18 @@ pub struct GpuDevice {
     pub ctx: GpuContext,
     /// Measured rates, when calibrated.
     pub rates: Option<Rates>,
-    /// Whether every pass is timed with timestamp queries where the adapter has them
-    /// (else a micro-batch's events come from host completion times).
-    pub pass_timing: bool,
+    /// Which micro-batches have their passes timed with timestamp queries.
+    pub pass_timing: PassTiming,
 }
 
 impl GpuDevice {
     /// A device with assumed rates until [`GpuDevice::rates`] is set from a calibration,
-    /// timing every pass.
+    /// timing passes as [`PassTiming::DEFAULT`] says.
     pub fn new(ctx: GpuContext) -> GpuDevice {
         GpuDevice {
             ctx,
             rates: None,
-            pass_timing: true,
+            pass_timing: PassTiming::DEFAULT,
         }
     }
 

@@ -4,9 +4,10 @@
 //! once. Micro-batches stream through a ring of `prefetch` slots: the host uploads
 //! micro-batch m+1.. into free input slots while the device computes m, and results come
 //! back through a ring of readback slots with `map_async`. A micro-batch's passes are
-//! recorded into one compute pass; when timed, each is bracketed by timestamp queries
-//! (inside that compute pass where the adapter allows it), so every pass becomes a
-//! compute event.
+//! recorded into one compute pass; when timed ([`PassTiming`]), each is bracketed by
+//! timestamp queries (inside that compute pass where the adapter allows it), so every pass
+//! becomes a compute event; micro-batches between samples report the latest measured pass
+//! times.
 
 use super::context::GpuContext;
 use super::program::{lower_plan_tuned, Buffer, Program};
@@ -35,6 +36,36 @@ impl CompiledPass {
         pass.set_bind_group(0, &self.bind_group, &[]);
         let [x, y, z] = self.workgroups;
         pass.dispatch_workgroups(x, y, z);
+    }
+}
+
+/// Which micro-batches a GPU times pass by pass with timestamp queries (where the adapter
+/// has them). Each timestamp can cost the device a wait (about 0.25 ms on lavapipe), so by
+/// default only a sample of micro-batches is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassTiming {
+    /// None: a micro-batch's compute is one event from its submission to its completion
+    /// seen on the host.
+    Off,
+    /// Every pass of every micro-batch.
+    Every,
+    /// The first two micro-batches an executable runs (the first pays for first use),
+    /// then one in `n`; the passes of the others are reported with the latest measured
+    /// pass times, placed at the end of their host completion.
+    Sampled(u32),
+}
+
+impl PassTiming {
+    /// What runs use unless told otherwise: one micro-batch in 16 after the first two.
+    pub const DEFAULT: PassTiming = PassTiming::Sampled(16);
+
+    /// Whether an executable's `count`-th micro-batch (from 0) is timed.
+    pub fn times(self, count: u64) -> bool {
+        match self {
+            PassTiming::Off => false,
+            PassTiming::Every => true,
+            PassTiming::Sampled(n) => count < 2 || count.is_multiple_of(u64::from(n.max(1))),
+        }
     }
 }
 
@@ -88,6 +119,8 @@ struct Pending {
     map: MapPending,
     submission: wgpu::SubmissionIndex,
     submitted_ns: u64,
+    /// Whether its passes write timestamps.
+    timed: bool,
 }
 
 /// A plan ready to run on one wgpu device.
@@ -98,6 +131,15 @@ pub struct GpuExecutable {
     scratch: Vec<wgpu::Buffer>,
     passes: Vec<CompiledPass>,
     timestamps: Option<Timestamps>,
+    /// Which micro-batches write timestamps.
+    pass_timing: PassTiming,
+    /// Micro-batches submitted so far.
+    submitted: u64,
+    /// Each pass's device nanoseconds in the latest timed micro-batch.
+    latest_pass_ns: Vec<u64>,
+    /// Host-clock end of the latest compute event reported (passes on one queue do not
+    /// overlap, so neither do the ones placed between samples).
+    compute_end_ns: u64,
     ring: Vec<Ring>,
     /// (value, byte offset in a readback slot, bytes).
     readback_layout: Vec<(usize, u64, u64)>,
@@ -225,18 +267,18 @@ impl GpuExecutable {
         weights: &Weights,
         prefetch: usize,
     ) -> Result<GpuExecutable, RunError> {
-        Self::compile_timed(ctx, plan, weights, prefetch, true).await
+        Self::compile_timed(ctx, plan, weights, prefetch, PassTiming::Every).await
     }
 
-    /// [`GpuExecutable::compile`], timing every pass with timestamp queries only when
-    /// `pass_timing` is set and the adapter has them (what per-pass telemetry costs is the
-    /// difference).
+    /// [`GpuExecutable::compile`], timing the passes of the micro-batches `pass_timing`
+    /// picks with timestamp queries where the adapter has them (what per-pass telemetry
+    /// costs is the difference to [`PassTiming::Off`]).
     pub async fn compile_timed(
         ctx: &GpuContext,
         plan: Plan,
         weights: &Weights,
         prefetch: usize,
-        pass_timing: bool,
+        pass_timing: PassTiming,
     ) -> Result<GpuExecutable, RunError> {
         let started = now_ns();
         let device = &ctx.device;
@@ -338,7 +380,7 @@ impl GpuExecutable {
             offset += padded(bytes);
         }
         let timestamp_offset = offset;
-        let use_timestamps = pass_timing
+        let use_timestamps = pass_timing != PassTiming::Off
             && device.features().contains(wgpu::Features::TIMESTAMP_QUERY)
             && !passes.is_empty()
             && passes.len() * 2 <= wgpu::QUERY_SET_MAX_QUERIES as usize;
@@ -381,6 +423,10 @@ impl GpuExecutable {
             scratch,
             passes,
             timestamps: None,
+            pass_timing,
+            submitted: 0,
+            latest_pass_ns: Vec::new(),
+            compute_end_ns: 0,
             ring,
             readback_layout,
             timestamp_offset,
@@ -604,7 +650,7 @@ impl GpuExecutable {
                     ),
                 );
             }
-            match &self.timestamps {
+            match self.timestamps.as_ref().filter(|_| p.timed) {
                 Some(ts) => {
                     let base = self.timestamp_offset as usize;
                     let at = |j: usize| {
@@ -615,20 +661,34 @@ impl GpuExecutable {
                     };
                     let to_host =
                         |ticks: u64| ((ticks as f64 * ts.period) as i128 + ts.offset).max(0) as u64;
+                    self.latest_pass_ns.clear();
                     for (i, pass) in self.passes.iter().enumerate() {
                         let (s, e) = ts.bounds(i);
                         let (s, e) = (to_host(at(s)), to_host(at(e)));
+                        self.latest_pass_ns.push(e.saturating_sub(s));
+                        self.compute_end_ns = self.compute_end_ns.max(e);
                         let event =
                             trace.event(p.m, pass.label.clone(), EventKind::Compute, s, e.max(s));
                         trace.record(events, event);
                     }
                 }
+                None if !self.latest_pass_ns.is_empty() => {
+                    let from = p.submitted_ns.max(self.compute_end_ns).min(done);
+                    let spans = sampled_spans(&self.latest_pass_ns, from, done);
+                    self.compute_end_ns = done;
+                    for (pass, (s, e)) in self.passes.iter().zip(spans) {
+                        let event = trace.event(p.m, pass.label.clone(), EventKind::Compute, s, e);
+                        trace.record(events, event);
+                    }
+                }
                 None => {
+                    let from = p.submitted_ns.max(self.compute_end_ns).min(done);
+                    self.compute_end_ns = done;
                     let event = trace.event(
                         p.m,
                         "all passes (host timing)".into(),
                         EventKind::Compute,
-                        p.submitted_ns,
+                        from,
                         done,
                     );
                     trace.record(events, event);
@@ -642,6 +702,30 @@ impl GpuExecutable {
         trace.record(events, event);
         Ok((p.m, outs))
     }
+}
+
+/// Host-clock spans for the passes of an untimed micro-batch that could start at `from`
+/// (its submission, or the end of the work before it) and was seen complete at `done`: the
+/// latest measured pass times back to back, ending at `done`, shrunk in proportion where
+/// they would not fit between the two.
+fn sampled_spans(latest_ns: &[u64], from: u64, done: u64) -> Vec<(u64, u64)> {
+    let total = latest_ns.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    let window = done.saturating_sub(from);
+    let scale = if total > window {
+        window as f64 / total as f64
+    } else {
+        1.0
+    };
+    let mut start = done.saturating_sub(total.min(window));
+    latest_ns
+        .iter()
+        .map(|&ns| {
+            let end = (start + (ns as f64 * scale) as u64).min(done);
+            let span = (start, end);
+            start = end;
+            span
+        })
+        .collect()
 }
 
 /// Converts every weight of `plan` to its device storage and queues its upload (ordered
@@ -716,7 +800,9 @@ impl Executable for GpuExecutable {
                 );
             }
         }
-        self.encode_passes(&mut enc, 1, true);
+        let timed = self.timestamps.is_some() && self.pass_timing.times(self.submitted);
+        self.submitted += 1;
+        self.encode_passes(&mut enc, 1, timed);
         for &(v, offset, bytes) in &self.readback_layout {
             if bytes > 0 {
                 enc.copy_buffer_to_buffer(
@@ -728,7 +814,7 @@ impl Executable for GpuExecutable {
                 );
             }
         }
-        if let Some(ts) = &self.timestamps {
+        if let Some(ts) = self.timestamps.as_ref().filter(|_| timed) {
             let n = ts.written(self.passes.len());
             enc.resolve_query_set(&ts.queries, 0..n, &ts.resolve, 0);
             enc.copy_buffer_to_buffer(
@@ -748,6 +834,7 @@ impl Executable for GpuExecutable {
             map,
             submission,
             submitted_ns,
+            timed,
         });
         Ok(())
     }
@@ -778,10 +865,10 @@ impl Executable for GpuExecutable {
     }
 
     fn timing(&self) -> TimingSource {
-        if self.timestamps.is_some() {
-            TimingSource::TimestampQueries
-        } else {
-            TimingSource::HostCompletion
+        match (&self.timestamps, self.pass_timing) {
+            (None, _) | (_, PassTiming::Off) => TimingSource::HostCompletion,
+            (Some(_), PassTiming::Every) => TimingSource::TimestampQueries,
+            (Some(_), PassTiming::Sampled(_)) => TimingSource::SampledTimestampQueries,
         }
     }
 
@@ -791,5 +878,35 @@ impl Executable for GpuExecutable {
 
     fn compile_stats(&self) -> CompileStats {
         self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{sampled_spans, PassTiming};
+
+    #[test]
+    fn sampled_timing_takes_the_first_two_micro_batches_then_one_in_n() {
+        let timed: Vec<u64> = (0..40)
+            .filter(|&c| PassTiming::Sampled(16).times(c))
+            .collect();
+        assert_eq!(timed, [0, 1, 16, 32]);
+        assert!((0..40).all(|c| PassTiming::Every.times(c)));
+        assert!((0..40).all(|c| !PassTiming::Off.times(c)));
+        assert!(
+            PassTiming::Sampled(0).times(7),
+            "a zero interval times every one"
+        );
+    }
+
+    #[test]
+    fn untimed_passes_take_the_latest_times_back_to_back_ending_at_completion() {
+        assert_eq!(sampled_spans(&[10, 30], 100, 200), [(160, 170), (170, 200)]);
+        // Longer than the host saw: shrunk in proportion to fit from submission on.
+        assert_eq!(
+            sampled_spans(&[100, 300], 100, 200),
+            [(100, 125), (125, 200)]
+        );
+        assert_eq!(sampled_spans(&[5], 50, 50), [(50, 50)]);
     }
 }

@@ -22,4 +22,4 @@ pub use context::{AdapterSummary, GpuContext};
 #[cfg(all(feature = "native", not(target_arch = "wasm32")))]
 pub use device::session;
 pub use device::GpuDevice;
-pub use executable::GpuExecutable;
+pub use executable::{GpuExecutable, PassTiming};

@@ -32,12 +32,16 @@ pub enum EventKind {
     Idle,
 }
 
-/// Where the times of compute events come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Where the times of compute events come from (ordered from the most exact).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TimingSource {
     /// GPU timestamp queries around each pass, aligned to the host clock.
     TimestampQueries,
+    /// GPU timestamp queries on a sample of micro-batches (the first two, then one in n);
+    /// the others report the latest measured pass times at the end of their host
+    /// completion.
+    SampledTimestampQueries,
     /// Host-side submission and completion times (the adapter has no timestamp queries).
     HostCompletion,
 }

@@ -25,7 +25,7 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
     e.check(&graph, samples)?;
     let weights = load::weights(&args.graph, &graph)?;
     let config = e.config();
-    let devices = super::open_devices(e.device, config.stages, !e.no_pass_timing)?;
+    let devices = super::open_devices(e.device, config.stages, e.pass_timing())?;
     let mut session = Session::compile_blocking(&graph, &weights, &config, devices)?;
     let warm = super::run::inputs(&graph, &[], args.seed, e.batch)?;
     session.run_blocking(&warm, &RunContext::new("warm-up"))?;
@@ -45,7 +45,7 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
             half: None,
             ..config.clone()
         };
-        let devices = super::open_devices(e.device, cfg.stages, !e.no_pass_timing)?;
+        let devices = super::open_devices(e.device, cfg.stages, e.pass_timing())?;
         let mut s32 = Session::compile_blocking(&graph, &weights, &cfg, devices)?;
         s32.run_blocking(&warm, &RunContext::new("warm-up f32"))?;
         let r32 = s32.run_blocking(&data, &RunContext::new("bench f32"))?;

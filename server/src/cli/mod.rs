@@ -16,6 +16,7 @@ use sluice_engine::exec::device::Device as ExecDevice;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
+use sluice_engine::gpu::PassTiming;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -166,13 +167,34 @@ pub struct ExecArgs {
     /// reference (one CPU device per stage, through the same batching and pipelines).
     #[arg(long, value_enum, default_value_t = Device::Gpu)]
     pub device: Device,
-    /// Leave out the GPU's per-pass timestamp queries: a micro-batch's events then come
-    /// from host completion times (what per-pass telemetry costs is the difference).
-    #[arg(long)]
+    /// Which micro-batches the GPU times pass by pass with timestamp queries: `every`,
+    /// `off`, or a number n (the first two, then one in n; the default is 16). Each
+    /// timestamp can cost the device a wait; untimed micro-batches report the latest
+    /// measured pass times.
+    #[arg(long, value_parser = parse_pass_timing, value_name = "every|off|N")]
+    pub pass_timing: Option<PassTiming>,
+    /// The same as `--pass-timing off`: a micro-batch's events come from host completion
+    /// times (what per-pass telemetry costs is the difference).
+    #[arg(long, conflicts_with = "pass_timing")]
     pub no_pass_timing: bool,
     /// The engine's limits on graphs and runs.
     #[command(flatten)]
     pub limits: crate::limits::LimitArgs,
+}
+
+/// `--pass-timing`: `every`, `off`, or how many micro-batches one timed one stands for.
+fn parse_pass_timing(text: &str) -> Result<PassTiming, String> {
+    match text {
+        "every" => Ok(PassTiming::Every),
+        "off" => Ok(PassTiming::Off),
+        n => match n.parse::<u32>() {
+            Ok(1) => Ok(PassTiming::Every),
+            Ok(n) if n >= 2 => Ok(PassTiming::Sampled(n)),
+            _ => Err(format!(
+                "'{text}' is not 'every', 'off' or a whole number of micro-batches from 1 up"
+            )),
+        },
+    }
 }
 
 /// `--precision`.
@@ -261,6 +283,15 @@ impl ExecArgs {
             profile: self.profile,
             precision: self.precision.engine(),
             half: self.f16_storage.engine(),
+        }
+    }
+
+    /// Which micro-batches the GPU times pass by pass.
+    pub fn pass_timing(&self) -> PassTiming {
+        if self.no_pass_timing {
+            PassTiming::Off
+        } else {
+            self.pass_timing.unwrap_or(PassTiming::DEFAULT)
         }
     }
 }
@@ -462,7 +493,7 @@ pub struct PlanArgs {
 pub fn open_devices(
     device: Device,
     stages: usize,
-    pass_timing: bool,
+    pass_timing: PassTiming,
 ) -> Result<Vec<Box<dyn ExecDevice>>> {
     Ok(match device {
         Device::Cpu => (0..stages)

@@ -97,7 +97,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let config = e.config();
     let progress = Progress::new("running");
     let started = Instant::now();
-    let devices = super::open_devices(e.device, config.stages, !e.no_pass_timing)?;
+    let devices = super::open_devices(e.device, config.stages, e.pass_timing())?;
     let mut session = Session::compile_blocking(&graph, &weights, &config, devices)?;
     let update = |d: usize, t: usize| progress.update(d, t);
     let ctx = RunContext {
@@ -107,7 +107,7 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     let report = session.run_blocking(&data, &ctx)?;
     progress.finish();
     let precision_report = if e.precision != super::PrecisionArg::F32 {
-        let devices = super::open_devices(e.device, config.stages, !e.no_pass_timing)?;
+        let devices = super::open_devices(e.device, config.stages, e.pass_timing())?;
         Some(pollster::block_on(sluice_engine::precision::against_f32(
             &graph,
             &weights,

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use sluice_engine::exec::Values;
+use sluice_engine::gpu::PassTiming;
 use sluice_engine::graph::training::{OptimizerConfig, TrainingDoc};
 use sluice_engine::graph::Graph;
 use sluice_engine::limits::Limits;
@@ -80,7 +81,7 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         limits,
     )?;
     let weights = load::weights(&args.graph, &graph)?;
-    let mut step_devices = open_devices(args.device, args.stages + 1, true)?;
+    let mut step_devices = open_devices(args.device, args.stages + 1, PassTiming::DEFAULT)?;
     let Some(eval_device) = step_devices.pop() else {
         bail!("no device to train on");
     };
