@@ -589,6 +589,46 @@ fn per_pass_timing_can_be_sampled_or_left_out_without_changing_the_outputs() {
 }
 
 #[test]
+fn bench_keeps_an_input_on_the_device_and_computes_what_run_does() {
+    // `--keep x` uploads W3's x once (the warm-up's seeded value); every measured batch
+    // is then a run reading it, so each gives what `sluice run` gives on that x.
+    let graph = root().join("assets/bench/w3_chain.json");
+    let g = graph.to_str().unwrap();
+    for device in ["gpu", "cpu"] {
+        let kept = run_json(&[
+            "bench", g, "--reps", "3", "--seed", "7", "--keep", "x", "--device", device,
+        ]);
+        let once = run_json(&["run", g, "--seed", "7", "--device", device]);
+        assert_eq!(kept["metrics"]["samples"], 3, "{kept}");
+        assert_eq!(
+            kept["outputs"][0]["checksum"], once["outputs"][0]["checksum"],
+            "{device}: {kept} vs {once}"
+        );
+    }
+    let out = sluice()
+        .args(["bench", g, "--reps", "2", "--keep", "y"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--keep y"), "{err}");
+    let out = sluice()
+        .args([
+            "bench",
+            g,
+            "--reps",
+            "2",
+            "--keep",
+            "x",
+            "--precision",
+            "mixed",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--keep"), "{err}");
+}
+
+#[test]
 fn a_large_matmul_is_tuned_once_per_adapter_and_sluice_autotune_lists_the_choice() {
     let dir = tmp("autotune");
     let file = dir.join("autotune.json");

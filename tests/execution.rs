@@ -721,3 +721,145 @@ fn sampled_pass_timing_reports_every_pass_of_every_micro_batch_and_changes_no_ou
         (0..20).filter(|&m| PassTiming::Sampled(4).times(m)).count()
     );
 }
+
+/// A session for `cfg` on `device` (`gpu`, `cpu` or `reference`), one device per stage.
+fn session_on(
+    device: &str,
+    g: &Graph,
+    weights: &sluice_engine::weights::Weights,
+    cfg: &RunConfig,
+) -> Session {
+    if device == "gpu" {
+        return sluice_engine::gpu::session(g, weights, cfg).unwrap();
+    }
+    let devices = (0..cfg.stages)
+        .map(|_| {
+            let d = if device == "cpu" {
+                sluice_engine::cpu::CpuDevice::fast()
+            } else {
+                sluice_engine::cpu::CpuDevice::new()
+            };
+            Box::new(d) as Box<dyn sluice_engine::exec::Device>
+        })
+        .collect();
+    Session::compile_blocking(g, weights, cfg, devices).unwrap()
+}
+
+#[test]
+fn kept_inputs_give_the_answers_of_inputs_sent_with_every_run() {
+    // W1's b (1024 × 1024, no batch axis) kept on the device while 16 rows of a stream
+    // through in micro-batches of 4; then W5's x kept whole on a two-stage pipeline. On
+    // every device the outputs are the bits of sending everything with every run, and
+    // data that carries a kept input replaces it.
+    let w1 = load("assets/bench/w1_matmul.json");
+    let w1_weights = init_weights(&w1, 2);
+    let data = dataset(&w1, 16, 3);
+    let other_b = dataset(&w1, 16, 4).remove("b").unwrap();
+    let w1_cfg = RunConfig {
+        batch: 16,
+        microbatches: 4,
+        ..Default::default()
+    };
+    let w5 = load("assets/bench/w5_pipeline.json");
+    let w5_weights = init_weights(&w5, 1);
+    let w5_data = dataset(&w5, 4, 6);
+    let w5_cfg = RunConfig {
+        batch: 4,
+        stages: 2,
+        ..Default::default()
+    };
+    for device in ["gpu", "cpu", "reference"] {
+        let mut s = session_on(device, &w1, &w1_weights, &w1_cfg);
+        let want = s.run_blocking(&data, &RunContext::new("sent")).unwrap();
+        let b: HashMap<String, Tensor> = [("b".to_string(), data["b"].clone())].into();
+        let mut only_a = data.clone();
+        only_a.remove("b");
+        s.keep_inputs(&b).unwrap();
+        let got = s.run_blocking(&only_a, &RunContext::new("kept")).unwrap();
+        assert_eq!(got.outputs, want.outputs, "{device}: kept b");
+        assert_eq!(got.micro_batches, 4);
+        // Sending b again replaces the kept value for the runs after.
+        let mut with_other_b = only_a.clone();
+        with_other_b.insert("b".into(), other_b.clone());
+        let replaced = s.run_blocking(&with_other_b, &RunContext::new("new b"));
+        let after = s.run_blocking(&only_a, &RunContext::new("kept again"));
+        assert_ne!(replaced.unwrap().outputs, want.outputs, "{device}");
+        let fresh = session_on(device, &w1, &w1_weights, &w1_cfg)
+            .run_blocking(&with_other_b, &RunContext::new("fresh"))
+            .unwrap();
+        assert_eq!(
+            after.unwrap().outputs,
+            fresh.outputs,
+            "{device}: b replaced"
+        );
+
+        let mut s = session_on(device, &w5, &w5_weights, &w5_cfg);
+        let want = s.run_blocking(&w5_data, &RunContext::new("sent")).unwrap();
+        s.keep_inputs(&w5_data).unwrap();
+        let got = s
+            .run_blocking(&HashMap::new(), &RunContext::new("kept"))
+            .unwrap();
+        assert_eq!(got.outputs, want.outputs, "{device}: W5 with x kept");
+    }
+}
+
+#[test]
+fn inputs_that_cannot_be_kept_are_refused_naming_them() {
+    let w1 = load("assets/bench/w1_matmul.json");
+    let weights = init_weights(&w1, 2);
+    let cfg = RunConfig {
+        batch: 8,
+        microbatches: 2,
+        ..Default::default()
+    };
+    let data = dataset(&w1, 8, 3);
+    for device in ["gpu", "cpu"] {
+        let mut s = session_on(device, &w1, &weights, &cfg);
+        let err = |r: Result<(), sluice_engine::RunError>| r.unwrap_err().to_string();
+        let one = |name: &str, t: Tensor| HashMap::from([(name.to_string(), t)]);
+        let e = err(s.keep_inputs(&one("nope", Tensor::f32(vec![1], vec![0.0]))));
+        assert!(e.contains("nope") && e.contains("not an input"), "{e}");
+        let e = err(s.keep_inputs(&one("b", Tensor::f32(vec![2, 2], vec![0.0; 4]))));
+        assert!(
+            e.contains("'b'") || e.contains("b:") || e.contains("b "),
+            "{e}"
+        );
+        assert!(e.contains("1024"), "the expected shape is named: {e}");
+        // Nothing was kept: a run without b is refused, naming it.
+        let mut only_a = data.clone();
+        only_a.remove("b");
+        let e = s
+            .run_blocking(&only_a, &RunContext::new("no b"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains('b') && e.contains("missing"), "{device}: {e}");
+        // A kept input with a batch axis is one micro-batch's samples: data with more
+        // samples than that, leaving it out, would pair it with other samples.
+        let four_rows = dataset(&w1, 4, 5).remove("a").unwrap();
+        s.keep_inputs(&one("a", four_rows.clone())).unwrap();
+        let mut only_b = data.clone();
+        only_b.remove("a");
+        let one_mb = s.run_blocking(&only_b, &RunContext::new("a kept"));
+        assert_eq!(one_mb.unwrap().micro_batches, 1, "{device}");
+        let sum = graph(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 3] }, "y": { "shape": ["N", 3] } },
+            "nodes": [{ "id": "s", "op": "add", "inputs": ["x", "y"] }],
+            "outputs": ["s"],
+        }));
+        let mut wide = dataset(&sum, 8, 1);
+        wide.remove("y");
+        let four_y = dataset(&sum, 4, 2).remove("y").unwrap();
+        let mut s2 = session_on(device, &sum, &init_weights(&sum, 1), &cfg);
+        s2.keep_inputs(&one("y", four_y)).unwrap();
+        let e = s2
+            .run_blocking(&wide, &RunContext::new("wide"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("'y'") || e.contains("y:") || e.contains("y "),
+            "{e}"
+        );
+        assert!(e.contains("one micro-batch"), "{device}: {e}");
+    }
+}

@@ -103,8 +103,10 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
         sluice_json(s, &args)
     };
     let (w2_b1, w2_b64) = (latency("1")?, latency("64")?);
-    // W3: 32 elementwise ops and a sum over 2^20 floats, fused and not.
+    // W3: 32 elementwise ops and a sum over 2^20 floats, fused and not, and with x kept
+    // on the device.
     let w3 = sluice_json(s, &["bench", &g("w3_chain"), "--reps", "20"])?;
+    let w3_kept = sluice_json(s, &["bench", &g("w3_chain"), "--reps", "20", "--keep", "x"])?;
     let w3_nf = sluice_json(s, &["bench", &g("w3_chain"), "--reps", "5", "--no-fuse"])?;
     // W5: the deeper MLP on 1 stage and on 2 stages with M = 1, 2, 4, 8.
     let mut w5 = Vec::new();
@@ -249,6 +251,7 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
         "w2_latency_p50_ms_batch64": f(&w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
         "w3_ms_per_chain_fused": w3_fused / 1e6,
         "w3_ms_per_chain_unfused": w3_unfused / 1e6,
+        "w3_ms_per_chain_x_kept": f(&w3_kept, &["metrics", "wall_ns"]) / f(&w3_kept, &["metrics", "samples"]) / 1e6,
         "w3_fusion_speedup": w3_unfused / w3_fused,
         "telemetry_cost": telemetry,
         "cpu": cpu["summary"],
@@ -293,7 +296,7 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
         "machine": machine,
         "summary": summary,
         "runs": { "w1": w1, "w2_prefetch2": w2, "w2_prefetch1": w2_k1, "w2_batch1": w2_b1, "w2_batch64": w2_b64,
-                  "w3_fused": w3, "w3_unfused": w3_nf, "cpu": cpu["runs"], "w4": w4["runs"], "w5_single": single, "w5_two_stage": w5, "w5_stream": w5_stream,
+                  "w3_fused": w3, "w3_unfused": w3_nf, "w3_x_kept": w3_kept, "cpu": cpu["runs"], "w4": w4["runs"], "w5_single": single, "w5_two_stage": w5, "w5_stream": w5_stream,
                   "transformer_b64": tb, "transformer_b64_unfused": tb_nf, "transformer_b64_mixed": tb_mixed,
                   "mixed": mixed.iter().map(|(st, a, b)| json!({ "f16_storage": st, "w1": a, "w2": b })).collect::<Vec<_>>() },
     });
@@ -361,6 +364,8 @@ pub(crate) struct Workloads {
     pub w2_b1: Value,
     pub w2_b64: Value,
     pub w3: Value,
+    /// W3 with x kept on the device (`--keep x`): nothing uploaded per chain.
+    pub w3_kept: Value,
 }
 
 impl Workloads {
@@ -389,12 +394,19 @@ impl Workloads {
             w2_b1: latency("1")?,
             w2_b64: latency("64")?,
             w3: run(&["bench", w3, "--reps", "20"])?,
+            w3_kept: run(&["bench", w3, "--reps", "20", "--keep", "x"])?,
         })
     }
 
-    /// W3's milliseconds per chain.
+    /// W3's milliseconds per chain, x uploaded for each.
     pub(crate) fn w3_ms(&self) -> f64 {
         f(&self.w3, &["metrics", "wall_ns"]) / f(&self.w3, &["metrics", "samples"]) / 1e6
+    }
+
+    /// W3's milliseconds per chain with x kept on the device.
+    pub(crate) fn w3_kept_ms(&self) -> f64 {
+        let r = &self.w3_kept;
+        f(r, &["metrics", "wall_ns"]) / f(r, &["metrics", "samples"]) / 1e6
     }
 }
 
@@ -409,8 +421,9 @@ fn cpu_workloads(s: &str) -> Result<Value> {
             "w2_latency_p50_ms_batch1": f(&r.w2_b1, &["metrics", "latency_p50_ns"]) / 1e6,
             "w2_latency_p50_ms_batch64": f(&r.w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
             "w3_ms_per_chain": r.w3_ms(),
+            "w3_ms_per_chain_x_kept": r.w3_kept_ms(),
         },
-        "runs": { "w1": r.w1, "w2": r.w2, "w2_batch1": r.w2_b1, "w2_batch64": r.w2_b64, "w3": r.w3 },
+        "runs": { "w1": r.w1, "w2": r.w2, "w2_batch1": r.w2_b1, "w2_batch64": r.w2_b64, "w3": r.w3, "w3_kept": r.w3_kept },
     }))
 }
 

@@ -6,7 +6,8 @@
 //!
 //! Pairs: W1 (1024³ matmul, inputs uploaded and the product read back, and Burn with inputs
 //! resident against Sluice's kernel time), W2 (the MLP at batch 256 over 20 batches,
-//! latency at batch 1 and 64), W3 (32 elementwise operations and a sum over 2^20 floats),
+//! latency at batch 1 and 64), W3 (32 elementwise operations and a sum over 2^20 floats,
+//! x uploaded for each chain and x kept on the device),
 //! each on the GPU (Burn's wgpu backend) and on the CPU (Burn's ndarray backend against
 //! `--device cpu`).
 
@@ -77,11 +78,18 @@ const PAIRS: &[Pair] = &[
         sluice: |r| f(&r.w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
     },
     Pair {
-        what: "W3 32 elementwise ops + sum on 2^20 f32",
+        what: "W3 32 ops + sum on 2^20 f32, Burn x resident / Sluice x uploaded",
         burn: "chain.32ops_sum_1M",
         unit: "ms",
         better: Better::Lower,
         sluice: Workloads::w3_ms,
+    },
+    Pair {
+        what: "W3, x resident on both (Sluice --keep x)",
+        burn: "chain.32ops_sum_1M",
+        unit: "ms",
+        better: Better::Lower,
+        sluice: Workloads::w3_kept_ms,
     },
 ];
 

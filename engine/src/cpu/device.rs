@@ -10,7 +10,7 @@
 
 use super::eval;
 use crate::error::RunError;
-use crate::exec::dataset::check_plan_inputs;
+use crate::exec::dataset::{check_kept_inputs, check_plan_inputs};
 use crate::exec::device::{CompileStats, Device, Executable, TraceContext, Values};
 use crate::plan::cost::Rates;
 use crate::plan::expr::{Expr, Operand};
@@ -20,7 +20,7 @@ use crate::telemetry::{now_ns, Event, EventKind, TimingSource};
 use crate::tensor::{Tensor, TensorData};
 use crate::weights::Weights;
 use futures_util::future::LocalBoxFuture;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// Rounds a float tensor to f16 precision when its storage is 16-bit.
 fn stored(t: Tensor, storage: Storage) -> Tensor {
@@ -136,6 +136,8 @@ pub struct CpuExecutable {
     plan: Plan,
     /// Weights and constants, by storage.
     resident: HashMap<usize, Tensor>,
+    /// Inputs kept for later micro-batches ([`Executable::keep_inputs`]), by name.
+    kept: HashMap<String, Tensor>,
     /// Finished micro-batches not yet collected.
     done: VecDeque<(usize, Values)>,
     stats: CompileStats,
@@ -164,6 +166,7 @@ impl CpuExecutable {
         Ok(CpuExecutable {
             plan,
             resident,
+            kept: HashMap::new(),
             done: VecDeque::new(),
             stats,
             fast: false,
@@ -354,7 +357,8 @@ impl CpuExecutable {
         for (name, v) in &self.plan.inputs {
             let t0 = now_ns();
             let value = &self.plan.values[*v];
-            let t = inputs.get(name).cloned().ok_or_else(|| RunError::Input {
+            let given = inputs.get(name).or_else(|| self.kept.get(name));
+            let t = given.cloned().ok_or_else(|| RunError::Input {
                 name: name.clone(),
                 message: "missing".into(),
             })?;
@@ -429,7 +433,12 @@ impl Executable for CpuExecutable {
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), RunError> {
-        check_plan_inputs(&self.plan, inputs)?;
+        let kept: BTreeSet<String> = self.kept.keys().cloned().collect();
+        check_plan_inputs(&self.plan, inputs, &kept)?;
+        // A kept input given again replaces the kept value (as it does on a GPU).
+        for (name, t) in inputs.iter().filter(|(n, _)| kept.contains(*n)) {
+            self.kept.insert(name.clone(), t.clone());
+        }
         let outs = self.compute(m, inputs, trace, events)?;
         self.done.push_back((m, outs));
         Ok(())
@@ -447,13 +456,24 @@ impl Executable for CpuExecutable {
         Box::pin(async move { next })
     }
 
+    fn keep_inputs(&mut self, inputs: &Values) -> Result<(), RunError> {
+        check_kept_inputs(&self.plan, inputs)?;
+        self.kept
+            .extend(inputs.iter().map(|(n, t)| (n.clone(), t.clone())));
+        Ok(())
+    }
+
     fn write_weights(&mut self, weights: &Weights) -> Result<(), RunError> {
         self.plan.check_weights(weights)?;
         keep_weights(&self.plan, &mut self.resident, weights)
     }
 
     fn allocated_bytes(&self) -> u64 {
-        self.resident.values().map(|t| 4 * t.len() as u64).sum()
+        self.resident
+            .values()
+            .chain(self.kept.values())
+            .map(|t| 4 * t.len() as u64)
+            .sum()
     }
 
     fn timing(&self) -> TimingSource {

@@ -14,7 +14,7 @@ use crate::plan::Plan;
 use crate::rng::Rng;
 use crate::shape;
 use crate::tensor::{Tensor, TensorData};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// The graph with every symbolic dimension bound to `n` samples.
 pub fn bind(graph: &Graph, n: usize) -> Result<Graph, RunError> {
@@ -177,15 +177,49 @@ fn check_typed(types: &[(String, TensorType)], inputs: &Values) -> Result<(), Ru
     Ok(())
 }
 
-/// Checks that `inputs` holds every input of a plan with its dtype and shape, and that
-/// index inputs are in range (what every executable checks before it starts a
-/// micro-batch).
-pub fn check_plan_inputs(plan: &Plan, inputs: &Values) -> Result<(), RunError> {
-    for (name, v) in &plan.inputs {
-        let t = inputs.get(name).ok_or_else(|| RunError::Input {
+/// Checks that `inputs` holds every input of a plan that is not `kept` on the device, each
+/// given one with its dtype and shape, and that index inputs are in range (what every
+/// executable checks before it starts a micro-batch).
+pub fn check_plan_inputs(
+    plan: &Plan,
+    inputs: &Values,
+    kept: &BTreeSet<String>,
+) -> Result<(), RunError> {
+    if let Some((name, _)) = plan
+        .inputs
+        .iter()
+        .find(|(name, _)| !inputs.contains_key(name) && !kept.contains(name))
+    {
+        return Err(RunError::Input {
             name: name.clone(),
             message: "missing".into(),
-        })?;
+        });
+    }
+    check_given_inputs(plan, inputs)
+}
+
+/// Checks inputs a caller keeps on the device for later micro-batches
+/// ([`Executable::keep_inputs`](super::device::Executable::keep_inputs)): each names an
+/// input of `plan` and has its dtype and shape, indices in range.
+pub fn check_kept_inputs(plan: &Plan, inputs: &Values) -> Result<(), RunError> {
+    if let Some(name) = inputs
+        .keys()
+        .find(|name| !plan.inputs.iter().any(|(n, _)| n == *name))
+    {
+        return Err(RunError::Input {
+            name: name.clone(),
+            message: "is not an input of this plan, so it cannot be kept on its device".into(),
+        });
+    }
+    check_given_inputs(plan, inputs)
+}
+
+/// Checks the inputs of `plan` that `inputs` holds: dtype, shape, values, index ranges.
+fn check_given_inputs(plan: &Plan, inputs: &Values) -> Result<(), RunError> {
+    for (name, v) in &plan.inputs {
+        let Some(t) = inputs.get(name) else {
+            continue;
+        };
         let value = plan
             .values
             .get(*v)

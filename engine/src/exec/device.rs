@@ -143,6 +143,12 @@ pub trait Executable: MaybeSend {
         events: &'a mut Vec<Event>,
     ) -> LocalBoxFuture<'a, Result<(usize, Values), RunError>>;
 
+    /// Keeps `inputs` on the device for the micro-batches started afterwards: those may
+    /// leave them out and read the kept values; one that carries such an input replaces
+    /// the kept value with its own. Each must be an input of its plan with the plan's
+    /// dtype and shape (checked before anything is written).
+    fn keep_inputs(&mut self, inputs: &Values) -> Result<(), RunError>;
+
     /// Replaces the weights it was compiled with (a training step's update): every weight
     /// of its plan must be in `weights`, checked as at compile time; others are ignored.
     /// Micro-batches started afterwards see the new values, ones already started the old.

@@ -88,6 +88,8 @@ pub struct Session {
     partition: Option<StagePlanSummary>,
     options: PlanOptions,
     device_names: Vec<String>,
+    /// Graph inputs kept on the devices ([`Session::keep_inputs`]).
+    kept: BTreeSet<String>,
 }
 
 /// Value keys of a bound graph's outputs: `node` or `node:port`.
@@ -204,6 +206,7 @@ impl Session {
             partition,
             options,
             device_names,
+            kept: BTreeSet::new(),
         })
     }
 
@@ -302,6 +305,48 @@ impl Session {
         })
     }
 
+    /// Keeps graph inputs on the devices of the stages that read them, for every later run
+    /// (device-resident inputs: nothing is uploaded for them again): a run's data may then
+    /// leave them out. Each is one micro-batch's value (the plan's shape at the micro-batch
+    /// size), so a run that leaves out a kept input with a batch axis has one micro-batch;
+    /// data that carries a kept input replaces the kept value.
+    pub fn keep_inputs(&mut self, values: &Values) -> Result<(), RunError> {
+        let mut per_stage: Vec<Values> = vec![Values::new(); self.stages.len()];
+        for (name, t) in values {
+            t.check().map_err(|message| RunError::Input {
+                name: name.clone(),
+                message,
+            })?;
+            let mut read = false;
+            for (stage, per) in self.stages.iter().zip(&mut per_stage) {
+                for (plan_name, key) in &stage.io.inputs {
+                    if key == name && !stage.io.transferred_inputs.contains(plan_name) {
+                        per.insert(plan_name.clone(), t.clone());
+                        read = true;
+                    }
+                }
+            }
+            if !read {
+                return Err(RunError::Input {
+                    name: name.clone(),
+                    message: "is not an input of the graph, so it cannot be kept on a device"
+                        .into(),
+                });
+            }
+        }
+        // Every stage checks its share before any is written.
+        for (stage, per) in self.stages.iter().zip(&per_stage) {
+            crate::exec::dataset::check_kept_inputs(stage.exe.plan(), per)?;
+        }
+        for (stage, per) in self.stages.iter_mut().zip(&per_stage) {
+            if !per.is_empty() {
+                stage.exe.keep_inputs(per)?;
+            }
+        }
+        self.kept.extend(values.keys().cloned());
+        Ok(())
+    }
+
     /// A warm-up pass: the dataset's first micro-batch through every stage, its outputs
     /// thrown away, so that the first dispatches (drivers compiling pipelines, first
     /// allocations) are paid before a measured [`Session::run`]. Its events, timed from
@@ -314,6 +359,33 @@ impl Session {
         ctx: &RunContext<'_>,
     ) -> Result<Vec<Event>, RunError> {
         Ok(self.pass(data, ctx, true).await?.events)
+    }
+
+    /// Refuses data that leaves out a kept input with a batch axis (one micro-batch's
+    /// samples) while holding more samples than one micro-batch: they would be paired
+    /// with the kept samples of another micro-batch.
+    fn check_kept_left_out(&self, data: &Values, samples: Option<usize>) -> Result<(), RunError> {
+        let Some(n) = samples.filter(|&n| n > self.micro) else {
+            return Ok(());
+        };
+        let batched_and_left_out = |name: &&String| {
+            !data.contains_key(*name)
+                && self
+                    .semantics
+                    .inputs
+                    .iter()
+                    .any(|(input, axis)| input == *name && axis.is_some())
+        };
+        match self.kept.iter().find(batched_and_left_out) {
+            Some(name) => Err(RunError::Input {
+                name: name.clone(),
+                message: format!(
+                    "is kept on the device as one micro-batch of {} samples, but the data holds {n}: give it with the data, or run one micro-batch at a time",
+                    self.micro
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Drives a dataset's micro-batches through the stages (only the first, its outputs
@@ -332,6 +404,7 @@ impl Session {
         }
         let samples = dataset::samples(&self.semantics, data)?;
         check_batching(&self.semantics, &self.config, samples)?;
+        self.check_kept_left_out(data, samples)?;
         if samples == Some(0) {
             return Err(RunError::Input {
                 name: "dataset".into(),

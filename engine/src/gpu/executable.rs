@@ -21,7 +21,7 @@ use crate::telemetry::{now_ns, Event, EventKind, TimingSource};
 use crate::tensor::Tensor;
 use crate::weights::Weights;
 use futures_util::future::LocalBoxFuture;
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 struct CompiledPass {
     label: String,
@@ -135,6 +135,8 @@ pub struct GpuExecutable {
     pass_timing: PassTiming,
     /// Micro-batches submitted so far.
     submitted: u64,
+    /// Inputs kept on the device ([`Executable::keep_inputs`]).
+    kept: BTreeSet<String>,
     /// Each pass's device nanoseconds in the latest timed micro-batch.
     latest_pass_ns: Vec<u64>,
     /// Host-clock end of the latest compute event reported (passes on one queue do not
@@ -425,6 +427,7 @@ impl GpuExecutable {
             timestamps: None,
             pass_timing,
             submitted: 0,
+            kept: BTreeSet::new(),
             latest_pass_ns: Vec::new(),
             compute_end_ns: 0,
             ring,
@@ -541,14 +544,17 @@ impl GpuExecutable {
         &self.ctx
     }
 
-    fn check_inputs(&self, inputs: &Values) -> Result<(), RunError> {
-        crate::exec::dataset::check_plan_inputs(&self.plan, inputs)
-    }
-
     /// Checks and uploads the inputs straight into their device buffers (for measuring
     /// kernels on resident data with [`GpuExecutable::run_resident`]).
     pub fn upload_inputs(&self, inputs: &Values) -> Result<(), RunError> {
-        self.check_inputs(inputs)?;
+        crate::exec::dataset::check_plan_inputs(&self.plan, inputs, &BTreeSet::new())?;
+        self.write_inputs(inputs);
+        Ok(())
+    }
+
+    /// Queues the given inputs' upload into their device buffers (inputs have buffers of
+    /// their own that no pass writes, so the values stay until replaced).
+    fn write_inputs(&self, inputs: &Values) {
         for (name, v) in &self.plan.inputs {
             if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
                 let bytes = t.to_storage_bytes(self.plan.values[*v].layout);
@@ -557,7 +563,6 @@ impl GpuExecutable {
                     .write_buffer(&self.buffers[self.plan.values[*v].buffer], 0, &bytes);
             }
         }
-        Ok(())
     }
 
     /// Records every pass `repeat` times. Untimed, all go into one compute pass (wgpu orders
@@ -769,7 +774,7 @@ impl Executable for GpuExecutable {
                 self.ring.len()
             )));
         }
-        self.check_inputs(inputs)?;
+        crate::exec::dataset::check_plan_inputs(&self.plan, inputs, &self.kept)?;
         let slot = self.next_slot % self.ring.len();
         self.next_slot += 1;
         let ring = &self.ring[slot];
@@ -788,9 +793,10 @@ impl Executable for GpuExecutable {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("micro-batch"),
             });
-        for (i, (_, v)) in self.plan.inputs.iter().enumerate() {
+        for (i, (name, v)) in self.plan.inputs.iter().enumerate() {
             let bytes = self.plan.values[*v].bytes();
-            if bytes > 0 {
+            // A kept input left out is already in its buffer.
+            if bytes > 0 && inputs.contains_key(name) {
                 enc.copy_buffer_to_buffer(
                     &ring.staging[i],
                     0,
@@ -845,6 +851,13 @@ impl Executable for GpuExecutable {
         events: &'a mut Vec<Event>,
     ) -> LocalBoxFuture<'a, Result<(usize, Values), RunError>> {
         Box::pin(self.finish(trace, events))
+    }
+
+    fn keep_inputs(&mut self, inputs: &Values) -> Result<(), RunError> {
+        crate::exec::dataset::check_kept_inputs(&self.plan, inputs)?;
+        self.write_inputs(inputs);
+        self.kept.extend(inputs.keys().cloned());
+        Ok(())
     }
 
     fn write_weights(&mut self, weights: &Weights) -> Result<(), RunError> {

@@ -5,8 +5,55 @@
 use super::{load, report, run::Progress, BenchArgs};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
-use sluice_engine::exec::{RunContext, Session};
+use sluice_engine::exec::{RunContext, RunReport, Session, Values};
+use sluice_engine::telemetry::{metrics, now_ns};
 use std::process::ExitCode;
+
+/// The measured batches with some inputs kept on the device: each batch (fresh seeded
+/// values of the other inputs) is a run of its own, and the report joins their events on
+/// one clock. The outputs are the first batch's.
+fn batch_by_batch(
+    session: &mut Session,
+    graph: &sluice_engine::Graph,
+    args: &BenchArgs,
+    kept: &Values,
+    ctx: &RunContext<'_>,
+) -> Result<RunReport> {
+    let start = now_ns();
+    let mut events = Vec::new();
+    let mut first: Option<RunReport> = None;
+    let mut micro_batches = 0;
+    let each = RunContext {
+        progress: None,
+        ..*ctx
+    };
+    for rep in 0..args.reps {
+        let seed = args.seed.wrapping_add(1).wrapping_add(rep as u64);
+        let mut data = super::run::inputs(graph, &[], seed, args.exec.batch)?;
+        data.retain(|name, _| !kept.contains_key(name));
+        let offset = now_ns().saturating_sub(start);
+        let mut r = session.run_blocking(&data, &each)?;
+        if let Some(p) = ctx.progress {
+            p(rep + 1, args.reps);
+        }
+        for mut ev in r.events.drain(..) {
+            ev.start_ns = ev.start_ns.saturating_add(offset);
+            ev.end_ns = ev.end_ns.saturating_add(offset);
+            ev.micro_batch += micro_batches;
+            events.push(ev);
+        }
+        micro_batches += r.micro_batches;
+        first.get_or_insert(r);
+    }
+    let first = first.context("no batch was run")?;
+    let samples = args.exec.batch.saturating_mul(args.reps);
+    Ok(RunReport {
+        metrics: metrics::compute(&events, session.plans().len(), micro_batches, samples),
+        events,
+        micro_batches,
+        ..first
+    })
+}
 
 /// Runs the command.
 pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
@@ -27,7 +74,22 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
     let config = e.config();
     let devices = super::open_devices(e.device, config.stages, e.pass_timing())?;
     let mut session = Session::compile_blocking(&graph, &weights, &config, devices)?;
-    let warm = super::run::inputs(&graph, &[], args.seed, e.batch)?;
+    let mut warm = super::run::inputs(&graph, &[], args.seed, e.batch)?;
+    if !args.keep.is_empty() && e.precision != super::PrecisionArg::F32 {
+        bail!("--keep runs every batch on its own and has no f32 comparison: use --precision f32");
+    }
+    let kept: Values = args
+        .keep
+        .iter()
+        .map(|name| {
+            warm.remove(name)
+                .map(|t| (name.clone(), t))
+                .with_context(|| format!("--keep {name}: the graph has no input '{name}'"))
+        })
+        .collect::<Result<_>>()?;
+    session
+        .keep_inputs(&kept)
+        .with_context(|| format!("--keep {}", args.keep.join(", ")))?;
     session.run_blocking(&warm, &RunContext::new("warm-up"))?;
     let data = super::run::inputs(&graph, &[], args.seed.wrapping_add(1), samples)?;
     let progress = Progress::new("benchmark");
@@ -36,7 +98,11 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
         progress: Some(&update),
         ..RunContext::new("bench")
     };
-    let report = session.run_blocking(&data, &ctx)?;
+    let report = if kept.is_empty() {
+        session.run_blocking(&data, &ctx)?
+    } else {
+        batch_by_batch(&mut session, &graph, args, &kept, &ctx)?
+    };
     progress.finish();
     // Reduced precision is reported next to f32 on the same inputs.
     let baseline = if e.precision != super::PrecisionArg::F32 {

@@ -447,6 +447,11 @@ pub struct BenchArgs {
     /// Write a Chrome trace (Perfetto) of the measured batches.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// Keep this input on the device (repeatable): uploaded once before the warm-up and
+    /// left out of every measured batch, which then is a run of its own reading the kept
+    /// value (device-resident inputs).
+    #[arg(long, value_name = "INPUT")]
+    pub keep: Vec<String>,
 }
 
 /// Arguments of `sluice plan`.

@@ -896,6 +896,7 @@ impl Device for RemoteDevice {
                 outputs: Arc::new(outputs),
                 cancel: self.cancel.clone(),
                 pending: VecDeque::new(),
+                kept: Values::new(),
                 stats: CompileStats {
                     pipelines_created: 0,
                     passes: 0,
@@ -928,6 +929,9 @@ pub struct RemoteExecutable {
     outputs: Arc<Vec<TensorHeader>>,
     cancel: Arc<AtomicBool>,
     pending: VecDeque<(usize, Values)>,
+    /// Inputs kept for later micro-batches: held here and sent with each one (the worker
+    /// protocol has no kept values).
+    kept: Values,
     stats: CompileStats,
 }
 
@@ -1016,8 +1020,22 @@ impl Executable for RemoteExecutable {
         _trace: &TraceContext<'_>,
         _events: &mut Vec<Event>,
     ) -> Result<(), RunError> {
-        sluice_engine::exec::dataset::check_plan_inputs(&self.plan, inputs)?;
-        self.pending.push_back((m, inputs.clone()));
+        let kept = self.kept.keys().cloned().collect();
+        sluice_engine::exec::dataset::check_plan_inputs(&self.plan, inputs, &kept)?;
+        // A kept input given again replaces the kept value (as it does on a GPU).
+        for (name, t) in inputs.iter().filter(|(n, _)| kept.contains(*n)) {
+            self.kept.insert(name.clone(), t.clone());
+        }
+        let mut all = self.kept.clone();
+        all.extend(inputs.iter().map(|(n, t)| (n.clone(), t.clone())));
+        self.pending.push_back((m, all));
+        Ok(())
+    }
+
+    fn keep_inputs(&mut self, inputs: &Values) -> Result<(), RunError> {
+        sluice_engine::exec::dataset::check_kept_inputs(&self.plan, inputs)?;
+        self.kept
+            .extend(inputs.iter().map(|(n, t)| (n.clone(), t.clone())));
         Ok(())
     }
 
