@@ -863,3 +863,40 @@ fn inputs_that_cannot_be_kept_are_refused_naming_them() {
         assert!(e.contains("one micro-batch"), "{device}: {e}");
     }
 }
+
+#[test]
+fn outputs_that_share_a_buffer_each_come_back_whole() {
+    // A view and its source are both outputs: the CPU devices hand the last reader the
+    // buffer itself and copy it for the others, in either order.
+    for outputs in [["r", "v"], ["v", "r"]] {
+        let g = graph(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": ["N", 6] } },
+            "nodes": [
+                { "id": "r", "op": "relu", "inputs": ["x"] },
+                { "id": "v", "op": "reshape", "inputs": ["r"], "attrs": { "shape": [-1, 2, 3] } },
+            ],
+            "outputs": outputs,
+        }));
+        let data = dataset(&g, 4, 8);
+        let relu: Vec<f32> = data["x"].to_f32_vec().iter().map(|&x| x.max(0.0)).collect();
+        let cfg = RunConfig {
+            batch: 4,
+            ..Default::default()
+        };
+        for device in ["gpu", "cpu", "reference"] {
+            let r = session_on(device, &g, &init_weights(&g, 1), &cfg)
+                .run_blocking(&data, &RunContext::new("views"))
+                .unwrap();
+            for (name, t) in &r.outputs {
+                let shape = if name == "r" {
+                    vec![4, 6]
+                } else {
+                    vec![4, 2, 3]
+                };
+                assert_eq!(t.shape, shape, "{device} {outputs:?}: {name}");
+                assert_eq!(t.to_f32_vec(), relu, "{device} {outputs:?}: {name}");
+            }
+        }
+    }
+}

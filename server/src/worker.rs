@@ -531,7 +531,7 @@ async fn compute(
             ..TraceContext::new(job, now_ns())
         };
         let mut events = Vec::new();
-        exe.submit(m, &values, &trace, &mut events)
+        exe.submit(m, values, &trace, &mut events)
             .map_err(|e| e.to_string())?;
         let (_, outs) =
             pollster::block_on(exe.complete(&trace, &mut events)).map_err(|e| e.to_string())?;

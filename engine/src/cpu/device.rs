@@ -173,6 +173,22 @@ impl CpuExecutable {
         })
     }
 
+    /// A storage's tensor taken as value `v` (a view reshapes its source), checked.
+    fn reshaped(&self, t: Tensor, v: usize) -> Result<Tensor, RunError> {
+        let value = self
+            .plan
+            .values
+            .get(v)
+            .ok_or_else(|| RunError::Internal(format!("value {v} does not exist")))?;
+        let t = Tensor {
+            shape: value.shape.clone(),
+            data: t.data,
+        };
+        t.check()
+            .map_err(|m| RunError::Internal(format!("value '{}': {m}", value.name)))?;
+        Ok(t)
+    }
+
     /// The tensor of value `v` among computed storages (views reshape their source).
     fn value(&self, storages: &HashMap<usize, Tensor>, v: usize) -> Result<Tensor, RunError> {
         let value = self
@@ -184,13 +200,7 @@ impl CpuExecutable {
             .get(&value.storage)
             .or_else(|| self.resident.get(&value.storage))
             .ok_or_else(|| RunError::Internal(format!("value '{}' not computed", value.name)))?;
-        let t = Tensor {
-            shape: value.shape.clone(),
-            data: t.data.clone(),
-        };
-        t.check()
-            .map_err(|m| RunError::Internal(format!("value '{}': {m}", value.name)))?;
-        Ok(t)
+        self.reshaped(t.clone(), v)
     }
 
     /// Evaluates an expression's terms at the output's shape (pointwise operators commute
@@ -349,7 +359,7 @@ impl CpuExecutable {
     fn compute(
         &self,
         m: usize,
-        inputs: &Values,
+        mut inputs: Values,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<Values, RunError> {
@@ -357,8 +367,8 @@ impl CpuExecutable {
         for (name, v) in &self.plan.inputs {
             let t0 = now_ns();
             let value = &self.plan.values[*v];
-            let given = inputs.get(name).or_else(|| self.kept.get(name));
-            let t = given.cloned().ok_or_else(|| RunError::Input {
+            let given = inputs.remove(name).or_else(|| self.kept.get(name).cloned());
+            let t = given.ok_or_else(|| RunError::Input {
                 name: name.clone(),
                 message: "missing".into(),
             })?;
@@ -391,8 +401,22 @@ impl CpuExecutable {
         }
         let t0 = now_ns();
         let mut outs = Values::new();
-        for (name, v) in &self.plan.outputs {
-            outs.insert(name.clone(), self.value(&storages, *v)?);
+        for (k, (name, v)) in self.plan.outputs.iter().enumerate() {
+            // An output whose storage no later output reads moves out uncopied.
+            let storage = self.plan.values[*v].storage;
+            let last_reader = !self.plan.outputs[k + 1..]
+                .iter()
+                .any(|(_, w)| self.plan.values[*w].storage == storage);
+            let owned = if last_reader {
+                storages.remove(&storage)
+            } else {
+                None
+            };
+            let t = match owned {
+                Some(owned) => self.reshaped(owned, *v)?,
+                None => self.value(&storages, *v)?,
+            };
+            outs.insert(name.clone(), t);
         }
         let kind = trace.output_kind(self.plan.outputs.iter().map(|(n, _)| n.as_str()));
         let e = trace.event(m, "outputs".into(), kind, t0, now_ns().max(t0 + 1));
@@ -429,12 +453,12 @@ impl Executable for CpuExecutable {
     fn submit(
         &mut self,
         m: usize,
-        inputs: &Values,
+        inputs: Values,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), RunError> {
         let kept: BTreeSet<String> = self.kept.keys().cloned().collect();
-        check_plan_inputs(&self.plan, inputs, &kept)?;
+        check_plan_inputs(&self.plan, &inputs, &kept)?;
         // A kept input given again replaces the kept value (as it does on a GPU).
         for (name, t) in inputs.iter().filter(|(n, _)| kept.contains(*n)) {
             self.kept.insert(name.clone(), t.clone());

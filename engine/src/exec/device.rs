@@ -127,11 +127,12 @@ pub trait Executable: MaybeSend {
 
     /// Checks micro-batch `m`'s inputs and starts it. Returns as soon as the work is
     /// queued (a GPU), or once it is computed (the CPU). At most [`Self::capacity`]
-    /// micro-batches are started and not yet completed.
+    /// micro-batches are started and not yet completed. The inputs are handed over, so a
+    /// device that computes on the host reads them without a copy.
     fn submit(
         &mut self,
         m: usize,
-        inputs: &Values,
+        inputs: Values,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), RunError>;

@@ -139,13 +139,22 @@ async fn stage_loop(
                             .await;
                         return events;
                     }
+                    let mut values = values;
+                    // Values no later stage or output needs move to the stage uncopied.
                     let picked: Values = inputs
                         .iter()
                         .filter_map(|(name, key)| {
-                            values.get(key).map(|t| (name.clone(), t.clone()))
+                            let shared = keep.contains(key)
+                                || inputs.iter().filter(|(_, k)| k == key).count() > 1;
+                            let t = if shared {
+                                values.get(key).cloned()
+                            } else {
+                                values.remove(key)
+                            };
+                            t.map(|t| (name.clone(), t))
                         })
                         .collect();
-                    if let Err(e) = exe.submit(m, &picked, &trace, &mut events) {
+                    if let Err(e) = exe.submit(m, picked, &trace, &mut events) {
                         let _ = tx.send(Err(fail(e))).await;
                         return events;
                     }

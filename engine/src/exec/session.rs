@@ -526,7 +526,7 @@ async fn profile(
     let mut events = Vec::new();
     for _ in 0..2 {
         events.clear();
-        exe.submit(0, &inputs, &trace, &mut events)?;
+        exe.submit(0, inputs.clone(), &trace, &mut events)?;
         exe.complete(&trace, &mut events).await?;
     }
     let mut per: HashMap<&str, u64> = HashMap::new();

@@ -526,7 +526,7 @@ impl GpuExecutable {
     pub async fn run_once(&mut self, inputs: &Values) -> Result<Vec<(String, Tensor)>, RunError> {
         let trace = TraceContext::new("", now_ns());
         let mut events = Vec::new();
-        self.submit(0, inputs, &trace, &mut events)?;
+        self.submit(0, inputs.clone(), &trace, &mut events)?;
         let (_, mut outs) = self.finish(&trace, &mut events).await?;
         self.plan
             .outputs
@@ -764,7 +764,7 @@ impl Executable for GpuExecutable {
     fn submit(
         &mut self,
         m: usize,
-        inputs: &Values,
+        inputs: Values,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), RunError> {
@@ -774,7 +774,7 @@ impl Executable for GpuExecutable {
                 self.ring.len()
             )));
         }
-        crate::exec::dataset::check_plan_inputs(&self.plan, inputs, &self.kept)?;
+        crate::exec::dataset::check_plan_inputs(&self.plan, &inputs, &self.kept)?;
         let slot = self.next_slot % self.ring.len();
         self.next_slot += 1;
         let ring = &self.ring[slot];

@@ -19,6 +19,15 @@ fn batch_by_batch(
     kept: &Values,
     ctx: &RunContext<'_>,
 ) -> Result<RunReport> {
+    // Every batch's data is made before the clock starts.
+    let batches = (0..args.reps)
+        .map(|rep| {
+            let seed = args.seed.wrapping_add(1).wrapping_add(rep as u64);
+            let mut data = super::run::inputs(graph, &[], seed, args.exec.batch)?;
+            data.retain(|name, _| !kept.contains_key(name));
+            Ok(data)
+        })
+        .collect::<Result<Vec<_>>>()?;
     let start = now_ns();
     let mut events = Vec::new();
     let mut first: Option<RunReport> = None;
@@ -27,12 +36,9 @@ fn batch_by_batch(
         progress: None,
         ..*ctx
     };
-    for rep in 0..args.reps {
-        let seed = args.seed.wrapping_add(1).wrapping_add(rep as u64);
-        let mut data = super::run::inputs(graph, &[], seed, args.exec.batch)?;
-        data.retain(|name, _| !kept.contains_key(name));
+    for (rep, data) in batches.iter().enumerate() {
         let offset = now_ns().saturating_sub(start);
-        let mut r = session.run_blocking(&data, &each)?;
+        let mut r = session.run_blocking(data, &each)?;
         if let Some(p) = ctx.progress {
             p(rep + 1, args.reps);
         }

@@ -1016,18 +1016,18 @@ impl Executable for RemoteExecutable {
     fn submit(
         &mut self,
         m: usize,
-        inputs: &Values,
+        inputs: Values,
         _trace: &TraceContext<'_>,
         _events: &mut Vec<Event>,
     ) -> Result<(), RunError> {
         let kept = self.kept.keys().cloned().collect();
-        sluice_engine::exec::dataset::check_plan_inputs(&self.plan, inputs, &kept)?;
+        sluice_engine::exec::dataset::check_plan_inputs(&self.plan, &inputs, &kept)?;
         // A kept input given again replaces the kept value (as it does on a GPU).
         for (name, t) in inputs.iter().filter(|(n, _)| kept.contains(*n)) {
             self.kept.insert(name.clone(), t.clone());
         }
         let mut all = self.kept.clone();
-        all.extend(inputs.iter().map(|(n, t)| (n.clone(), t.clone())));
+        all.extend(inputs);
         self.pending.push_back((m, all));
         Ok(())
     }
