@@ -136,8 +136,9 @@ pub struct CpuExecutable {
     plan: Plan,
     /// Weights and constants, by storage.
     resident: HashMap<usize, Tensor>,
-    /// Inputs kept for later micro-batches ([`Executable::keep_inputs`]), by name.
-    kept: HashMap<String, Tensor>,
+    /// Inputs kept for later micro-batches ([`Executable::keep_inputs`]); their values
+    /// are in `resident`, read in place.
+    kept: BTreeSet<String>,
     /// Finished micro-batches not yet collected.
     done: VecDeque<(usize, Values)>,
     stats: CompileStats,
@@ -166,11 +167,23 @@ impl CpuExecutable {
         Ok(CpuExecutable {
             plan,
             resident,
-            kept: HashMap::new(),
+            kept: BTreeSet::new(),
             done: VecDeque::new(),
             stats,
             fast: false,
         })
+    }
+
+    /// Keeps checked inputs resident, by their plan values' storages, for the micro-batches
+    /// after.
+    fn keep(&mut self, inputs: Values) {
+        for (name, t) in inputs {
+            if let Some((_, v)) = self.plan.inputs.iter().find(|(n, _)| *n == name) {
+                let value = &self.plan.values[*v];
+                self.resident.insert(value.storage, stored(t, value.layout));
+                self.kept.insert(name);
+            }
+        }
     }
 
     /// A storage's tensor taken as value `v` (a view reshapes its source), checked.
@@ -367,11 +380,15 @@ impl CpuExecutable {
         for (name, v) in &self.plan.inputs {
             let t0 = now_ns();
             let value = &self.plan.values[*v];
-            let given = inputs.remove(name).or_else(|| self.kept.get(name).cloned());
-            let t = given.ok_or_else(|| RunError::Input {
-                name: name.clone(),
-                message: "missing".into(),
-            })?;
+            let Some(t) = inputs.remove(name) else {
+                if self.kept.contains(name) {
+                    continue;
+                }
+                return Err(RunError::Input {
+                    name: name.clone(),
+                    message: "missing".into(),
+                });
+            };
             storages.insert(value.storage, stored(t, value.layout));
             let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
             trace.record(events, e);
@@ -457,12 +474,15 @@ impl Executable for CpuExecutable {
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), RunError> {
-        let kept: BTreeSet<String> = self.kept.keys().cloned().collect();
-        check_plan_inputs(&self.plan, &inputs, &kept)?;
+        check_plan_inputs(&self.plan, &inputs, &self.kept)?;
         // A kept input given again replaces the kept value (as it does on a GPU).
-        for (name, t) in inputs.iter().filter(|(n, _)| kept.contains(*n)) {
-            self.kept.insert(name.clone(), t.clone());
-        }
+        let mut inputs = inputs;
+        let given_kept: Values = self
+            .kept
+            .iter()
+            .filter_map(|name| inputs.remove_entry(name))
+            .collect();
+        self.keep(given_kept);
         let outs = self.compute(m, inputs, trace, events)?;
         self.done.push_back((m, outs));
         Ok(())
@@ -482,8 +502,7 @@ impl Executable for CpuExecutable {
 
     fn keep_inputs(&mut self, inputs: &Values) -> Result<(), RunError> {
         check_kept_inputs(&self.plan, inputs)?;
-        self.kept
-            .extend(inputs.iter().map(|(n, t)| (n.clone(), t.clone())));
+        self.keep(inputs.clone());
         Ok(())
     }
 
@@ -493,11 +512,7 @@ impl Executable for CpuExecutable {
     }
 
     fn allocated_bytes(&self) -> u64 {
-        self.resident
-            .values()
-            .chain(self.kept.values())
-            .map(|t| 4 * t.len() as u64)
-            .sum()
+        self.resident.values().map(|t| 4 * t.len() as u64).sum()
     }
 
     fn timing(&self) -> TimingSource {
