@@ -4,7 +4,7 @@
 mod autotune;
 
 use sluice_engine::ops;
-use sluice_tests::op_cases::op_cases;
+use sluice_tests::op_cases::{self, op_cases};
 use sluice_tests::{case_inputs, compare, graph, random_weights, run_cpu, run_gpu};
 use std::collections::BTreeSet;
 
@@ -54,6 +54,38 @@ fn every_operator_matches_its_cpu_reference() {
         cases.len(),
         covered.len()
     );
+}
+
+#[test]
+fn reductions_take_the_pointwise_work_they_read_where_that_keeps_the_answer() {
+    // The catalogue's prologue cases (run against the CPU reference above): the planner
+    // fuses exactly those it should, and the GPU lowers each fused one without reading a
+    // stored input.
+    use sluice_engine::gpu::program::lower_plan;
+    use sluice_engine::plan::{Plan, Work};
+    let cases = op_cases::prologue_cases();
+    for (case, fused) in &cases {
+        let plan = Plan::new(&graph(&case.doc)).unwrap();
+        let prologues: Vec<_> = plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s.work, Work::Prologue { .. }))
+            .collect();
+        assert_eq!(prologues.len(), usize::from(*fused), "{}", case.label);
+        if let Some(step) = prologues.first() {
+            assert_eq!(step.nodes, ["m", "a", "s", "d", "r"], "{}", case.label);
+            assert_eq!(plan.steps.len(), 1, "{}: one step in all", case.label);
+            let program = lower_plan(&plan).unwrap();
+            let first = &program.passes[0].kernel;
+            assert!(
+                first.source.contains("sl_prologue"),
+                "{}: {} computes no prologue",
+                case.label,
+                first.label
+            );
+        }
+    }
+    println!("{} prologue cases planned as expected", cases.len());
 }
 
 #[test]

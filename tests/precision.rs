@@ -50,8 +50,11 @@ fn every_operator_matches_its_f32_reference_in_16_bit_storage() {
             continue;
         }
         let g = graph(&case.doc);
-        let op = case.doc["nodes"][0]["op"]
-            .as_str()
+        // The tolerance of the graph's last operator (the reduction of a prologue case).
+        let op = case.doc["nodes"]
+            .as_array()
+            .and_then(|nodes| nodes.last())
+            .and_then(|node| node["op"].as_str())
             .unwrap_or_default()
             .to_string();
         let weights = random_weights(&g, 11 + i as u64);

@@ -1454,7 +1454,89 @@ pub fn op_cases() -> Vec<OpCase> {
     ] {
         v.extend(reductions(&shape, &axes, keep));
     }
+    // Pointwise work fused into the reductions reading it. Last, as above.
+    v.extend(prologue_cases().into_iter().map(|(c, _)| c));
     v
+}
+
+/// Reductions of pointwise work, `(case, fused)`: every kind that takes a prologue on
+/// every kernel path (split with vec4 and scalar reads, trailing or not, one workgroup
+/// per output, one thread per output), and graphs where fusing would be wrong (an
+/// operand broadcast along the reduced axis, the pointwise result also an output, an
+/// index reduction), with whether the planner should fuse each.
+pub fn prologue_cases() -> Vec<(OpCase, bool)> {
+    let kinds = [
+        "reduce_sum",
+        "reduce_mean",
+        "reduce_max",
+        "reduce_min",
+        "reduce_prod",
+        "reduce_l2",
+    ];
+    let mut v = Vec::new();
+    for (shape, axes, keep) in [
+        (vec![3, 70000], json!([1]), false),
+        (vec![131075], json!(null), false),
+        (vec![33000, 2, 3], json!([0, 2]), true),
+        (vec![37, 300], json!([1]), false),
+        (vec![5, 7, 3], json!([1]), true),
+    ] {
+        for op in kinds {
+            let attrs = json!({ "axes": axes, "keepdims": keep });
+            let doc = prologue_graph(op, attrs, &shape, &shape, false);
+            let mut c = case(format!("{op} of pointwise work {shape:?} axes {axes}"), doc);
+            c.half = op != "reduce_prod";
+            v.push((c, true));
+        }
+    }
+    let sum = json!({ "axes": [1], "keepdims": false });
+    let no = |label: &str, doc: Value| (case(format!("reduce_sum not fused: {label}"), doc), false);
+    v.push(no(
+        "an operand broadcast along the reduced axis",
+        prologue_graph("reduce_sum", sum.clone(), &[3, 70000], &[3, 1], false),
+    ));
+    v.push(no(
+        "the pointwise result is an output too",
+        prologue_graph("reduce_sum", sum, &[3, 70000], &[3, 70000], true),
+    ));
+    let argmax = prologue_graph("argmax", json!({ "axis": 1 }), &[4, 9], &[4, 9], false);
+    let mut c = case("argmax not fused: an index reduction", argmax);
+    c.half = false;
+    v.push((c, false));
+    v
+}
+
+/// `op` (attributes `attrs`) over `tanh(x·y + 0.5)·x` (odd in x and y together, so that
+/// sums of many stay within f16's range), x of `shape` and y of `y_shape`; the pointwise
+/// result is an output too when `expose`.
+fn prologue_graph(
+    op: &str,
+    attrs: Value,
+    shape: &[usize],
+    y_shape: &[usize],
+    expose: bool,
+) -> Value {
+    let outputs = if expose {
+        json!(["r", "d"])
+    } else {
+        json!(["r"])
+    };
+    json!({
+        "format": "sluice/graph@1",
+        "inputs": {
+            "x": { "shape": shape, "dtype": "f32" },
+            "y": { "shape": y_shape, "dtype": "f32" }
+        },
+        "nodes": [
+            { "id": "k", "op": "constant", "attrs": { "value": [0.5], "shape": [] } },
+            { "id": "m", "op": "mul", "inputs": ["x", "y"] },
+            { "id": "a", "op": "add", "inputs": ["m", "k"] },
+            { "id": "s", "op": "tanh", "inputs": ["a"] },
+            { "id": "d", "op": "mul", "inputs": ["s", "x"] },
+            { "id": "r", "op": op, "inputs": ["d"], "attrs": attrs }
+        ],
+        "outputs": outputs,
+    })
 }
 
 /// Every reduction of the family over `axes` of a `shape` input.

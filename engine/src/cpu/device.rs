@@ -300,6 +300,14 @@ impl CpuExecutable {
                 let a = super::fast::matmul(op, ins.get(..*anchor_inputs)?, &params)?;
                 super::fast::fused(expr, &ins, Some(&a), shape)?
             }
+            Work::Prologue {
+                reducer: Op::Reduce(op),
+                expr,
+            } => {
+                let folded = ins.first()?.0;
+                let x = super::fast::fused(expr, &ins, None, folded)?;
+                super::fast::reduce(op, (folded, &x))?
+            }
             _ => return None,
         };
         let numel: usize = shape.iter().product();
@@ -365,6 +373,16 @@ impl CpuExecutable {
                 let shape = out_shapes.first().cloned().unwrap_or_default();
                 let t = Self::expr(expr, &ins, Some(&a), &shape).map_err(fail)?;
                 vec![t.unwrap_or(a)]
+            }
+            Work::Prologue { reducer, expr } => {
+                let folded = ins
+                    .first()
+                    .map(|t| t.shape.clone())
+                    .ok_or_else(|| fail("a prologue without inputs".into()))?;
+                let x = Self::expr(expr, &ins, None, &folded)
+                    .map_err(fail)?
+                    .ok_or_else(|| fail("an empty prologue".into()))?;
+                eval(reducer, &[&x], &[], out_shapes).map_err(fail)?
             }
         })
     }

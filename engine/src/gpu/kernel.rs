@@ -361,10 +361,45 @@ pub struct LowerCtx<'a> {
     pub params: &'a [Concrete],
     /// Fused work for operators that take an epilogue.
     pub epilogue: &'a Epilogue,
+    /// Pointwise work computing the input of an operator that takes a prologue (the
+    /// inputs are then the prologue's operands).
+    pub prologue: Option<&'a Prologue>,
     /// Accumulate in f16 (precision `f16`) instead of f32.
     pub f16_compute: bool,
     /// Tuned kernel choices.
     pub tuning: &'a super::tuning::Tuning,
+}
+
+/// Pointwise work a reduction computes from its step's inputs (all of the reduced
+/// tensor's shape) as it reads each element, instead of reading a stored input:
+/// statements over `x0..` ending in `result`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prologue {
+    /// Statements (`let t0 = ...;`).
+    pub stmts: String,
+    /// The final expression.
+    pub result: String,
+    /// Labels of the fused nodes, for the kernel label.
+    pub fused: Vec<String>,
+}
+
+impl Prologue {
+    /// `sl_prologue(x0, ..)`: the value of one element from the same element of each of
+    /// the `inputs` operands.
+    pub fn wgsl(&self, inputs: usize) -> String {
+        let params: Vec<String> = (0..inputs).map(|k| format!("x{k}: f32")).collect();
+        format!(
+            "fn sl_prologue({}) -> f32 {{\n{}    return {};\n}}\n",
+            params.join(", "),
+            self.stmts,
+            self.result
+        )
+    }
+
+    /// A suffix for kernel labels naming what was fused.
+    pub fn label(&self) -> String {
+        format!(" of {}", self.fused.join(" + "))
+    }
 }
 
 /// Puts `enable f16;` in front of a shader that uses `f16` anywhere, once.

@@ -3,7 +3,7 @@
 //! what the executable compiles, what `sluice plan --kernels` prints and what the shader
 //! tests validate, without a device.
 
-use super::kernel::{f32_literal, Epilogue, Kernel, LowerCtx, Lowering, Slot};
+use super::kernel::{f32_literal, Epilogue, Kernel, LowerCtx, Lowering, Prologue, Slot};
 use super::lower::elementwise::elementwise_kernel;
 use super::lower::{lower_op, pointwise_wgsl};
 use super::tuning::Tuning;
@@ -118,10 +118,31 @@ fn step_kernels(
                 outputs: &outputs,
                 params: &params,
                 epilogue: &Epilogue::identity(),
+                prologue: None,
                 f16_compute,
                 tuning,
             },
         )?,
+        Work::Prologue { reducer, expr } => {
+            let (stmts, result) = statements(expr, &|k| format!("x{k}"))?;
+            let prologue = Prologue {
+                stmts,
+                result,
+                fused: expr.op_names().iter().map(|s| s.to_string()).collect(),
+            };
+            lower_op(
+                reducer,
+                &LowerCtx {
+                    inputs: &inputs,
+                    outputs: &outputs,
+                    params: &params,
+                    epilogue: &Epilogue::identity(),
+                    prologue: Some(&prologue),
+                    f16_compute,
+                    tuning,
+                },
+            )?
+        }
         Work::Fused(expr) => {
             let (stmts, result) = statements(expr, &|k| format!("x{k}"))?;
             let label = format!("fused {}", step.nodes.join("+"));
@@ -149,6 +170,7 @@ fn step_kernels(
                     outputs: &outputs,
                     params: &params,
                     epilogue: &epilogue,
+                    prologue: None,
                     f16_compute,
                     tuning,
                 },

@@ -517,8 +517,8 @@ impl Op {
             Op::Movement(o) => o.capabilities(),
             Op::Convert(o) => o.capabilities(),
             Op::Grad(o) => o.capabilities(),
-            Op::Reduce(_)
-            | Op::Norm(_)
+            Op::Reduce(o) => o.capabilities(),
+            Op::Norm(_)
             | Op::Indexing(_)
             | Op::Constant(_)
             | Op::Param(_)
@@ -608,6 +608,9 @@ pub struct Capabilities {
     pub anchor: Option<Anchor>,
     /// The output is the input reinterpreted: no work and no buffer of its own.
     pub view: bool,
+    /// One input folded element by element (a reduction): pointwise work producing that
+    /// input can be computed inside its kernel as each element is read, and never stored.
+    pub prologue: bool,
 }
 
 /// How an epilogue anchor reads the extra operands of its fused chain.

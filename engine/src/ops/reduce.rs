@@ -14,7 +14,7 @@
 
 use super::attrs::{optional, required, AttrKind, AttrReader, AttrSpec, MAX_SIZE};
 use super::backward::GradContext;
-use super::{need_f32, Arity, OpSchema, TensorType};
+use super::{need_f32, Arity, Capabilities, OpSchema, TensorType};
 use crate::dtype::DType;
 use crate::shape::{self, show, Dim};
 
@@ -324,6 +324,23 @@ pub fn resolve_axes(axes: &Option<Vec<i64>>, rank: usize) -> Result<Vec<usize>, 
 }
 
 impl ReduceOp {
+    /// The folds over elements take a pointwise prologue; the index, scan and selection
+    /// kinds read their input in ways a prologue does not describe.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            prologue: matches!(
+                self.kind,
+                ReduceKind::Sum
+                    | ReduceKind::Mean
+                    | ReduceKind::Max
+                    | ReduceKind::Min
+                    | ReduceKind::Prod
+                    | ReduceKind::L2
+            ),
+            ..Capabilities::default()
+        }
+    }
+
     /// Name in graph files.
     pub fn name(&self) -> &'static str {
         match self.kind {

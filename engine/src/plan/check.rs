@@ -204,6 +204,27 @@ impl Plan {
                     return Err("the epilogue does not produce its output value".into());
                 }
             }
+            Work::Prologue { reducer, expr } => {
+                if !reducer.capabilities().prologue {
+                    return Err(format!("'{}' takes no prologue", reducer.name()));
+                }
+                if !params.is_empty() {
+                    return Err("a prologue reads no weights".into());
+                }
+                // The lowering reads element i of every input for element i of the
+                // reduction's input: one shape for all, f32.
+                let first = inputs.first().ok_or("a prologue reads no tensor")?;
+                if inputs.iter().any(|t| t != first || t.dtype != DType::F32) {
+                    return Err("the prologue's inputs are not f32 of one shape".into());
+                }
+                let folded = expr_type(expr, &inputs, 0, None, std::slice::from_ref(first))?;
+                if typed(reducer, &[folded])? != outputs {
+                    return Err(format!(
+                        "'{}' does not produce its output values",
+                        reducer.name()
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -398,6 +419,62 @@ mod tests {
             let mut p = good.clone();
             tamper(&mut p);
             assert!(p.validate().is_err(), "{what}: accepted");
+            assert!(CpuExecutable::new(p, &w).is_err(), "{what}: compiled");
+        }
+    }
+
+    #[test]
+    fn tampered_prologues_are_refused() {
+        // x·y then relu, summed along the rows: one prologue step over x and y.
+        let g = load_graph(
+            r#"{ "format": "sluice/graph@1",
+                 "inputs": { "x": { "shape": [2, 8] }, "y": { "shape": [2, 8] } },
+                 "nodes": [
+                   { "id": "m", "op": "mul", "inputs": ["x", "y"] },
+                   { "id": "r", "op": "relu", "inputs": ["m"] },
+                   { "id": "s", "op": "reduce_sum", "inputs": ["r"], "attrs": { "axes": [1] } }
+                 ],
+                 "outputs": ["s"] }"#,
+        )
+        .unwrap();
+        let w = Weights::new();
+        let good = Plan::new(&g).unwrap();
+        assert!(matches!(
+            good.steps[..],
+            [super::super::Step {
+                work: Work::Prologue { .. },
+                ..
+            }]
+        ));
+        good.validate().unwrap();
+        CpuExecutable::new(good.clone(), &w).unwrap();
+        // (what it does, what the refusal says, the tampering)
+        type Refused = (&'static str, &'static str, fn(&mut Plan));
+        let tampers: [Refused; 4] = [
+            ("an index reduction", "takes no prologue", |p| {
+                if let Work::Prologue { reducer, .. } = &mut p.steps[0].work {
+                    *reducer = crate::ops::parse("argmax", &serde_json::Map::new()).unwrap();
+                }
+            }),
+            ("an operand of another shape", "one shape", |p| {
+                let s = p.outputs[0].1;
+                p.steps[0].inputs[1] = s;
+            }),
+            ("a term reading a missing operand", "does not exist", |p| {
+                if let Work::Prologue { expr, .. } = &mut p.steps[0].work {
+                    expr.terms[0].args[0] = Operand::Input(7);
+                }
+            }),
+            ("a reduction of the wrong size", "output values", |p| {
+                let s = p.outputs[0].1;
+                p.values[s].shape = vec![1];
+            }),
+        ];
+        for (what, says, tamper) in tampers {
+            let mut p = good.clone();
+            tamper(&mut p);
+            let e = p.validate().map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains(says), "{what}: {e}");
             assert!(CpuExecutable::new(p, &w).is_err(), "{what}: compiled");
         }
     }

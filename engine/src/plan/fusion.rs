@@ -1,7 +1,9 @@
 //! Fusion over operator capabilities: chains (and trees) of pointwise operators become one
-//! unit, and a chain of epilogue members after an epilogue anchor (`matmul`, `linear`,
-//! `conv2d` declare themselves anchors) becomes that anchor's epilogue. Scalar constants
-//! are inlined. An intermediate value may be fused away only when its one consumer is in
+//! unit, a chain of epilogue members after an epilogue anchor (`matmul`, `linear`,
+//! `conv2d` declare themselves anchors) becomes that anchor's epilogue, and a pointwise
+//! group whose every tensor operand has its result's shape becomes the prologue of the
+//! reduction that folds it (the reductions declare `prologue`). Scalar constants are
+//! inlined. An intermediate value may be fused away only when its one consumer is in
 //! the same group and it is not a graph output. Fusion asks each operator what it can do
 //! ([`crate::ops::Capabilities`]); it never names operators. Fused units compute f32
 //! expressions, so a node fuses only when its outputs are f32 (integer and bool work, such
@@ -28,6 +30,13 @@ pub enum Unit {
         /// The pointwise chain, in order; the last one's output leaves the unit.
         chain: Vec<NodeIndex>,
     },
+    /// A reduction reading its input from pointwise nodes computed in its kernel.
+    Prologue {
+        /// The pointwise group in topological order; the last one is the reduction's input.
+        chain: Vec<NodeIndex>,
+        /// The reduction, whose output leaves the unit.
+        reducer: NodeIndex,
+    },
 }
 
 impl Unit {
@@ -37,6 +46,7 @@ impl Unit {
             Unit::Single(n) => *n,
             Unit::Pointwise(nodes) => nodes.last().copied().unwrap_or(NodeIndex::end()),
             Unit::Epilogue { anchor, chain } => *chain.last().unwrap_or(anchor),
+            Unit::Prologue { reducer, .. } => *reducer,
         }
     }
 
@@ -47,6 +57,11 @@ impl Unit {
             Unit::Pointwise(nodes) => nodes.clone(),
             Unit::Epilogue { anchor, chain } => std::iter::once(*anchor)
                 .chain(chain.iter().copied())
+                .collect(),
+            Unit::Prologue { chain, reducer } => chain
+                .iter()
+                .copied()
+                .chain(std::iter::once(*reducer))
                 .collect(),
         }
     }
@@ -148,6 +163,26 @@ fn epilogue_link(graph: &Graph, node: NodeIndex, value: NodeIndex, row: Option<u
     }
 }
 
+/// Whether every tensor the pointwise group `members` reads from outside itself (scalar
+/// constants are inlined) is f32 with the shape of `root`'s output, and there is one.
+fn operands_match(graph: &Graph, members: &[NodeIndex], root: NodeIndex) -> bool {
+    let result = &graph.dag[root].outputs[0];
+    let mut tensors = 0;
+    for &m in members {
+        for (src, port) in graph.node_inputs(m) {
+            if members.contains(&src) || scalar_constant(graph, src).is_some() {
+                continue;
+            }
+            let t = &graph.dag[src].outputs[port];
+            if t.dtype != DType::F32 || t.shape != result.shape {
+                return false;
+            }
+            tensors += 1;
+        }
+    }
+    tensors > 0
+}
+
 /// Groups the graph's operator nodes into units, in an order that respects dependencies.
 pub fn units(graph: &Graph, fuse: bool) -> Vec<Unit> {
     let ops: Vec<NodeIndex> = graph.op_nodes().map(|(ix, _, _)| ix).collect();
@@ -221,6 +256,26 @@ pub fn units(graph: &Graph, fuse: bool) -> Vec<Unit> {
             groups.entry(root_of(n)).or_default().push(n);
         }
     }
+    // Prologues: a reduction takes the pointwise group computing its input when the group
+    // feeds only it and every tensor the group reads is f32 of the group's result shape
+    // (the kernel reads element i of each where it would read element i of its input).
+    let mut prologues: HashMap<NodeIndex, NodeIndex> = HashMap::new();
+    for &r in &ops {
+        if !capabilities(graph, r).prologue {
+            continue;
+        }
+        let ins = graph.node_inputs(r);
+        let [(p, 0)] = ins.as_slice() else {
+            continue;
+        };
+        let Some(members) = groups.get(p) else {
+            continue;
+        };
+        if only_feeds(graph, &uses, *p, r) && operands_match(graph, members, *p) {
+            prologues.insert(r, *p);
+        }
+    }
+    let prologue_groups: HashSet<NodeIndex> = prologues.values().copied().collect();
     // Emit units when their root comes up in topological order: by then every input of
     // every member has been computed.
     let epilogue_roots: HashMap<NodeIndex, NodeIndex> = epilogues
@@ -234,8 +289,13 @@ pub fn units(graph: &Graph, fuse: bool) -> Vec<Unit> {
                 anchor,
                 chain: epilogues[&anchor].clone(),
             });
-        } else if taken.contains(&n) {
+        } else if taken.contains(&n) || prologue_groups.contains(&n) {
             continue;
+        } else if let Some(&group) = prologues.get(&n) {
+            out.push(Unit::Prologue {
+                chain: groups[&group].clone(),
+                reducer: n,
+            });
         } else if let Some(members) = groups.get(&n) {
             if members.len() == 1 {
                 out.push(Unit::Single(n));
@@ -285,7 +345,7 @@ mod tests {
             match u {
                 Unit::Single(n) => singles.push(name(n)),
                 Unit::Pointwise(nodes) => fused.push(nodes.into_iter().map(name).collect()),
-                Unit::Epilogue { .. } => panic!("no anchors here"),
+                Unit::Epilogue { .. } | Unit::Prologue { .. } => panic!("no anchors here"),
             }
         }
         singles.sort();

@@ -160,6 +160,15 @@ pub enum Work {
         /// The fused chain.
         expr: Expr,
     },
+    /// A reduction (an operator declaring `prologue`) whose input is never stored: the
+    /// expression computes each element from the same element of every step input (all
+    /// of one shape) as the reduction reads it.
+    Prologue {
+        /// The reduction.
+        reducer: Op,
+        /// The pointwise work computing the reduction's input.
+        expr: Expr,
+    },
 }
 
 /// One unit of work: an operator or a fused group.
@@ -200,6 +209,7 @@ impl Step {
             Work::Op(op) => op.name().to_string(),
             Work::Fused(_) => "fused".into(),
             Work::Epilogue { anchor, .. } => anchor.name().to_string(),
+            Work::Prologue { reducer, .. } => reducer.name().to_string(),
         }
     }
 }
@@ -634,12 +644,47 @@ impl<'g> Builder<'g> {
         Ok(())
     }
 
+    fn prologue(&mut self, chain: &[NodeIndex], reducer: NodeIndex) -> Result<(), RunError> {
+        let graph = self.graph;
+        let op = op_of(graph, reducer)?;
+        let mut inputs = Vec::new();
+        let (expr, chain_flops) = self.terms(chain, HashMap::new(), &mut inputs, 0)?;
+        let out = concrete_outputs(graph, reducer, &self.options)?;
+        let name = self.name_of(reducer, 0);
+        let v = self.add_value(name, &out[0], ValueKind::Intermediate, None);
+        self.value_of.insert((reducer, 0), v);
+        let bytes = |vs: &[usize]| -> u64 { vs.iter().map(|&v| self.plan.values[v].bytes()).sum() };
+        let cost = Cost {
+            flops: chain_flops + self.node_flops(reducer)?,
+            bytes_read: bytes(&inputs),
+            bytes_written: bytes(&[v]),
+        };
+        self.plan.steps.push(Step {
+            node: graph.dag[reducer].id.clone(),
+            nodes: chain
+                .iter()
+                .chain(std::iter::once(&reducer))
+                .map(|&n| graph.dag[n].id.clone())
+                .collect(),
+            work: Work::Prologue {
+                reducer: op.clone(),
+                expr,
+            },
+            inputs,
+            params: Vec::new(),
+            outputs: vec![v],
+            in_place: None,
+            cost,
+        });
+        Ok(())
+    }
+
     /// Whether a step's work is pointwise (it may overwrite an input it reads).
     fn pointwise(step: &Step) -> bool {
         match &step.work {
             Work::Op(op) => op.capabilities().pointwise,
             Work::Fused(_) => true,
-            Work::Epilogue { .. } => false,
+            Work::Epilogue { .. } | Work::Prologue { .. } => false,
         }
     }
 
@@ -807,6 +852,7 @@ impl Plan {
                 Unit::Single(ix) => b.single(ix)?,
                 Unit::Pointwise(nodes) => b.fused(&nodes)?,
                 Unit::Epilogue { anchor, chain } => b.epilogue(anchor, &chain)?,
+                Unit::Prologue { chain, reducer } => b.prologue(&chain, reducer)?,
             }
         }
         for o in &graph.outputs {
@@ -887,6 +933,7 @@ mod tests {
                     anchor_inputs,
                     ..
                 } => (expr, *anchor_inputs),
+                Work::Prologue { expr, .. } => (expr, 0),
                 Work::Op(_) => continue,
             };
             fused += 1;

@@ -142,6 +142,9 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode> {
                 Work::Epilogue { anchor, expr, .. } => {
                     format!("{} + {}", anchor.name(), expr.op_names().join("+"))
                 }
+                Work::Prologue { reducer, expr } => {
+                    format!("{} of {}", reducer.name(), expr.op_names().join("+"))
+                }
             };
             let in_place = if step.in_place.is_some() {
                 " (in place)"

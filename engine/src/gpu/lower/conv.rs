@@ -20,7 +20,7 @@ impl Lower for ConvOp {
             let spatial: Vec<usize> = (2..input.shape.len()).collect();
             return super::reduce::reduce_kernel(
                 "global_avg_pool",
-                input,
+                &super::reduce::ReduceSource::Input(input),
                 output,
                 &spatial,
                 crate::ops::reduce::ReduceKind::Mean,

@@ -32,6 +32,9 @@ pub trait Lower {
 
 /// Lowers one operator to its kernels (`enable f16;` added where a kernel uses `f16`).
 pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
+    if ctx.prologue.is_some() && !op.capabilities().prologue {
+        return Err(format!("'{}' takes no prologue", op.name()));
+    }
     let lowering = match op {
         Op::MatMul(o) => o.lower(ctx),
         Op::Elementwise(o) => o.lower(ctx),

@@ -1,5 +1,6 @@
 //! GPU lowering of the reduce family.
 
+use super::elementwise::helpers;
 use super::Lower;
 use crate::gpu::kernel::*;
 use crate::ops::reduce::*;
@@ -11,6 +12,9 @@ impl Lower for ReduceOp {
     /// GPU kernel.
     fn lower(&self, ctx: &LowerCtx) -> Result<Lowering, String> {
         let axes = self.axes(ctx.inputs[0].shape.len())?;
+        if ctx.prologue.is_some() && !self.capabilities().prologue {
+            return Err(format!("{} takes no prologue", self.name()));
+        }
         match self.kind {
             ReduceKind::CumSum { exclusive, reverse } => {
                 return cumsum_kernel(&ctx.inputs[0], &ctx.outputs[0], axes[0], exclusive, reverse)
@@ -21,15 +25,130 @@ impl Lower for ReduceOp {
             }
             _ => {}
         }
+        let source = match ctx.prologue {
+            Some(prologue) => ReduceSource::Prologue {
+                inputs: ctx.inputs,
+                prologue,
+            },
+            None => ReduceSource::Input(&ctx.inputs[0]),
+        };
+        let label = match ctx.prologue {
+            Some(p) => format!("{}{}", self.name(), p.label()),
+            None => self.name().to_string(),
+        };
         reduce_kernel(
-            self.name(),
-            &ctx.inputs[0],
+            &label,
+            &source,
             &ctx.outputs[0],
             &axes,
             self.kind,
             self.select_last_index,
             ctx.f16_compute,
         )
+    }
+}
+
+/// What a reduction reads.
+pub enum ReduceSource<'a> {
+    /// Its input (binding `src`).
+    Input(&'a Concrete),
+    /// Pointwise work over `inputs` (bindings `pro0..`, each of the reduced tensor's
+    /// shape) computed as each element is read.
+    Prologue {
+        /// The prologue's operands.
+        inputs: &'a [Concrete],
+        /// Its work.
+        prologue: &'a Prologue,
+    },
+}
+
+impl ReduceSource<'_> {
+    /// The reduced tensor's shape.
+    fn shape(&self) -> &[usize] {
+        match self {
+            ReduceSource::Input(c) => &c.shape,
+            ReduceSource::Prologue { inputs, .. } => inputs.first().map_or(&[], |c| &c.shape),
+        }
+    }
+
+    /// Whether every element read is an f32 word (what vec4 reads need).
+    fn f32_words(&self) -> bool {
+        match self {
+            ReduceSource::Input(c) => c.storage == Storage::F32,
+            ReduceSource::Prologue { inputs, .. } => {
+                inputs.iter().all(|c| c.storage == Storage::F32)
+            }
+        }
+    }
+
+    /// Declares the bindings read into `b` and returns the WGSL defining `ld_src(i)`
+    /// beyond them (nothing for a plain input, whose binding defines it).
+    fn declare(&self, b: &mut Bindings) -> String {
+        match self {
+            ReduceSource::Input(c) => {
+                b.add("src", Slot::Input(0), c.storage, false);
+                String::new()
+            }
+            ReduceSource::Prologue { inputs, prologue } => {
+                let mut loads = Vec::new();
+                for (k, c) in inputs.iter().enumerate() {
+                    b.add(&format!("pro{k}"), Slot::Input(k), c.storage, false);
+                    loads.push(format!("ld_pro{k}(i)"));
+                }
+                format!(
+                    "{}\n{}fn ld_src(i: u32) -> f32 {{\n    return sl_prologue({});\n}}\n",
+                    helpers(),
+                    prologue.wgsl(inputs.len()),
+                    loads.join(", ")
+                )
+            }
+        }
+    }
+
+    /// For vec4 reads ([`Self::f32_words`]): after the bindings of `b`, the declarations
+    /// of the vec4 arrays read and `ld_src4(i)` (vec4 i of the reduced tensor), and every
+    /// slot in binding order.
+    fn declare4(&self, b: &Bindings) -> (String, Vec<Slot>) {
+        let mut decls = b.wgsl();
+        let mut slots = b.slots();
+        let binding = |k: usize| slots.len() + 1 + k;
+        match self {
+            ReduceSource::Input(_) => {
+                decls.push_str(&format!(
+                    "@group(0) @binding({}) var<storage, read> src4: array<vec4<f32>>;\n\
+                     fn ld_src4(i: u32) -> vec4<f32> {{\n    return src4[i];\n}}\n",
+                    binding(0)
+                ));
+                slots.push(Slot::Input(0));
+            }
+            ReduceSource::Prologue { inputs, prologue } => {
+                let mut loads = String::new();
+                let first = binding(0);
+                for k in 0..inputs.len() {
+                    decls.push_str(&format!(
+                        "@group(0) @binding({}) var<storage, read> pro{k}: array<vec4<f32>>;\n",
+                        first + k
+                    ));
+                    loads.push_str(&format!("    let v{k} = pro{k}[i];\n"));
+                    slots.push(Slot::Input(k));
+                }
+                let lanes: Vec<String> = ["x", "y", "z", "w"]
+                    .iter()
+                    .map(|c| {
+                        let args: Vec<String> =
+                            (0..inputs.len()).map(|k| format!("v{k}.{c}")).collect();
+                        format!("sl_prologue({})", args.join(", "))
+                    })
+                    .collect();
+                decls.push_str(&format!(
+                    "{}\n{}fn ld_src4(i: u32) -> vec4<f32> {{\n{loads}    return vec4<f32>({});\n}}\n",
+                    helpers(),
+                    prologue.wgsl(inputs.len()),
+                    lanes.join(", ")
+                ));
+            }
+        }
+        (decls, slots)
     }
 }
 
@@ -178,14 +297,14 @@ const SPLIT_SEGMENT: usize = 32768;
 /// outputs take two passes through f32 scratch (see [`SPLIT_MIN_COUNT`]).
 pub fn reduce_kernel(
     label: &str,
-    input: &Concrete,
+    source: &ReduceSource,
     output: &Concrete,
     axes: &[usize],
     kind: ReduceKind,
     last: bool,
     f16_compute: bool,
 ) -> Result<Lowering, String> {
-    let x = &input.shape;
+    let x = source.shape();
     let strides = shape::strides(x)?;
     let kept: Vec<usize> = (0..x.len()).filter(|i| !axes.contains(i)).collect();
     let n_out: usize = kept.iter().map(|&i| x[i]).product();
@@ -220,10 +339,17 @@ pub fn reduce_kernel(
     for &i in axes {
         info.push(word(strides[i])?);
     }
+    let common = variant(SHADER, "common");
+    let split = count >= SPLIT_MIN_COUNT && n_out < SPLIT_MAX_OUTPUTS;
+    // Sums of f32 rows a multiple of 4 long read them four elements at a time.
+    let vec4 = split
+        && contiguous
+        && source.f32_words()
+        && count.is_multiple_of(4)
+        && matches!(kind, ReduceKind::Sum | ReduceKind::Mean | ReduceKind::L2);
     let mut b = Bindings::new();
     b.add("dst", Slot::Output(0), output.storage, true);
-    b.add("src", Slot::Input(0), input.storage, false);
-    let common = variant(SHADER, "common");
+    let reads = source.declare(&mut b);
     if let ReduceKind::ArgMax | ReduceKind::ArgMin = kind {
         if output.storage != Storage::I32 || count == 0 {
             return Err(format!(
@@ -247,13 +373,12 @@ pub fn reduce_kernel(
         );
         return Ok(Lowering::Kernels(vec![Kernel {
             label: format!("{label} argmax"),
-            source: format!("{}\n{common}\n{body}", b.wgsl()),
+            source: format!("{}\n{reads}\n{common}\n{body}", b.wgsl()),
             slots: b.slots(),
             info,
             workgroups: dispatch_1d(n_out, WG)?,
         }]));
     }
-    let split = count >= SPLIT_MIN_COUNT && n_out < SPLIT_MAX_OUTPUTS;
     let (acc, combine, init) = match kind {
         ReduceKind::Max if count == 0 => {
             return Err(format!("{label} over an empty axis has no value"));
@@ -282,14 +407,19 @@ pub fn reduce_kernel(
         )
     );
     if split {
-        // Sums of f32 rows a multiple of 4 long read them four elements at a time.
-        let vec4 = contiguous
-            && input.storage == Storage::F32
-            && count.is_multiple_of(4)
-            && matches!(kind, ReduceKind::Sum | ReduceKind::Mean | ReduceKind::L2);
+        // The first pass writes f32 partial results into scratch.
+        let mut part = Bindings::new();
+        part.add("part", Slot::Scratch(0), Storage::F32, true);
+        let first = if vec4 {
+            source.declare4(&part)
+        } else {
+            let reads = source.declare(&mut part);
+            (format!("{}\n{reads}", part.wgsl()), part.slots())
+        };
         return split_kernels(
             label,
-            (input, output),
+            first,
+            output,
             info,
             (common, &combine),
             (acc, init, vec4),
@@ -330,7 +460,7 @@ pub fn reduce_kernel(
     };
     Ok(Lowering::Kernels(vec![Kernel {
         label: format!("{label} {name}"),
-        source: format!("{}\n{common}\n{combine}\n{body}", b.wgsl()),
+        source: format!("{}\n{reads}\n{common}\n{combine}\n{body}", b.wgsl()),
         slots: b.slots(),
         info,
         workgroups,
@@ -338,12 +468,14 @@ pub fn reduce_kernel(
 }
 
 /// The two passes of a split reduction: segments into f32 scratch, then each output from
-/// its segments in order (the same order every run). `info` is the one-pass kernel's;
-/// `functions` its shared WGSL and its `combine`/`lift`/`finish`, `acc` and `init` its
+/// its segments in order (the same order every run). `decls` and `slots` are the first
+/// pass's bindings (`part` and what it reads, defining `ld_src` or, for vec4 reads,
+/// `ld_src4`); `info` is the one-pass kernel's; `functions` its shared WGSL and its `combine`/`lift`/`finish`, `acc` and `init` its
 /// accumulator type and first value.
 fn split_kernels(
     label: &str,
-    (input, output): (&Concrete, &Concrete),
+    (decls, slots): (String, Vec<Slot>),
+    output: &Concrete,
     info: Vec<u32>,
     functions: (&str, &str),
     (acc, init, vec4): (&str, &str, bool),
@@ -369,24 +501,12 @@ fn split_kernels(
         m.extend(extra.iter().cloned());
         m
     };
-    let mut first = Bindings::new();
-    first.add("part", Slot::Scratch(0), Storage::F32, true);
-    let decls = if vec4 {
-        let mut decls = first.wgsl();
-        decls.push_str("@group(0) @binding(2) var<storage, read> src4: array<vec4<f32>>;\n");
-        let mut slots = first.slots();
-        slots.push(Slot::Input(0));
-        (decls, slots)
-    } else {
-        first.add("src", Slot::Input(0), input.storage, false);
-        (first.wgsl(), first.slots())
-    };
     let body = fill(variant(SHADER, template), &marks(&[("INIT", init.into())]));
     let groups = n_out * segments;
     let split = Kernel {
         label: format!("{label} split"),
-        source: format!("{}\n{common}\n{combine}\n{body}", decls.0),
-        slots: decls.1,
+        source: format!("{decls}\n{common}\n{combine}\n{body}"),
+        slots,
         info,
         workgroups: dispatch_1d(groups * WG as usize, WG)?,
     };
