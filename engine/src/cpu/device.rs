@@ -303,11 +303,7 @@ impl CpuExecutable {
             Work::Prologue {
                 reducer: Op::Reduce(op),
                 expr,
-            } => {
-                let folded = ins.first()?.0;
-                let x = super::fast::fused(expr, &ins, None, folded)?;
-                super::fast::reduce(op, (folded, &x))?
-            }
+            } => super::fast::fused_reduce(op, expr, &ins, ins.first()?.0)?,
             _ => return None,
         };
         let numel: usize = shape.iter().product();

@@ -121,7 +121,26 @@ pub(crate) fn fused(
     out: &[usize],
 ) -> Option<Vec<f32>> {
     let numel = out.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
-    let operand = |a: &Operand, terms: usize| -> Option<Source> {
+    let steps = compile(expr, inputs, anchor, out)?;
+    let slots = slots(&steps);
+    let mut result = vec![0.0f32; numel];
+    result
+        .par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| evaluate_widest(&steps, &slots, c * CHUNK, chunk));
+    Some(result)
+}
+
+/// The terms of a fused unit over an output of shape `out`, `None` where a term or an
+/// operand is not covered.
+fn compile<'a>(
+    expr: &Expr,
+    inputs: &[Operand32<'a>],
+    anchor: Option<&'a [f32]>,
+    out: &[usize],
+) -> Option<Vec<Step<'a>>> {
+    let numel = out.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    let operand = |a: &Operand, terms: usize| -> Option<Source<'a>> {
         match *a {
             Operand::Input(k) => {
                 let (shape, data) = *inputs.get(k)?;
@@ -143,16 +162,48 @@ pub(crate) fn fused(
             _ => return None,
         });
     }
-    if steps.is_empty() {
-        return None;
+    (!steps.is_empty()).then_some(steps)
+}
+
+/// A sum or mean over trailing axes of a fused unit's values over `shape` (a reduction's
+/// prologue), each piece of a row evaluated into a per-thread buffer and summed at once:
+/// the partial sums of [`reduce`] over [`fused`]'s output, in the same order (the same
+/// bits), without storing the values. Rows shorter than a chunk take that route.
+pub(crate) fn fused_reduce(
+    op: &ReduceOp,
+    expr: &Expr,
+    inputs: &[Operand32],
+    shape: &[usize],
+) -> Option<Vec<f32>> {
+    let (block, scale) = trailing_block(op, shape)?;
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    if block < CHUNK {
+        let x = fused(expr, inputs, None, shape)?;
+        return reduce(op, (shape, &x));
     }
+    let steps = compile(expr, inputs, None, shape)?;
     let slots = slots(&steps);
-    let mut result = vec![0.0f32; numel];
-    result
-        .par_chunks_mut(CHUNK)
-        .enumerate()
-        .for_each(|(c, chunk)| evaluate_widest(&steps, &slots, c * CHUNK, chunk));
-    Some(result)
+    let pieces = block.div_ceil(PIECE);
+    let sums = (0..numel / block).into_par_iter().map(|row| {
+        let partial: Vec<f64> = (0..pieces)
+            .into_par_iter()
+            .map_init(
+                || vec![0.0f32; PIECE.min(block)],
+                |buffer, p| {
+                    let start = row * block + p * PIECE;
+                    let piece = &mut buffer[..PIECE.min(block - p * PIECE)];
+                    for (c, chunk) in piece.chunks_mut(CHUNK).enumerate() {
+                        evaluate_widest(&steps, &slots, start + c * CHUNK, chunk);
+                    }
+                    lane_sum(piece)
+                },
+            )
+            .collect();
+        (partial.iter().sum::<f64>() * scale) as f32
+    });
+    Some(sums.collect())
 }
 
 /// [`evaluate`] compiled for the widest vectors the CPU has: AVX2 (eight f32 lanes) where
@@ -334,6 +385,29 @@ impl<'b> Chunk<'b> {
 /// contiguous block), accumulated in f64 as the reference does, blocks and long rows
 /// spread over threads; `None` for other reductions and axes.
 pub(crate) fn reduce(op: &ReduceOp, (shape, x): Operand32) -> Option<Vec<f32>> {
+    let (block, scale) = trailing_block(op, shape)?;
+    if x.len() % block != 0 {
+        return None;
+    }
+    // Partial sums collected in order and added in order: the same bits on every run,
+    // whatever the threads did.
+    let sum = |row: &[f32]| -> f64 {
+        let partial: Vec<f64> = row.par_chunks(PIECE).map(lane_sum).collect();
+        partial.iter().sum()
+    };
+    Some(
+        x.par_chunks(block)
+            .map(|row| (sum(row) * scale) as f32)
+            .collect(),
+    )
+}
+
+/// Elements of a row summed into one partial sum (by one thread).
+const PIECE: usize = 1 << 16;
+
+/// For a sum or mean over trailing axes of `shape`: the elements each output sums (not
+/// zero) and the factor applied to the sum; `None` for other reductions and axes.
+fn trailing_block(op: &ReduceOp, shape: &[usize]) -> Option<(usize, f64)> {
     let mean = match op.kind {
         ReduceKind::Sum => false,
         ReduceKind::Mean => true,
@@ -354,21 +428,10 @@ pub(crate) fn reduce(op: &ReduceOp, (shape, x): Operand32) -> Option<Vec<f32>> {
         return None;
     }
     let block: usize = shape[first..].iter().product();
-    if block == 0 || x.len() % block != 0 {
+    if block == 0 {
         return None;
     }
-    let scale = if mean { 1.0 / block as f64 } else { 1.0 };
-    // Partial sums collected in order and added in order: the same bits on every run,
-    // whatever the threads did.
-    let sum = |row: &[f32]| -> f64 {
-        let partial: Vec<f64> = row.par_chunks(1 << 16).map(lane_sum).collect();
-        partial.iter().sum()
-    };
-    Some(
-        x.par_chunks(block)
-            .map(|row| (sum(row) * scale) as f32)
-            .collect(),
-    )
+    Some((block, if mean { 1.0 / block as f64 } else { 1.0 }))
 }
 
 /// The f64 sum of `x` over eight lanes (element i into lane i mod 8, the lanes added in
@@ -430,6 +493,51 @@ mod tests {
         evaluate_widest(&steps, &slot_of, 0, &mut widest);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&widest), bits(&baseline));
+    }
+
+    #[test]
+    fn a_prologue_summed_as_it_is_evaluated_gives_the_bits_of_storing_it_first() {
+        // relu(x·y) − 0.25 summed or averaged over rows of several pieces, one short
+        // piece, and rows shorter than a chunk.
+        use crate::ops::reduce::ReduceKind;
+        use crate::plan::expr::Term;
+        let term = |name: &str, args: Vec<Operand>| Term {
+            node: name.into(),
+            op: crate::ops::parse(name, &serde_json::Map::new()).unwrap(),
+            args,
+        };
+        let expr = Expr {
+            terms: vec![
+                term("mul", vec![Operand::Input(0), Operand::Input(1)]),
+                term("relu", vec![Operand::Term(0)]),
+                term("sub", vec![Operand::Term(1), Operand::Scalar(0.25)]),
+            ],
+        };
+        for (shape, axes, kind) in [
+            (vec![3, 2 * PIECE + 999], Some(vec![1]), ReduceKind::Sum),
+            (vec![3, 2 * PIECE + 999], Some(vec![-1]), ReduceKind::Mean),
+            (vec![PIECE + 5], None, ReduceKind::Sum),
+            (vec![40, 7], Some(vec![1]), ReduceKind::Mean),
+        ] {
+            let n: usize = shape.iter().product();
+            let x: Vec<f32> = (0..n).map(|i| ((i * 7919 % 1013) as f32).sin()).collect();
+            let y: Vec<f32> = (0..n).map(|i| ((i * 31 % 97) as f32).cos()).collect();
+            let inputs = [
+                (shape.as_slice(), x.as_slice()),
+                (shape.as_slice(), y.as_slice()),
+            ];
+            let op = ReduceOp {
+                kind,
+                axes,
+                keepdims: false,
+                select_last_index: false,
+            };
+            let stored = fused(&expr, &inputs, None, &shape).unwrap();
+            let want = reduce(&op, (&shape, &stored)).unwrap();
+            let got = fused_reduce(&op, &expr, &inputs, &shape).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{shape:?} {kind:?}");
+        }
     }
 
     #[test]
