@@ -360,6 +360,9 @@ pub(crate) fn median(v: &mut [f64]) -> f64 {
 /// device: what the fast CPU rows of the report and `bench --peers` read.
 pub(crate) struct Workloads {
     pub w1: Value,
+    /// W1 with a and b kept on the device, one product at a time (`--prefetch 1`), as the
+    /// peer times its resident product: each run's time is its own.
+    pub w1_kept: Value,
     pub w2: Value,
     pub w2_b1: Value,
     pub w2_b64: Value,
@@ -390,12 +393,32 @@ impl Workloads {
         };
         Ok(Workloads {
             w1: run(&["bench", w1, "--batch", "1024", "--reps", "5"])?,
+            w1_kept: run(&[
+                "bench",
+                w1,
+                "--batch",
+                "1024",
+                "--reps",
+                "10",
+                "--prefetch",
+                "1",
+                "--keep",
+                "a",
+                "--keep",
+                "b",
+            ])?,
             w2: run(&["bench", w2, "--batch", "256", "--reps", "20"])?,
             w2_b1: latency("1")?,
             w2_b64: latency("64")?,
             w3: run(&["bench", w3, "--reps", "20"])?,
             w3_kept: run(&["bench", w3, "--reps", "20", "--keep", "x"])?,
         })
+    }
+
+    /// W1's GFLOP/s with a and b kept on the device, from the median run's time.
+    pub(crate) fn w1_kept_gflops(&self) -> f64 {
+        let n = 1024f64;
+        2.0 * n * n * n / f(&self.w1_kept, &["metrics", "latency_p50_ns"])
     }
 
     /// W3's milliseconds per chain, x uploaded for each.
@@ -417,13 +440,14 @@ fn cpu_workloads(s: &str) -> Result<Value> {
     Ok(json!({
         "summary": {
             "w1_matmul_1024_gflops": f(&r.w1, &["compute_gflops"]),
+            "w1_matmul_1024_gflops_kept_median": r.w1_kept_gflops(),
             "w2_samples_per_s_batch256": f(&r.w2, &["metrics", "throughput"]),
             "w2_latency_p50_ms_batch1": f(&r.w2_b1, &["metrics", "latency_p50_ns"]) / 1e6,
             "w2_latency_p50_ms_batch64": f(&r.w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
             "w3_ms_per_chain": r.w3_ms(),
             "w3_ms_per_chain_x_kept": r.w3_kept_ms(),
         },
-        "runs": { "w1": r.w1, "w2": r.w2, "w2_batch1": r.w2_b1, "w2_batch64": r.w2_b64, "w3": r.w3, "w3_kept": r.w3_kept },
+        "runs": { "w1": r.w1, "w1_kept": r.w1_kept, "w2": r.w2, "w2_batch1": r.w2_b1, "w2_batch64": r.w2_b64, "w3": r.w3, "w3_kept": r.w3_kept },
     }))
 }
 

@@ -4,8 +4,8 @@
 //! command: the peer's clean build takes about 40 minutes on 2 cores, and Burn's first run
 //! on a GPU autotunes for several more (its cache is kept under the target folder).
 //!
-//! Pairs: W1 (1024³ matmul, inputs uploaded and the product read back, and Burn with inputs
-//! resident against Sluice's kernel time), W2 (the MLP at batch 256 over 20 batches,
+//! Pairs: W1 (1024³ matmul, inputs uploaded and the product read back, and inputs resident
+//! on both: Burn's median product against Sluice's median run with `--keep a --keep b`), W2 (the MLP at batch 256 over 20 batches,
 //! latency at batch 1 and 64), W3 (32 elementwise operations and a sum over 2^20 floats,
 //! x uploaded for each chain and x kept on the device),
 //! each on the GPU (Burn's wgpu backend) and on the CPU (Burn's ndarray backend against
@@ -50,11 +50,11 @@ const PAIRS: &[Pair] = &[
         sluice: w1_wall_gflops,
     },
     Pair {
-        what: "W1 matmul 1024³, Burn resident / Sluice kernel",
+        what: "W1, a and b resident on both (Sluice --keep a, b)",
         burn: "matmul.n1024_resident_sync",
         unit: "GFLOP/s",
         better: Better::Higher,
-        sluice: |r| f(&r.w1, &["compute_gflops"]),
+        sluice: Workloads::w1_kept_gflops,
     },
     Pair {
         what: "W2 MLP batch 256 × 20, upload and readback each",

@@ -1,5 +1,5 @@
 //! The fast CPU device's kernels ([`super::CpuDevice::fast`]): matrix products through a
-//! blocked, multi-threaded GEMM (`ndarray` over `matrixmultiply`) and fused pointwise
+//! blocked, multi-threaded GEMM (the `gemm` crate on `rayon`'s threads) and fused pointwise
 //! units evaluated in one pass over chunks of the output, the chunks spread over threads
 //! with `rayon`, and sums and means over trailing axes. Each kernel takes only f32 data and the broadcasts it handles (scalars and
 //! trailing rows); it answers `None` for anything else, and the device then runs the
@@ -11,7 +11,6 @@ use crate::ops::matmul::{batched_problem, MatMulOp, Problem};
 use crate::ops::reduce::{ReduceKind, ReduceOp};
 use crate::ops::Op;
 use crate::plan::expr::{Expr, Operand};
-use ndarray::{linalg::general_mat_mul, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
 /// Output elements per chunk of a fused unit: each thread evaluates whole chunks, every
@@ -54,23 +53,78 @@ pub(crate) fn matmul(
 fn product(p: &Problem, a: &[f32], b: &[f32], bias: Option<&[f32]>) -> Option<Vec<f32>> {
     let (m, n, k) = (p.m, p.n, p.k);
     let size = m.checked_mul(n)?;
+    let (a_len, b_len) = (m.checked_mul(k)?, k.checked_mul(n)?);
     let mut c = vec![0.0f32; p.offsets.len().checked_mul(size)?];
+    if size == 0 {
+        return Some(c);
+    }
     if let Some(bias) = bias {
         if bias.len() != n {
             return None;
         }
-        for row in c.chunks_exact_mut(n.max(1)) {
+        for row in c.chunks_exact_mut(n) {
             row.copy_from_slice(bias);
         }
     }
-    let beta = if bias.is_some() { 1.0 } else { 0.0 };
-    for (i, &(oa, ob)) in p.offsets.iter().enumerate() {
-        let a = ArrayView2::from_shape((m, k), a.get(oa..oa.checked_add(m * k)?)?).ok()?;
-        let b = ArrayView2::from_shape((k, n), b.get(ob..ob.checked_add(k * n)?)?).ok()?;
-        let mut out = ArrayViewMut2::from_shape((m, n), &mut c[i * size..(i + 1) * size]).ok()?;
-        general_mat_mul(1.0, &a, &b, beta, &mut out);
+    for (out, &(oa, ob)) in c.chunks_exact_mut(size).zip(&p.offsets) {
+        let a = a.get(oa..oa.checked_add(a_len)?)?;
+        let b = b.get(ob..ob.checked_add(b_len)?)?;
+        gemm_into(m, n, k, out, a, b, bias.is_some())?;
     }
     Some(c)
+}
+
+/// `out` (m×n) = A (m×k) · B (k×n), plus what `out` held when `accumulate`; all row-major.
+/// `None` unless the slices have exactly those lengths.
+fn gemm_into(
+    m: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    accumulate: bool,
+) -> Option<()> {
+    let fits = |len: usize, rows: usize, cols: usize| rows.checked_mul(cols) == Some(len);
+    if !(fits(out.len(), m, n) && fits(a.len(), m, k) && fits(b.len(), k, n)) {
+        return None;
+    }
+    if k == 0 {
+        // An empty sum: nothing to multiply.
+        if !accumulate {
+            out.fill(0.0);
+        }
+        return Some(());
+    }
+    let (row_a, row_b) = (isize::try_from(k).ok()?, isize::try_from(n).ok()?);
+    // SAFETY: every slice holds exactly rows × columns elements (checked above) and each
+    // is read (or written) as a row-major matrix of that size: column stride 1, row stride
+    // its column count, so no access leaves its slice; `out` is borrowed mutably and
+    // overlaps neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            row_b,
+            accumulate,
+            a.as_ptr(),
+            1,
+            row_a,
+            b.as_ptr(),
+            1,
+            row_b,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(0),
+        );
+    }
+    Some(())
 }
 
 /// Where a term's operand comes from, for one chunk of the output.
@@ -473,6 +527,57 @@ mod tests {
         let mut out = vec![0.0; 5];
         evaluate(&steps, &slot_of, 0, &mut out);
         assert_eq!(out, vec![4.0; 5], "2 - (-2), t0 kept");
+    }
+
+    #[test]
+    fn products_of_every_shape_class_equal_the_plain_triple_loop() {
+        // Empty sums, empty outputs, single rows and columns, odd sizes across the GEMM's
+        // blocks, with and without a bias row, over two batch pairs that share B.
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (3, 0, 5),
+            (0, 4, 2),
+            (1, 784, 10),
+            (17, 33, 9),
+            (70, 129, 65),
+        ] {
+            let a: Vec<f32> = (0..2 * m * k).map(|i| (i % 13) as f32 * 0.25 - 1.5).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.5 - 1.0).collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 - 2.0).collect();
+            let p = Problem {
+                m,
+                n,
+                k,
+                offsets: vec![(0, 0), (m * k, 0)],
+            };
+            for with_bias in [false, true] {
+                let got = product(&p, &a, &b, with_bias.then_some(&bias[..])).unwrap();
+                let mut want = vec![0f32; 2 * m * n];
+                for (batch, &(oa, _)) in p.offsets.iter().enumerate() {
+                    for i in 0..m {
+                        for j in 0..n {
+                            let dot: f64 = (0..k)
+                                .map(|l| f64::from(a[oa + i * k + l]) * f64::from(b[l * n + j]))
+                                .sum();
+                            let start = if with_bias { f64::from(bias[j]) } else { 0.0 };
+                            want[batch * m * n + i * n + j] = (start + dot) as f32;
+                        }
+                    }
+                }
+                for (x, y) in got.iter().zip(&want) {
+                    assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{m}×{k}×{n}: {x} {y}");
+                }
+                assert_eq!(got.len(), want.len());
+            }
+        }
+        let short = Problem {
+            m: 2,
+            n: 2,
+            k: 2,
+            offsets: vec![(0, 0)],
+        };
+        assert!(product(&short, &[1.0; 3], &[1.0; 4], None).is_none());
+        assert!(product(&short, &[1.0; 4], &[1.0; 4], Some(&[1.0; 3])).is_none());
     }
 
     #[test]
