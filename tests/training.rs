@@ -57,27 +57,55 @@ fn relative_error(got: &Tensor, want: &Tensor) -> f64 {
 
 const TOLERANCE: f64 = 1e-4;
 
+/// Where a PyTorch oracle test runs.
+#[derive(Clone, Copy, PartialEq)]
+enum On {
+    /// The CPU reference.
+    Reference,
+    /// The fast CPU device (`--device cpu`).
+    FastCpu,
+    /// The GPU.
+    Gpu,
+}
+
+impl On {
+    fn name(self) -> &'static str {
+        match self {
+            On::Reference => "CPU",
+            On::FastCpu => "fast CPU",
+            On::Gpu => "GPU",
+        }
+    }
+}
+
 fn devices(gpu: bool) -> (Box<dyn Device>, Box<dyn Device>) {
-    if gpu {
-        let mut d = pollster::block_on(GpuDevice::open_many(2)).expect("a GPU adapter");
-        let b = d.pop().expect("two devices");
-        let a = d.pop().expect("two devices");
-        (Box::new(a), Box::new(b))
-    } else {
-        (Box::new(CpuDevice::new()), Box::new(CpuDevice::new()))
+    devices_on(if gpu { On::Gpu } else { On::Reference })
+}
+
+/// A training step's device and an evaluation device.
+fn devices_on(on: On) -> (Box<dyn Device>, Box<dyn Device>) {
+    match on {
+        On::Gpu => {
+            let mut d = pollster::block_on(GpuDevice::open_many(2)).expect("a GPU adapter");
+            let b = d.pop().expect("two devices");
+            let a = d.pop().expect("two devices");
+            (Box::new(a), Box::new(b))
+        }
+        On::FastCpu => (Box::new(CpuDevice::fast()), Box::new(CpuDevice::fast())),
+        On::Reference => (Box::new(CpuDevice::new()), Box::new(CpuDevice::new())),
     }
 }
 
 /// Loss and gradients of the joint graph on batch 0, against PyTorch.
-fn gradients_match(model: &str, gpu: bool) -> Vec<(String, f64)> {
+fn gradients_match(model: &str, on: On) -> Vec<(String, f64)> {
     let dir = fixtures(model);
     let graph = load_asset(&format!("assets/graphs/{model}.json"));
     let init = safetensors_file(&graph, &dir.join("init.safetensors"));
     let joint = autodiff::backward(&bind_all(&graph, 32), "loss").expect("a joint graph");
     let data = batch(&dir, 0);
-    let outputs: Values = if gpu {
+    let outputs: Values = if on != On::Reference {
         pollster::block_on(async {
-            let (device, _) = devices(true);
+            let (device, _) = devices_on(on);
             let config = RunConfig {
                 batch: 32,
                 ..RunConfig::default()
@@ -114,7 +142,7 @@ fn gradients_match(model: &str, gpu: bool) -> Vec<(String, f64)> {
 /// The weights after `steps` optimiser steps on batches 0, 1, … against PyTorch.
 fn updates_match(
     model: &str,
-    gpu: bool,
+    on: On,
     fixture: &str,
     optimizer: OptimizerConfig,
     steps: usize,
@@ -125,7 +153,7 @@ fn updates_match(
         t.optimizer = optimizer;
     }
     let init = safetensors_file(&graph, &dir.join("init.safetensors"));
-    let (step, eval) = devices(gpu);
+    let (step, eval) = devices_on(on);
     let settings = TrainSettings {
         batch: 32,
         ..TrainSettings::default()
@@ -141,10 +169,10 @@ fn updates_match(
         .fold(0f64, f64::max)
 }
 
-fn oracle(model: &str, gpu: bool) {
-    let device = if gpu { "GPU" } else { "CPU" };
+fn oracle(model: &str, on: On) {
+    let device = on.name();
     let mut worst = 0f64;
-    for (what, e) in gradients_match(model, gpu) {
+    for (what, e) in gradients_match(model, on) {
         println!("{model} {device} {what}: relative error {e:.2e}");
         assert!(e <= TOLERANCE, "{model} {device} {what}: {e:.2e}");
         worst = worst.max(e);
@@ -163,7 +191,7 @@ fn oracle(model: &str, gpu: bool) {
         ("sgd_nesterov.safetensors", nesterov, 2),
         ("adamw.safetensors", adamw, 2),
     ] {
-        let e = updates_match(model, gpu, fixture, config, steps);
+        let e = updates_match(model, on, fixture, config, steps);
         println!("{model} {device} weights after {fixture}: relative error {e:.2e}");
         assert!(e <= TOLERANCE, "{model} {device} {fixture}: {e:.2e}");
         worst = worst.max(e);
@@ -173,22 +201,34 @@ fn oracle(model: &str, gpu: bool) {
 
 #[test]
 fn one_step_of_the_digits_mlp_matches_pytorch_on_the_cpu() {
-    oracle("digits_mlp", false);
+    oracle("digits_mlp", On::Reference);
+}
+
+#[test]
+fn one_step_of_the_digits_mlp_matches_pytorch_on_the_fast_cpu_device() {
+    // Its transposes, column sums, lone activations and their gradients run through the
+    // fast kernels, not the reference.
+    oracle("digits_mlp", On::FastCpu);
 }
 
 #[test]
 fn one_step_of_the_digits_mlp_matches_pytorch_on_the_gpu() {
-    oracle("digits_mlp", true);
+    oracle("digits_mlp", On::Gpu);
 }
 
 #[test]
 fn one_step_of_the_digits_cnn_matches_pytorch_on_the_cpu() {
-    oracle("digits_cnn", false);
+    oracle("digits_cnn", On::Reference);
+}
+
+#[test]
+fn one_step_of_the_digits_cnn_matches_pytorch_on_the_fast_cpu_device() {
+    oracle("digits_cnn", On::FastCpu);
 }
 
 #[test]
 fn one_step_of_the_digits_cnn_matches_pytorch_on_the_gpu() {
-    oracle("digits_cnn", true);
+    oracle("digits_cnn", On::Gpu);
 }
 
 #[test]

@@ -260,7 +260,7 @@ impl CpuExecutable {
         storages: &HashMap<usize, Tensor>,
         out_shapes: &[Vec<usize>],
     ) -> Option<Vec<Tensor>> {
-        use crate::ops::Op;
+        use crate::ops::{grad::GradOp, movement::MovementOp, Op};
         let operand = |v: usize| -> Option<super::fast::Operand32> {
             let value = self.plan.values.get(v)?;
             let t = storages
@@ -291,6 +291,18 @@ impl CpuExecutable {
         let data = match &step.work {
             Work::Op(Op::MatMul(op)) => super::fast::matmul(op, &ins, &params)?,
             Work::Op(Op::Reduce(op)) => super::fast::reduce(op, *ins.first()?)?,
+            Work::Op(Op::Movement(MovementOp::Transpose { perm })) => {
+                let x = *ins.first()?;
+                let perm = crate::ops::movement::permutation(perm, x.0.len()).ok()?;
+                super::fast::transpose(&perm, x)?
+            }
+            Work::Op(Op::Elementwise(op)) => super::fast::elementwise(op, &ins, shape)?,
+            Work::Op(Op::Grad(GradOp::UnaryGrad(u))) => {
+                let [x, dy] = ins.as_slice() else {
+                    return None;
+                };
+                super::fast::unary_grad(*u, *x, *dy, shape)?
+            }
             Work::Fused(expr) => super::fast::fused(expr, &ins, None, shape)?,
             Work::Epilogue {
                 anchor: Op::MatMul(op),

@@ -1,16 +1,19 @@
 //! The fast CPU device's kernels ([`super::CpuDevice::fast`]): matrix products through a
 //! blocked, multi-threaded GEMM (the `gemm` crate on `rayon`'s threads) and fused pointwise
 //! units evaluated in one pass over chunks of the output, the chunks spread over threads
-//! with `rayon`, and sums and means over trailing axes. Each kernel takes only f32 data and the broadcasts it handles (scalars and
-//! trailing rows); it answers `None` for anything else, and the device then runs the
-//! reference operator. The reference stays the oracle: `tests/fast_cpu.rs` compares them.
+//! with `rayon`, sums and means over trailing or leading axes, and transposes. Each kernel
+//! takes only f32 data and the broadcasts it handles (scalars and trailing rows); it
+//! answers `None` for anything else, and the device then runs the reference operator. The
+//! reference stays the oracle: `the_fast_cpu_device_gives_the_references_answers`
+//! (tests/execution.rs) compares them.
 
 use super::elementwise::{binary, unary};
+use super::grad::derivative;
 use crate::ops::elementwise::{Binary, ElementwiseOp, Unary};
 use crate::ops::matmul::{batched_problem, MatMulOp, Problem};
 use crate::ops::reduce::{ReduceKind, ReduceOp};
 use crate::ops::Op;
-use crate::plan::expr::{Expr, Operand};
+use crate::plan::expr::{Expr, Operand, Term};
 use rayon::prelude::*;
 
 /// Output elements per chunk of a fused unit: each thread evaluates whole chunks, every
@@ -182,6 +185,51 @@ pub(crate) fn fused(
         .par_chunks_mut(CHUNK)
         .enumerate()
         .for_each(|(c, chunk)| evaluate_widest(&steps, &slots, c * CHUNK, chunk));
+    Some(result)
+}
+
+/// A unary or binary pointwise operator on its own (training keeps each activation, so
+/// its forward is not fused): a unit of one term.
+pub(crate) fn elementwise(
+    op: &ElementwiseOp,
+    inputs: &[Operand32],
+    out: &[usize],
+) -> Option<Vec<f32>> {
+    let args = match op {
+        ElementwiseOp::Unary(_) => vec![Operand::Input(0)],
+        ElementwiseOp::Binary(_) => vec![Operand::Input(0), Operand::Input(1)],
+        _ => return None,
+    };
+    let expr = Expr {
+        terms: vec![Term {
+            node: String::new(),
+            op: Op::Elementwise(op.clone()),
+            args,
+        }],
+    };
+    fused(&expr, inputs, None, out)
+}
+
+/// The gradient of a unary pointwise operator, `dy · f′(x)`, for `x` and `dy` of the
+/// output's shape (the reference's arithmetic, element by element); `None` otherwise.
+pub(crate) fn unary_grad(
+    u: Unary,
+    (x_shape, x): Operand32,
+    (dy_shape, dy): Operand32,
+    out: &[usize],
+) -> Option<Vec<f32>> {
+    if x_shape != out || dy_shape != out || x.len() != dy.len() {
+        return None;
+    }
+    let mut result = vec![0.0f32; x.len()];
+    result
+        .par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK).zip(dy.par_chunks(CHUNK)))
+        .for_each(|(o, (x, dy))| {
+            for ((o, &x), &d) in o.iter_mut().zip(x).zip(dy) {
+                *o = derivative(u, x) * d;
+            }
+        });
     Some(result)
 }
 
@@ -439,7 +487,9 @@ impl<'b> Chunk<'b> {
 /// contiguous block), accumulated in f64 as the reference does, blocks and long rows
 /// spread over threads; `None` for other reductions and axes.
 pub(crate) fn reduce(op: &ReduceOp, (shape, x): Operand32) -> Option<Vec<f32>> {
-    let (block, scale) = trailing_block(op, shape)?;
+    let Some((block, scale)) = trailing_block(op, shape) else {
+        return column_sums(op, shape, x);
+    };
     if x.len() % block != 0 {
         return None;
     }
@@ -456,18 +506,55 @@ pub(crate) fn reduce(op: &ReduceOp, (shape, x): Operand32) -> Option<Vec<f32>> {
     )
 }
 
+/// A sum or mean over leading axes (a bias's gradient sums the rows of a batch): each
+/// output is its column's f64 sum, rows added in order; `None` for other reductions.
+fn column_sums(op: &ReduceOp, shape: &[usize], x: &[f32]) -> Option<Vec<f32>> {
+    /// Columns one thread sums together, row by row.
+    const COLUMNS: usize = 512;
+    let (axes, mean) = summed_axes(op, shape.len())?;
+    let kept = axes.len();
+    if kept == 0 || kept >= shape.len() || axes.iter().copied().ne(0..kept) {
+        return None;
+    }
+    let rows = shape[..kept]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    let cols = shape[kept..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    if rows == 0 || cols == 0 || rows.checked_mul(cols) != Some(x.len()) {
+        return None;
+    }
+    let scale = if mean { 1.0 / rows as f64 } else { 1.0 };
+    let mut out = vec![0f32; cols];
+    out.par_chunks_mut(COLUMNS)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let first = c * COLUMNS;
+            let mut sums = vec![0f64; chunk.len()];
+            for row in x.chunks_exact(cols) {
+                for (sum, &v) in sums.iter_mut().zip(&row[first..first + chunk.len()]) {
+                    *sum += f64::from(v);
+                }
+            }
+            for (o, sum) in chunk.iter_mut().zip(&sums) {
+                *o = (sum * scale) as f32;
+            }
+        });
+    Some(out)
+}
+
 /// Elements of a row summed into one partial sum (by one thread).
 const PIECE: usize = 1 << 16;
 
-/// For a sum or mean over trailing axes of `shape`: the elements each output sums (not
-/// zero) and the factor applied to the sum; `None` for other reductions and axes.
-fn trailing_block(op: &ReduceOp, shape: &[usize]) -> Option<(usize, f64)> {
+/// The distinct axes a sum or mean folds, in order, and whether it is a mean; `None` for
+/// other reductions or an axis outside `rank`.
+fn summed_axes(op: &ReduceOp, rank: usize) -> Option<(Vec<usize>, bool)> {
     let mean = match op.kind {
         ReduceKind::Sum => false,
         ReduceKind::Mean => true,
         _ => return None,
     };
-    let rank = shape.len();
     let mut axes: Vec<usize> = match &op.axes {
         None => (0..rank).collect(),
         Some(a) => a
@@ -477,6 +564,14 @@ fn trailing_block(op: &ReduceOp, shape: &[usize]) -> Option<(usize, f64)> {
     };
     axes.sort_unstable();
     axes.dedup();
+    axes.iter().all(|&a| a < rank).then_some((axes, mean))
+}
+
+/// For a sum or mean over trailing axes of `shape`: the elements each output sums (not
+/// zero) and the factor applied to the sum; `None` for other reductions and axes.
+fn trailing_block(op: &ReduceOp, shape: &[usize]) -> Option<(usize, f64)> {
+    let rank = shape.len();
+    let (axes, mean) = summed_axes(op, rank)?;
     let first = rank.checked_sub(axes.len())?;
     if axes.iter().copied().ne(first..rank) {
         return None;
@@ -486,6 +581,79 @@ fn trailing_block(op: &ReduceOp, shape: &[usize]) -> Option<(usize, f64)> {
         return None;
     }
     Some((block, if mean { 1.0 / block as f64 } else { 1.0 }))
+}
+
+/// `transpose` of an f32 tensor by the resolved permutation `perm` (output axis d is input
+/// axis `perm[d]`); `None` when `perm` or the data do not fit `shape`.
+pub(crate) fn transpose(perm: &[usize], (shape, x): Operand32) -> Option<Vec<f32>> {
+    let rank = shape.len();
+    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    let mut sorted = perm.to_vec();
+    sorted.sort_unstable();
+    if x.len() != numel || sorted.into_iter().ne(0..rank) {
+        return None;
+    }
+    if numel == 0 || rank < 2 {
+        return Some(x.to_vec());
+    }
+    let mut out = vec![0f32; numel];
+    let (rows, cols) = (shape[rank - 2], shape[rank - 1]);
+    let leading_kept = perm[..rank - 2].iter().enumerate().all(|(i, &p)| i == p);
+    if leading_kept && perm[rank - 2] == rank - 1 && perm[rank - 1] == rank - 2 {
+        // Matrices transposed one by one: the weight and activation transposes of a
+        // backward pass.
+        for (o, m) in out
+            .chunks_exact_mut(rows * cols)
+            .zip(x.chunks_exact(rows * cols))
+        {
+            transpose_matrix(m, rows, cols, o);
+        }
+        return Some(out);
+    }
+    // Any other permutation: each output row read from the input with a stride.
+    let mut strides = vec![1usize; rank];
+    for d in (0..rank - 1).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    let dims: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let from: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
+    let (width, step) = (dims[rank - 1], from[rank - 1]);
+    let rows_per_task = (CHUNK / width).max(1);
+    out.par_chunks_mut(width * rows_per_task)
+        .enumerate()
+        .for_each(|(t, task)| {
+            for (r, row) in task.chunks_exact_mut(width).enumerate() {
+                let (mut rest, mut base) = (t * rows_per_task + r, 0);
+                for d in (0..rank - 1).rev() {
+                    base += (rest % dims[d]) * from[d];
+                    rest /= dims[d];
+                }
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = x[base + j * step];
+                }
+            }
+        });
+    Some(out)
+}
+
+/// `out` (cols × rows) = the transpose of `m` (rows × cols), in square tiles that stay in
+/// cache, bands of output rows spread over threads.
+fn transpose_matrix(m: &[f32], rows: usize, cols: usize, out: &mut [f32]) {
+    const TILE: usize = 32;
+    out.par_chunks_mut(rows * TILE)
+        .enumerate()
+        .for_each(|(band, block)| {
+            let first_col = band * TILE;
+            let height = block.len() / rows;
+            for r0 in (0..rows).step_by(TILE) {
+                for c in 0..height {
+                    let dst = &mut block[c * rows + r0..c * rows + (r0 + TILE).min(rows)];
+                    for (r, v) in dst.iter_mut().enumerate() {
+                        *v = m[(r0 + r) * cols + first_col + c];
+                    }
+                }
+            }
+        });
 }
 
 /// The f64 sum of `x` over eight lanes (element i into lane i mod 8, the lanes added in
@@ -541,7 +709,9 @@ mod tests {
             (17, 33, 9),
             (70, 129, 65),
         ] {
-            let a: Vec<f32> = (0..2 * m * k).map(|i| (i % 13) as f32 * 0.25 - 1.5).collect();
+            let a: Vec<f32> = (0..2 * m * k)
+                .map(|i| (i % 13) as f32 * 0.25 - 1.5)
+                .collect();
             let b: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.5 - 1.0).collect();
             let bias: Vec<f32> = (0..n).map(|j| j as f32 - 2.0).collect();
             let p = Problem {
@@ -565,7 +735,10 @@ mod tests {
                     }
                 }
                 for (x, y) in got.iter().zip(&want) {
-                    assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{m}×{k}×{n}: {x} {y}");
+                    assert!(
+                        (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                        "{m}×{k}×{n}: {x} {y}"
+                    );
                 }
                 assert_eq!(got.len(), want.len());
             }
@@ -578,6 +751,89 @@ mod tests {
         };
         assert!(product(&short, &[1.0; 3], &[1.0; 4], None).is_none());
         assert!(product(&short, &[1.0; 4], &[1.0; 4], Some(&[1.0; 3])).is_none());
+    }
+
+    /// The reference's answer for `op` on one f32 tensor.
+    fn reference(op: Op, shape: &[usize], x: &[f32], out: &[usize]) -> Vec<f32> {
+        let t = crate::tensor::Tensor::f32(shape.to_vec(), x.to_vec());
+        let mut r = crate::cpu::eval(&op, &[&t], &[], &[out.to_vec()]).unwrap();
+        match r.pop().unwrap().data {
+            crate::tensor::TensorData::F32(v) => v,
+            other => panic!("not f32: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn transposes_of_every_permutation_class_give_the_references_elements() {
+        use crate::ops::movement::MovementOp;
+        for (shape, perm) in [
+            (vec![512, 784], vec![1, 0]),
+            (vec![33, 70], vec![1, 0]),
+            (vec![3, 5, 7], vec![0, 2, 1]),
+            (vec![3, 5, 7], vec![2, 0, 1]),
+            (vec![2, 3, 4, 5], vec![3, 1, 0, 2]),
+            (vec![4, 1], vec![1, 0]),
+            (vec![0, 3], vec![1, 0]),
+            (vec![6], vec![0]),
+        ] {
+            let x: Vec<f32> = (0..shape.iter().product::<usize>())
+                .map(|i| i as f32)
+                .collect();
+            let out: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+            let op = Op::Movement(MovementOp::Transpose {
+                perm: Some(perm.iter().map(|&p| p as i64).collect()),
+            });
+            let want = reference(op, &shape, &x, &out);
+            assert_eq!(
+                transpose(&perm, (&shape, &x)),
+                Some(want),
+                "{shape:?} {perm:?}"
+            );
+        }
+        assert!(transpose(&[0, 0], (&[2, 2], &[0.0; 4])).is_none());
+        assert!(transpose(&[1, 0], (&[2, 2], &[0.0; 3])).is_none());
+    }
+
+    #[test]
+    fn sums_and_means_over_leading_axes_give_the_references_answers() {
+        use crate::ops::reduce::{ReduceKind, ReduceOp};
+        let x: Vec<f32> = (0..4 * 3 * 700)
+            .map(|i| ((i * 7919) % 1013) as f32 / 97.0 - 5.0)
+            .collect();
+        let shape = [4, 3, 700];
+        for (kind, axes, out) in [
+            (ReduceKind::Sum, vec![0], vec![3, 700]),
+            (ReduceKind::Sum, vec![0, 1], vec![700]),
+            (ReduceKind::Mean, vec![1, -3], vec![700]),
+            (ReduceKind::Mean, vec![0], vec![3, 700]),
+        ] {
+            let op = ReduceOp {
+                kind,
+                axes: Some(axes.clone()),
+                keepdims: false,
+                select_last_index: false,
+            };
+            let want = reference(Op::Reduce(op.clone()), &shape, &x, &out);
+            let got = reduce(&op, (&shape, &x)).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{axes:?}: {g} {w}");
+            }
+        }
+        // A middle axis alone and other folds stay with the reference.
+        let middle = ReduceOp {
+            kind: ReduceKind::Sum,
+            axes: Some(vec![1]),
+            keepdims: false,
+            select_last_index: false,
+        };
+        assert!(reduce(&middle, (&shape, &x)).is_none());
+        let max = ReduceOp {
+            kind: ReduceKind::Max,
+            axes: Some(vec![0]),
+            ..middle
+        };
+        assert!(reduce(&max, (&shape, &x)).is_none());
     }
 
     #[test]
