@@ -484,81 +484,108 @@ fn w4(sluice: &str, adapters: &Value) -> Result<Value> {
     result
 }
 
+/// W4's random training and validation data, written into a folder as `.npy` files, and
+/// where a run writes its weights.
+pub(crate) struct W4Data {
+    train: [String; 2],
+    val: [String; 2],
+    weights: String,
+}
+
+impl W4Data {
+    /// `W4_WARMUP + timed` batches of training data and one of validation data in `dir`.
+    pub(crate) fn write(dir: &Path, timed: usize) -> Result<W4Data> {
+        let mut rng = SplitMix64(0x5eed_0004);
+        let mut data = |name: &str, samples: usize| -> Result<[String; 2]> {
+            let x: Vec<f32> = (0..samples * 784).map(|_| rng.unit()).collect();
+            let labels: Vec<i32> = (0..samples).map(|_| (rng.next() % 10) as i32).collect();
+            let paths = [
+                dir.join(format!("{name}_x.npy")),
+                dir.join(format!("{name}_labels.npy")),
+            ];
+            std::fs::write(&paths[0], npy("<f4", &[samples, 784], &x, f32::to_le_bytes))?;
+            std::fs::write(&paths[1], npy("<i4", &[samples], &labels, i32::to_le_bytes))?;
+            let [x, labels] = paths.map(|p| p.display().to_string());
+            Ok([format!("x={x}"), format!("labels={labels}")])
+        };
+        Ok(W4Data {
+            train: data("train", W4_BATCH * (W4_WARMUP + timed))?,
+            // One evaluation pass after the epoch, outside the timed steps.
+            val: data("val", W4_BATCH)?,
+            weights: dir.join("trained.safetensors").display().to_string(),
+        })
+    }
+
+    /// One epoch through `sluice train` on `device` at `precision`: the summary of its
+    /// steps after the warm-up (`ms_per_step_median` and more) and the run's report.
+    pub(crate) fn train(
+        &self,
+        sluice: &str,
+        device: &str,
+        precision: &str,
+    ) -> Result<(Value, Value)> {
+        let batch = W4_BATCH.to_string();
+        let mut args = vec!["train", "assets/bench/w4_train.json", "--data"];
+        args.extend(self.train.iter().map(String::as_str));
+        args.push("--val");
+        args.extend(self.val.iter().map(String::as_str));
+        args.extend([
+            "--epochs",
+            "1",
+            "--batch",
+            &batch,
+            "--device",
+            device,
+            "--precision",
+            precision,
+            "--output",
+            &self.weights,
+        ]);
+        let r = sluice_json(sluice, &args)?;
+        let steps: Vec<f64> = r["step_ms"]
+            .as_array()
+            .context("sluice train --json gave no step_ms")?
+            .iter()
+            .filter_map(Value::as_f64)
+            .collect();
+        let Some(timed) = steps.get(W4_WARMUP..).filter(|t| !t.is_empty()) else {
+            bail!("{} steps, none after the warm-up", steps.len());
+        };
+        let mut sorted = timed.to_vec();
+        let median = median(&mut sorted);
+        let summary = json!({
+            "device": r["device"],
+            "ms_per_step_median": median,
+            "ms_per_step_mean": timed.iter().sum::<f64>() / timed.len() as f64,
+            "ms_per_step_min": sorted[0],
+            "ms_per_step_max": sorted[sorted.len() - 1],
+            "timed_steps": timed.len(),
+            "warmup_steps": W4_WARMUP,
+            "warmup_ms": &steps[..W4_WARMUP],
+            "loss_scale": r["loss_scale"],
+            "skipped_steps": r["skipped_steps"],
+        });
+        Ok((summary, r))
+    }
+}
+
 fn w4_in(sluice: &str, adapters: &Value, dir: &Path) -> Result<Value> {
-    let mut rng = SplitMix64(0x5eed_0004);
-    let mut data = |name: &str, samples: usize| -> Result<[String; 2]> {
-        let x: Vec<f32> = (0..samples * 784).map(|_| rng.unit()).collect();
-        let labels: Vec<i32> = (0..samples).map(|_| (rng.next() % 10) as i32).collect();
-        let paths = [
-            dir.join(format!("{name}_x.npy")),
-            dir.join(format!("{name}_labels.npy")),
-        ];
-        std::fs::write(&paths[0], npy("<f4", &[samples, 784], &x, f32::to_le_bytes))?;
-        std::fs::write(&paths[1], npy("<i4", &[samples], &labels, i32::to_le_bytes))?;
-        let [x, labels] = paths.map(|p| p.display().to_string());
-        Ok([format!("x={x}"), format!("labels={labels}")])
-    };
-    let train = data("train", W4_BATCH * (W4_WARMUP + W4_TIMED))?;
-    // One evaluation pass after the epoch, outside the timed steps.
-    let val = data("val", W4_BATCH)?;
-    let weights = dir.join("trained.safetensors").display().to_string();
-    let batch = W4_BATCH.to_string();
+    let data = W4Data::write(dir, W4_TIMED)?;
     let mut summary = serde_json::Map::new();
     let mut runs = serde_json::Map::new();
     for device in ["gpu", "cpu", "reference"] {
         for precision in ["f32", "mixed"] {
-            let mut args = vec!["train", "assets/bench/w4_train.json", "--data"];
-            args.extend(train.iter().map(String::as_str));
-            args.push("--val");
-            args.extend(val.iter().map(String::as_str));
-            args.extend([
-                "--epochs",
-                "1",
-                "--batch",
-                &batch,
-                "--device",
-                device,
-                "--precision",
-                precision,
-                "--output",
-                &weights,
-            ]);
             let key = format!("{device}_{precision}");
-            let r = match sluice_json(sluice, &args) {
-                Ok(r) => r,
+            match data.train(sluice, device, precision) {
+                Ok((s, r)) => {
+                    summary.insert(key.clone(), s);
+                    runs.insert(key, r);
+                }
                 Err(e) => {
                     println!("W4 {key}: {e:#}");
                     summary.insert(key, json!({ "error": format!("{e:#}") }));
-                    continue;
                 }
-            };
-            let steps: Vec<f64> = r["step_ms"]
-                .as_array()
-                .context("sluice train --json gave no step_ms")?
-                .iter()
-                .filter_map(Value::as_f64)
-                .collect();
-            let Some(timed) = steps.get(W4_WARMUP..).filter(|t| !t.is_empty()) else {
-                bail!("W4 {key}: {} steps, none after the warm-up", steps.len());
-            };
-            let mut sorted = timed.to_vec();
-            let median = median(&mut sorted);
-            summary.insert(
-                key.clone(),
-                json!({
-                    "device": r["device"],
-                    "ms_per_step_median": median,
-                    "ms_per_step_mean": timed.iter().sum::<f64>() / timed.len() as f64,
-                    "ms_per_step_min": sorted[0],
-                    "ms_per_step_max": sorted[sorted.len() - 1],
-                    "timed_steps": timed.len(),
-                    "warmup_steps": W4_WARMUP,
-                    "warmup_ms": &steps[..W4_WARMUP],
-                    "loss_scale": r["loss_scale"],
-                    "skipped_steps": r["skipped_steps"],
-                }),
-            );
-            runs.insert(key, r);
+            }
         }
     }
     let gpu = summary

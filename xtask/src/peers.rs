@@ -7,15 +7,17 @@
 //! Pairs: W1 (1024³ matmul, inputs uploaded and the product read back, and inputs resident
 //! on both: Burn's median product against Sluice's median run with `--keep a --keep b`), W2 (the MLP at batch 256 over 20 batches,
 //! latency at batch 1 and 64), W3 (32 elementwise operations and a sum over 2^20 floats,
-//! x uploaded for each chain and x kept on the device),
+//! x uploaded for each chain and x kept on the device), W4 (one SGD step of the MLP at
+//! batch 256: Burn's median over rounds of 20 steps against the median of Sluice's 20 steps
+//! after two warm-up steps),
 //! each on the GPU (Burn's wgpu backend) and on the CPU (Burn's ndarray backend against
 //! `--device cpu`).
 
-use crate::bench::{f, median, sluice_json, Workloads};
+use crate::bench::{f, median, sluice_json, W4Data, Workloads};
 use crate::run;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// Whether a bigger figure is better (throughput) or a smaller one (time).
@@ -31,11 +33,23 @@ struct Pair {
     burn: &'static str,
     unit: &'static str,
     better: Better,
-    sluice: fn(&Workloads) -> f64,
+    sluice: fn(&Round) -> f64,
 }
 
+/// One round of Sluice's runs.
+struct Round {
+    workloads: Workloads,
+    /// W4's median milliseconds per training step.
+    w4_ms: f64,
+}
+
+/// Training steps Sluice times for W4 in each round (after two warm-up steps), as many
+/// as one of the peer's timed rounds.
+const W4_STEPS: usize = 20;
+
 /// Wall-clock GFLOP/s of W1 (every batch uploaded, multiplied and read back).
-fn w1_wall_gflops(r: &Workloads) -> f64 {
+fn w1_wall_gflops(r: &Round) -> f64 {
+    let r = &r.workloads;
     let n = 1024f64;
     let batches = f(&r.w1, &["metrics", "samples"]) / n;
     2.0 * n * n * n * batches / f(&r.w1, &["metrics", "wall_ns"])
@@ -54,42 +68,49 @@ const PAIRS: &[Pair] = &[
         burn: "matmul.n1024_resident_sync",
         unit: "GFLOP/s",
         better: Better::Higher,
-        sluice: Workloads::w1_kept_gflops,
+        sluice: |r| r.workloads.w1_kept_gflops(),
     },
     Pair {
         what: "W2 MLP batch 256 × 20, upload and readback each",
         burn: "mlp.b256_x20_serial",
         unit: "samples/s",
         better: Better::Higher,
-        sluice: |r| f(&r.w2, &["metrics", "throughput"]),
+        sluice: |r| f(&r.workloads.w2, &["metrics", "throughput"]),
     },
     Pair {
         what: "W2 batch 1 latency",
         burn: "mlp.b1_latency",
         unit: "ms",
         better: Better::Lower,
-        sluice: |r| f(&r.w2_b1, &["metrics", "latency_p50_ns"]) / 1e6,
+        sluice: |r| f(&r.workloads.w2_b1, &["metrics", "latency_p50_ns"]) / 1e6,
     },
     Pair {
         what: "W2 batch 64 latency",
         burn: "mlp.b64_latency",
         unit: "ms",
         better: Better::Lower,
-        sluice: |r| f(&r.w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
+        sluice: |r| f(&r.workloads.w2_b64, &["metrics", "latency_p50_ns"]) / 1e6,
     },
     Pair {
         what: "W3 32 ops + sum on 2^20 f32, Burn x resident / Sluice x uploaded",
         burn: "chain.32ops_sum_1M",
         unit: "ms",
         better: Better::Lower,
-        sluice: Workloads::w3_ms,
+        sluice: |r| r.workloads.w3_ms(),
     },
     Pair {
         what: "W3, x resident on both (Sluice --keep x)",
         burn: "chain.32ops_sum_1M",
         unit: "ms",
         better: Better::Lower,
-        sluice: Workloads::w3_kept_ms,
+        sluice: |r| r.workloads.w3_kept_ms(),
+    },
+    Pair {
+        what: "W4 training step, MLP batch 256, SGD",
+        burn: "train.b256_step_time",
+        unit: "ms",
+        better: Better::Lower,
+        sluice: |r| r.w4_ms,
     },
 ];
 
@@ -144,28 +165,13 @@ fn peers(root: &Path, devices: &[&str], rounds: usize) -> Result<()> {
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "adapters": sluice_json(sluice, &["devices"])?,
     });
-    let mut table = Vec::new();
-    for device in devices {
-        let mut burn_rounds = Vec::new();
-        let mut sluice_rounds = Vec::new();
-        for round in 1..=rounds {
-            println!("== {device}, round {round} of {rounds}");
-            burn_rounds.push(burn_round(&burn, &peer_target, device)?);
-            sluice_rounds.push(Workloads::run(sluice, device)?);
-        }
-        for pair in PAIRS {
-            let b = finite_median(burn_rounds.iter().map(|r| f(r, &[pair.burn, "value"])));
-            let s = finite_median(sluice_rounds.iter().map(pair.sluice));
-            let ratio = match pair.better {
-                Better::Higher => s / b,
-                Better::Lower => b / s,
-            };
-            table.push(json!({
-                "device": device, "what": pair.what, "unit": pair.unit,
-                "burn": b, "sluice": s, "sluice_advantage": ratio,
-            }));
-        }
-    }
+    let dir = std::env::temp_dir().join(format!("sluice-peers-w4-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let result = W4Data::write(&dir, W4_STEPS)
+        .and_then(|w4| compare(&burn, &peer_target, sluice, &w4, devices, rounds));
+    // Best effort: the data is a few megabytes of random numbers in a temp folder.
+    let _ = std::fs::remove_dir_all(&dir);
+    let table = result?;
     println!(
         "\nSluice and Burn 0.22.1 side by side, median of {rounds} interleaved rounds \
          (advantage > 1: Sluice ahead; for times it is Burn's over Sluice's)"
@@ -197,6 +203,49 @@ fn peers(root: &Path, devices: &[&str], rounds: usize) -> Result<()> {
     Ok(())
 }
 
+/// Burn (`burn`, run in `peer_dir`) and Sluice on each of `devices` for `rounds` rounds,
+/// interleaved: a table row per device and pair, medians over the rounds.
+fn compare(
+    burn: &Path,
+    peer_dir: &Path,
+    sluice: &str,
+    w4: &W4Data,
+    devices: &[&str],
+    rounds: usize,
+) -> Result<Vec<Value>> {
+    let mut table = Vec::new();
+    for device in devices {
+        let mut burn_rounds = Vec::new();
+        let mut sluice_rounds = Vec::new();
+        for round in 1..=rounds {
+            println!("== {device}, round {round} of {rounds}");
+            burn_rounds.push(burn_round(burn, peer_dir, device)?);
+            let workloads = Workloads::run(sluice, device)?;
+            println!("$ sluice train assets/bench/w4_train.json --device {device} (W4)");
+            let (w4, _) = w4
+                .train(sluice, device, "f32")
+                .with_context(|| format!("W4 on {device}"))?;
+            sluice_rounds.push(Round {
+                workloads,
+                w4_ms: f(&w4, &["ms_per_step_median"]),
+            });
+        }
+        for pair in PAIRS {
+            let b = finite_median(burn_rounds.iter().map(|r| f(r, &[pair.burn, "value"])));
+            let s = finite_median(sluice_rounds.iter().map(pair.sluice));
+            let ratio = match pair.better {
+                Better::Higher => s / b,
+                Better::Lower => b / s,
+            };
+            table.push(json!({
+                "device": device, "what": pair.what, "unit": pair.unit,
+                "burn": b, "sluice": s, "sluice_advantage": ratio,
+            }));
+        }
+    }
+    Ok(table)
+}
+
 fn path_str(p: &Path) -> Result<&str> {
     p.to_str().context("non-UTF-8 path")
 }
@@ -207,12 +256,12 @@ fn finite_median(values: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// One round of the peer on `device` ("gpu": Burn's wgpu backend; "cpu": ndarray): its
-/// results merged from the matmul, mlp and chain workloads. It runs in its folder under
+/// results merged from the matmul, mlp, chain and train workloads. It runs in its folder under
 /// the target folder, where Burn keeps its autotune cache.
-fn burn_round(burn: &PathBuf, dir: &Path, device: &str) -> Result<Value> {
+fn burn_round(burn: &Path, dir: &Path, device: &str) -> Result<Value> {
     let backend = if device == "gpu" { "wgpu" } else { "ndarray" };
     let mut results = serde_json::Map::new();
-    for workload in ["matmul", "mlp", "chain"] {
+    for workload in ["matmul", "mlp", "chain", "train"] {
         println!("$ burn-bench {workload} --device {backend} --json");
         let out = Command::new(burn)
             .args([workload, "--json", "--device", backend])
