@@ -135,7 +135,10 @@ fn sl_imod(a: i32, b: i32, fmod: bool) -> i32 {
     if (b == 0) {
         return 0;
     }
-    let r = a % b;
+    // `%` on non-negative operands only: the GLSL that wgpu's GL backend emits leaves a
+    // negative operand's remainder undefined. u32(abs(i32 minimum)) is 2^31, as it must be.
+    let m = i32(u32(abs(a)) % u32(abs(b)));
+    let r = select(m, -m, a < 0);
     if (!fmod && r != 0 && (r < 0) != (b < 0)) {
         return r + b;
     }

@@ -94,6 +94,14 @@ fn value(i: u32) -> f32 {
 // pad: info = [n, rank, mode (0 constant, 1 reflect, 2 edge, 3 wrap), constant bits,
 // output shape, input shape, leading pads (i32)]. The input element output element i
 // copies, or 0xffffffff for the constant.
+
+// p modulo n (n > 0) in [0, n). `%` sees non-negative operands only: the GLSL that wgpu's
+// GL backend emits leaves a negative operand's remainder undefined.
+fn sl_wrap(p: i32, n: i32) -> i32 {
+    let m = i32(u32(abs(p)) % u32(n));
+    return select(m, (n - m) % n, p < 0);
+}
+
 fn pad_src(i: u32) -> u32 {
     let rank = info[1];
     let mode = info[2];
@@ -113,7 +121,7 @@ fn pad_src(i: u32) -> u32 {
                     p = 0;
                 } else {
                     let period = 2 * (len - 1);
-                    p = ((p % period) + period) % period;
+                    p = sl_wrap(p, period);
                     if (p >= len) {
                         p = period - p;
                     }
@@ -121,7 +129,7 @@ fn pad_src(i: u32) -> u32 {
             } else if (mode == 2u) {
                 p = clamp(p, 0, len - 1);
             } else {
-                p = ((p % len) + len) % len;
+                p = sl_wrap(p, len);
             }
         }
         index = index + u32(p) * stride;
