@@ -109,9 +109,10 @@ impl Tensor {
         }
     }
 
-    /// The bytes of this tensor in a device storage; f32 values beyond the f16 range
-    /// saturate to ±65504 when stored as 16-bit floats.
-    pub fn to_storage_bytes(&self, storage: Storage) -> Vec<u8> {
+    /// The bytes of this tensor in a device storage, borrowed where they are the tensor's
+    /// own (f32 in f32, i32); f32 values beyond the f16 range saturate to ±65504 when stored
+    /// as 16-bit floats.
+    pub fn to_storage_bytes(&self, storage: Storage) -> std::borrow::Cow<'_, [u8]> {
         match (storage, &self.data) {
             (Storage::F16 | Storage::Packed, TensorData::F32(v)) => {
                 let mut out: Vec<u8> = v
@@ -126,9 +127,11 @@ impl Tensor {
                     })
                     .collect();
                 out.resize(storage.bytes(v.len()) as usize, 0);
-                out
+                out.into()
             }
-            _ => self.to_device_bytes(),
+            (_, TensorData::F32(v)) => bytemuck::cast_slice(v).into(),
+            (_, TensorData::I32(v)) => bytemuck::cast_slice(v).into(),
+            (_, TensorData::Bool(_)) => self.to_device_bytes().into(),
         }
     }
 

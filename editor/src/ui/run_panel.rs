@@ -165,7 +165,7 @@ pub fn RunPanel(state: EditorState) -> impl IntoView {
             {number_field(state, "run-batch", "batch", "Samples per batch (N).", |s| s.batch, |s, n| s.batch = n)}
             {number_field(state, "run-microbatches", "micro-batches", "M: the batch is cut into M micro-batches.", |s| s.microbatches, |s, n| s.microbatches = n)}
             {number_field(state, "run-stages", "stages", "S: pipeline stages, each on its own device (GPipe).", |s| s.stages, |s, n| s.stages = n)}
-            {number_field(state, "run-prefetch", "prefetch", "K: staging slots for uploading ahead of compute.", |s| s.prefetch, |s, n| s.prefetch = n)}
+            {number_field(state, "run-prefetch", "prefetch", "K: micro-batches in flight, uploaded ahead of compute.", |s| s.prefetch, |s, n| s.prefetch = n)}
             <label class="field">
                 <span class="field-name">"precision"</span>
                 <select id="run-precision" on:change=move |ev| {

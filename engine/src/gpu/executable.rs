@@ -1,9 +1,10 @@
 //! A plan compiled on a wgpu device: the plan lowered to WGSL passes
 //! ([`super::program`]), buffers allocated (after checking the adapter's limits), weights
 //! and constants uploaded once, pipelines (shared per device) and bind groups created
-//! once. Micro-batches stream through a ring of `prefetch` slots: the host uploads
-//! micro-batch m+1.. into free input slots while the device computes m, and results come
-//! back through a ring of readback slots with `map_async`. A micro-batch's passes are
+//! once. Up to `prefetch` micro-batches are in flight: the host writes the inputs of
+//! micro-batch m+1.. straight into their buffers through the queue (which orders each
+//! write after the passes reading the previous value) while the device computes m, and
+//! results come back through a ring of readback slots with `map_async`. A micro-batch's passes are
 //! recorded into one compute pass; when timed ([`PassTiming`]), each is bracketed by
 //! timestamp queries (inside that compute pass where the adapter allows it), so every pass
 //! becomes a compute event; micro-batches between samples report the latest measured pass
@@ -105,10 +106,8 @@ impl Timestamps {
     }
 }
 
-/// One prefetch slot: staging buffers for the inputs, and a readback buffer for the
-/// outputs and timestamps.
+/// One prefetch slot: a readback buffer for the outputs and timestamps.
 struct Ring {
-    staging: Vec<wgpu::Buffer>,
     readback: wgpu::Buffer,
 }
 
@@ -395,18 +394,6 @@ impl GpuExecutable {
         let ring = scoped(device, "prefetch ring", || {
             (0..k)
                 .map(|slot| Ring {
-                    staging: plan
-                        .inputs
-                        .iter()
-                        .map(|(name, v)| {
-                            device.create_buffer(&wgpu::BufferDescriptor {
-                                label: Some(&format!("staging {name} slot {slot}")),
-                                size: padded(plan.values[*v].bytes()),
-                                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-                                mapped_at_creation: false,
-                            })
-                        })
-                        .collect(),
                     readback: device.create_buffer(&wgpu::BufferDescriptor {
                         label: Some(&format!("readback slot {slot}")),
                         size: (offset + ts_bytes).max(8),
@@ -778,11 +765,17 @@ impl Executable for GpuExecutable {
         let slot = self.next_slot % self.ring.len();
         self.next_slot += 1;
         let ring = &self.ring[slot];
-        for (i, (name, v)) in self.plan.inputs.iter().enumerate() {
+        // Each input is written straight into its own buffer: the queue orders the write
+        // after the micro-batches already submitted, which read the previous value. A kept
+        // input left out is already there.
+        for (name, v) in &self.plan.inputs {
             if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
                 let t0 = now_ns();
-                let bytes = t.to_storage_bytes(self.plan.values[*v].layout);
-                self.ctx.queue.write_buffer(&ring.staging[i], 0, &bytes);
+                let value = &self.plan.values[*v];
+                let bytes = t.to_storage_bytes(value.layout);
+                self.ctx
+                    .queue
+                    .write_buffer(&self.buffers[value.buffer], 0, &bytes);
                 let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
                 trace.record(events, e);
             }
@@ -793,19 +786,6 @@ impl Executable for GpuExecutable {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("micro-batch"),
             });
-        for (i, (name, v)) in self.plan.inputs.iter().enumerate() {
-            let bytes = self.plan.values[*v].bytes();
-            // A kept input left out is already in its buffer.
-            if bytes > 0 && inputs.contains_key(name) {
-                enc.copy_buffer_to_buffer(
-                    &ring.staging[i],
-                    0,
-                    &self.buffers[self.plan.values[*v].buffer],
-                    0,
-                    bytes.div_ceil(4) * 4,
-                );
-            }
-        }
         let timed = self.timestamps.is_some() && self.pass_timing.times(self.submitted);
         self.submitted += 1;
         self.encode_passes(&mut enc, 1, timed);
@@ -868,11 +848,7 @@ impl Executable for GpuExecutable {
     fn allocated_bytes(&self) -> u64 {
         let tensors: u64 = self.buffers.iter().map(|b| b.size()).sum();
         let scratch: u64 = self.scratch.iter().map(|b| b.size()).sum();
-        let ring: u64 = self
-            .ring
-            .iter()
-            .map(|r| r.readback.size() + r.staging.iter().map(|s| s.size()).sum::<u64>())
-            .sum();
+        let ring: u64 = self.ring.iter().map(|r| r.readback.size()).sum();
         let queries = self.timestamps.as_ref().map_or(0, |t| t.resolve.size());
         tensors + scratch + ring + queries
     }

@@ -146,7 +146,7 @@ pub struct ExecArgs {
     /// Pipeline stages, each on its own device (GPipe schedule).
     #[arg(long, default_value_t = 1)]
     pub stages: usize,
-    /// Input staging slots: the host uploads this many micro-batches ahead.
+    /// Micro-batches in flight per device: the host uploads this many ahead of compute.
     #[arg(long, default_value_t = 2)]
     pub prefetch: usize,
     /// Turn off fusion of elementwise chains and epilogues (to measure its gain).
