@@ -91,10 +91,6 @@ fn value(i: u32) -> f32 {
 }
 
 //! variant pad_index
-// pad: info = [n, rank, mode (0 constant, 1 reflect, 2 edge, 3 wrap), constant bits,
-// output shape, input shape, leading pads (i32)]. The input element output element i
-// copies, or 0xffffffff for the constant.
-
 // p modulo n (n > 0) in [0, n). `%` sees non-negative operands only: the GLSL that wgpu's
 // GL backend emits leaves a negative operand's remainder undefined.
 fn sl_wrap(p: i32, n: i32) -> i32 {
@@ -102,6 +98,9 @@ fn sl_wrap(p: i32, n: i32) -> i32 {
     return select(m, (n - m) % n, p < 0);
 }
 
+// pad: info = [n, rank, mode (0 constant, 1 reflect, 2 edge, 3 wrap), constant bits,
+// output shape, input shape, leading pads (i32)]. The input element output element i
+// copies, or 0xffffffff for the constant.
 fn pad_src(i: u32) -> u32 {
     let rank = info[1];
     let mode = info[2];

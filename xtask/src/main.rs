@@ -51,9 +51,9 @@ fn main() -> Result<()> {
             setup::ensure_gpu_adapter()?;
             soak::soak(&rest)
         }
-        help => {
+        other => {
             eprintln!("usage: cargo xtask <task>\n\n  test    set up (GPU driver, wasm target and tools, Chromium), then fmt, clippy, the editor bundle, all tests, the browser tests\n  editor  build the editor bundle into target/editor\n  demo    set up, build the editor, then start sluice serve with the example graphs\n  bench [w4]  run the benchmark workloads (or only W4), write target/bench-report.json (-w4)\n  bench --peers [gpu|cpu|all] [--rounds N]  the workloads side by side with Burn 0.22.1 (peers/burn-bench), target/bench-peers.json\n  fuzz [--seconds N] [TARGET]  fuzz the parsers (targets: {}; default {} s each)\n  soak [--minutes N]  20 clients of mixed valid and hostile traffic against sluice serve (default {} min)", fuzz::TARGETS.join(", "), fuzz::DEFAULT_SECONDS, soak::DEFAULT_MINUTES);
-            if matches!(help, "help" | "-h" | "--help") {
+            if matches!(other, "help" | "-h" | "--help") {
                 return Ok(());
             }
             bail!("unknown task '{task}'")
