@@ -34,11 +34,50 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let b_base = info[5u + 2u * batch] / 4u;
 {{SETUP}}
     for (var k = 0u; k < k4; k = k + 1u) {
-        let kb = k * 4u * n4;
 {{STEP}}
     }
     let c_base = batch * m * n4;
 {{STORE}}
+}
+
+//! variant textured
+// The register blocks of `blocked`, with A and B read from rgba32float textures (filled by
+// `pack` passes just before): on software rasterisers such as lavapipe a texel fetch
+// gathers a vec4 per invocation at once, where a storage-buffer load goes lane by lane.
+// One batch; the block's statements are generated (`blocked` in
+// engine/src/gpu/lower/matmul.rs) and add the products in the blocked order, so the bits
+// are the same.
+@group(0) @binding(1) var tex_a: texture_2d<f32>;
+@group(0) @binding(2) var tex_b: texture_2d<f32>;
+
+@compute @workgroup_size({{WX}}, {{WY}}, 1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let m = info[0];
+    let n4 = info[1] / 4u;
+    let k4 = info[2] / 4u;
+    let col4 = gid.x * {{COLS}}u;
+    let row0 = gid.y * {{ROWS}}u;
+    if (col4 >= n4 || row0 >= m) {
+        return;
+    }
+{{SETUP}}
+    for (var k = 0u; k < k4; k = k + 1u) {
+{{STEP}}
+    }
+    let c_base = 0u;
+{{STORE}}
+}
+
+//! variant pack
+// Copies a row-major matrix of `info[0]` rows × `info[1]` vec4 columns, starting at vec4
+// `info[2]` of `src`, into the rgba32float texture `dst` (texel (column, row)).
+@group(0) @binding(2) var dst: texture_storage_2d<rgba32float, write>;
+
+@compute @workgroup_size(8, 8, 1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < info[1] && gid.y < info[0]) {
+        textureStore(dst, vec2<u32>(gid.x, gid.y), ld4_src(info[2] + gid.y * info[1] + gid.x));
+    }
 }
 
 //! variant tiled

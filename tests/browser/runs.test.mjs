@@ -168,7 +168,7 @@ describe('the run charts', { timeout: 600_000 }, () => {
     for (const line of lines) console.log(`  ${line}`);
     assert.equal(value, '1 tuned');
     assert.equal(lines.length, 1);
-    const variant = '(?:blocked \\d+x\\d+ \\d+x\\d+|tiled 64x64)';
+    const variant = '(?:(?:blocked|textured) \\d+x\\d+ \\d+x\\d+|tiled 64x64)';
     assert.match(lines[0], new RegExp(`^m128 n1024 k1024 f32·f32→f32 f32: chose ${variant} \\(measured; tried `));
     const tried = [...lines[0].matchAll(new RegExp(`(${variant}) (\\d+\\.\\d+) ms`, 'g'))];
     assert.ok(tried.length >= 2, `tried ${tried.length} variants`);

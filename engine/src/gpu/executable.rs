@@ -11,8 +11,10 @@
 //! times.
 
 use super::context::GpuContext;
+use super::kernel::Slot;
 use super::program::{lower_plan_tuned, Buffer, Program};
 use super::readback::{finish_map, map_read, start_map, wait_idle, MapPending};
+use super::texture;
 use super::tuning::Tuning;
 use crate::error::RunError;
 use crate::exec::device::{CompileStats, Executable, TraceContext, Values};
@@ -128,6 +130,8 @@ pub struct GpuExecutable {
     plan: Plan,
     buffers: Vec<wgpu::Buffer>,
     scratch: Vec<wgpu::Buffer>,
+    /// Views of the program's textures (the views keep the textures alive).
+    textures: Vec<wgpu::TextureView>,
     passes: Vec<CompiledPass>,
     timestamps: Option<Timestamps>,
     /// Which micro-batches write timestamps.
@@ -209,6 +213,18 @@ fn check_limits(plan: &Plan, program: &Program, limits: &wgpu::Limits) -> Result
             });
         }
     }
+    let side = limits.max_texture_dimension_2d;
+    if let Some((i, size)) = program
+        .textures
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s[0] > side || s[1] > side)
+    {
+        return Err(RunError::Internal(format!(
+            "texture {i} is {}×{} texels; the adapter allows {side} per side",
+            size[0], size[1]
+        )));
+    }
     for p in &program.passes {
         let node = || plan.steps[p.step].node.clone();
         if let Some(&g) = p
@@ -225,14 +241,18 @@ fn check_limits(plan: &Plan, program: &Program, limits: &wgpu::Limits) -> Result
                 ),
             });
         }
-        if p.kernel.slots.len() + 1 > limits.max_storage_buffers_per_shader_stage as usize {
+        let storage_bindings = 1 + p
+            .kernel
+            .slots
+            .iter()
+            .filter(|s| !matches!(s, Slot::Texture(_)))
+            .count();
+        if storage_bindings > limits.max_storage_buffers_per_shader_stage as usize {
             return Err(RunError::Op {
                 node: node(),
                 message: format!(
                     "kernel '{}' needs {} storage bindings; the adapter allows {}",
-                    p.kernel.label,
-                    p.kernel.slots.len() + 1,
-                    limits.max_storage_buffers_per_shader_stage
+                    p.kernel.label, storage_bindings, limits.max_storage_buffers_per_shader_stage
                 ),
             });
         }
@@ -306,7 +326,7 @@ impl GpuExecutable {
                 mapped_at_creation: false,
             })
         };
-        let (buffers, scratch) = scoped(device, "allocating tensors", || {
+        let (buffers, scratch, textures) = scoped(device, "allocating tensors", || {
             let buffers: Vec<wgpu::Buffer> = plan
                 .buffers
                 .iter()
@@ -319,7 +339,16 @@ impl GpuExecutable {
                 .enumerate()
                 .map(|(i, &bytes)| allocate(format!("scratch {i}"), bytes))
                 .collect();
-            (buffers, scratch)
+            let textures: Vec<wgpu::TextureView> = program
+                .textures
+                .iter()
+                .enumerate()
+                .map(|(i, &size)| {
+                    texture::create(device, &format!("texture {i}"), size)
+                        .create_view(&wgpu::TextureViewDescriptor::default())
+                })
+                .collect();
+            (buffers, scratch, textures)
         })
         .await?;
         upload_weights(ctx, &plan, &buffers, weights)?;
@@ -350,13 +379,14 @@ impl GpuExecutable {
                     resource: info.as_entire_binding(),
                 }];
                 for (i, b) in pass.buffers.iter().enumerate() {
-                    let buffer = match *b {
-                        Buffer::Value(v) => &buffers[plan.values[v].buffer],
-                        Buffer::Scratch(s) => &scratch[s],
+                    let resource = match *b {
+                        Buffer::Value(v) => buffers[plan.values[v].buffer].as_entire_binding(),
+                        Buffer::Scratch(s) => scratch[s].as_entire_binding(),
+                        Buffer::Texture(t) => wgpu::BindingResource::TextureView(&textures[t]),
                     };
                     entries.push(wgpu::BindGroupEntry {
                         binding: i as u32 + 1,
-                        resource: buffer.as_entire_binding(),
+                        resource,
                     });
                 }
                 device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -410,6 +440,7 @@ impl GpuExecutable {
             plan,
             buffers,
             scratch,
+            textures,
             passes,
             timestamps: None,
             pass_timing,
@@ -848,9 +879,17 @@ impl Executable for GpuExecutable {
     fn allocated_bytes(&self) -> u64 {
         let tensors: u64 = self.buffers.iter().map(|b| b.size()).sum();
         let scratch: u64 = self.scratch.iter().map(|b| b.size()).sum();
+        let textures: u64 = self
+            .textures
+            .iter()
+            .map(|t| {
+                let size = t.texture().size();
+                texture::bytes([size.width, size.height])
+            })
+            .sum();
         let ring: u64 = self.ring.iter().map(|r| r.readback.size()).sum();
         let queries = self.timestamps.as_ref().map_or(0, |t| t.resolve.size());
-        tensors + scratch + ring + queries
+        tensors + scratch + textures + ring + queries
     }
 
     fn timing(&self) -> TimingSource {

@@ -185,6 +185,9 @@ pub enum Slot {
     Param(usize),
     /// Scratch buffer `i` of the operator (f32, private to its passes).
     Scratch(usize),
+    /// Texture `i` of the operator (rgba32float, private to its passes): written as a
+    /// `texture_storage_2d` by one pass, read as a `texture_2d<f32>` by a later one.
+    Texture(usize),
 }
 
 /// One compute pass.
@@ -209,6 +212,8 @@ pub enum Lowering {
     Kernels(Vec<Kernel>),
     /// Passes that also use f32 scratch buffers of these element counts.
     KernelsWithScratch(Vec<Kernel>, Vec<usize>),
+    /// Passes that also use rgba32float textures of these sizes (width, height in texels).
+    KernelsWithTextures(Vec<Kernel>, Vec<[u32; 2]>),
 }
 
 /// Workgroup size of the one-dimensional kernels.

@@ -15,6 +15,7 @@ pub mod lower;
 pub mod probe;
 pub mod program;
 mod readback;
+pub mod texture;
 pub mod tuning;
 pub mod variant_timing;
 

@@ -23,6 +23,8 @@ pub enum Buffer {
     Value(usize),
     /// A scratch buffer of the program.
     Scratch(usize),
+    /// A texture of the program (see [`Program::textures`]).
+    Texture(usize),
 }
 
 /// One compute pass.
@@ -45,6 +47,8 @@ pub struct Program {
     pub passes: Vec<Pass>,
     /// Bytes of each scratch buffer.
     pub scratch: Vec<u64>,
+    /// Width and height in texels of each rgba32float texture.
+    pub textures: Vec<[u32; 2]>,
 }
 
 fn concrete(plan: &Plan, v: usize) -> Concrete {
@@ -83,12 +87,17 @@ fn statements(expr: &Expr, operand: &dyn Fn(usize) -> String) -> Result<(String,
     Ok((stmts, result))
 }
 
-/// The kernels of one step and the f32 element counts of the scratch buffers they use.
-fn step_kernels(
-    plan: &Plan,
-    step: &Step,
-    tuning: &Tuning,
-) -> Result<(Vec<Kernel>, Vec<usize>), String> {
+/// The kernels of one step and the private resources they use.
+struct StepKernels {
+    kernels: Vec<Kernel>,
+    /// f32 element counts of the scratch buffers.
+    scratch: Vec<usize>,
+    /// Sizes of the textures.
+    textures: Vec<[u32; 2]>,
+}
+
+/// The kernels of one step.
+fn step_kernels(plan: &Plan, step: &Step, tuning: &Tuning) -> Result<StepKernels, String> {
     let inputs: Vec<Concrete> = step.inputs.iter().map(|&v| concrete(plan, v)).collect();
     let outputs: Vec<Concrete> = step.outputs.iter().map(|&v| concrete(plan, v)).collect();
     let params: Vec<Concrete> = step.params.iter().map(|&v| concrete(plan, v)).collect();
@@ -177,9 +186,15 @@ fn step_kernels(
             )?
         }
     };
-    Ok(match lowering {
-        Lowering::Kernels(k) => (k, Vec::new()),
-        Lowering::KernelsWithScratch(k, s) => (k, s),
+    let (kernels, scratch, textures) = match lowering {
+        Lowering::Kernels(k) => (k, Vec::new(), Vec::new()),
+        Lowering::KernelsWithScratch(k, s) => (k, s, Vec::new()),
+        Lowering::KernelsWithTextures(k, t) => (k, Vec::new(), t),
+    };
+    Ok(StepKernels {
+        kernels,
+        scratch,
+        textures,
     })
 }
 
@@ -195,17 +210,23 @@ pub fn lower_plan_tuned(plan: &Plan, tuning: &Tuning) -> Result<Program, RunErro
     let mut program = Program {
         passes: Vec::new(),
         scratch: Vec::new(),
+        textures: Vec::new(),
     };
     for (i, step) in plan.steps.iter().enumerate() {
-        let (kernels, scratch) =
-            step_kernels(plan, step, tuning).map_err(|message| RunError::Op {
-                node: step.node.clone(),
-                message,
-            })?;
+        let StepKernels {
+            kernels,
+            scratch,
+            textures,
+        } = step_kernels(plan, step, tuning).map_err(|message| RunError::Op {
+            node: step.node.clone(),
+            message,
+        })?;
         let base = program.scratch.len();
         program
             .scratch
             .extend(scratch.iter().map(|&n| Storage::F32.bytes(n)));
+        let texture_base = program.textures.len();
+        program.textures.extend(&textures);
         for kernel in kernels {
             let buffers = kernel
                 .slots
@@ -215,6 +236,9 @@ pub fn lower_plan_tuned(plan: &Plan, tuning: &Tuning) -> Result<Program, RunErro
                     Slot::Output(k) => step.outputs.get(k).copied().map(Buffer::Value),
                     Slot::Param(k) => step.params.get(k).copied().map(Buffer::Value),
                     Slot::Scratch(k) => (k < scratch.len()).then_some(Buffer::Scratch(base + k)),
+                    Slot::Texture(k) => {
+                        (k < textures.len()).then_some(Buffer::Texture(texture_base + k))
+                    }
                 })
                 .collect::<Option<Vec<Buffer>>>()
                 .ok_or_else(|| {

@@ -43,6 +43,18 @@ pub enum MatmulVariant {
     },
     /// 64×64 tiles of C per 16×16 workgroup through workgroup memory.
     Tiled,
+    /// Register-blocked like [`MatmulVariant::Blocked`], reading A and B from textures
+    /// that two pack passes fill first (one batch, sides within [`TEXTURE_SIDE`]).
+    Textured {
+        /// Rows of C per invocation.
+        rows: u32,
+        /// vec4 columns of C per invocation.
+        cols: u32,
+        /// Workgroup width (along columns).
+        wx: u32,
+        /// Workgroup height (along rows).
+        wy: u32,
+    },
 }
 
 impl MatmulVariant {
@@ -55,7 +67,7 @@ impl MatmulVariant {
     };
 
     /// Every variant the autotuner tries.
-    pub const ALL: [MatmulVariant; 7] = [
+    pub const ALL: [MatmulVariant; 11] = [
         MatmulVariant::DEFAULT,
         MatmulVariant::Blocked {
             rows: 8,
@@ -88,6 +100,30 @@ impl MatmulVariant {
             wy: 4,
         },
         MatmulVariant::Tiled,
+        MatmulVariant::Textured {
+            rows: 8,
+            cols: 2,
+            wx: 8,
+            wy: 8,
+        },
+        MatmulVariant::Textured {
+            rows: 8,
+            cols: 4,
+            wx: 8,
+            wy: 8,
+        },
+        MatmulVariant::Textured {
+            rows: 16,
+            cols: 2,
+            wx: 8,
+            wy: 8,
+        },
+        MatmulVariant::Textured {
+            rows: 16,
+            cols: 4,
+            wx: 8,
+            wy: 8,
+        },
     ];
 
     /// Its name in the tuning cache and reports, e.g. `blocked 4x1 8x8`, `tiled 64x64`.
@@ -97,6 +133,9 @@ impl MatmulVariant {
                 format!("blocked {rows}x{cols} {wx}x{wy}")
             }
             MatmulVariant::Tiled => "tiled 64x64".into(),
+            MatmulVariant::Textured { rows, cols, wx, wy } => {
+                format!("textured {rows}x{cols} {wx}x{wy}")
+            }
         }
     }
 
@@ -108,7 +147,9 @@ impl MatmulVariant {
     /// Invocations per workgroup.
     pub fn invocations(&self) -> u32 {
         match *self {
-            MatmulVariant::Blocked { wx, wy, .. } => wx * wy,
+            MatmulVariant::Blocked { wx, wy, .. } | MatmulVariant::Textured { wx, wy, .. } => {
+                wx * wy
+            }
             MatmulVariant::Tiled => 256,
         }
     }
@@ -118,6 +159,20 @@ impl MatmulVariant {
 /// multiples of 4.
 pub fn vectorised(p: &Problem) -> bool {
     p.k.is_multiple_of(4) && p.n.is_multiple_of(4) && p.k > 0
+}
+
+/// The longest texture side every WebGPU adapter allows (`maxTextureDimension2D`).
+pub const TEXTURE_SIDE: usize = 8192;
+
+/// Whether a vec4 problem can take a [`MatmulVariant::Textured`] kernel: one batch, and A
+/// (K/4 × M texels) and B (N/4 × K texels) within [`TEXTURE_SIDE`].
+pub fn textured_fits(p: &Problem) -> bool {
+    vectorised(p)
+        && p.offsets.len() == 1
+        && p.m > 0
+        && [p.m, p.k, p.k / 4, p.n / 4]
+            .iter()
+            .all(|&side| side <= TEXTURE_SIDE)
 }
 
 /// Problems with fewer multiply-adds than this (per batch) are never tuned: the kernel

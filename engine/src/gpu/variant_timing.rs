@@ -4,10 +4,11 @@
 
 use super::autotune::{Trial, TuneRecord};
 use super::context::GpuContext;
-use super::kernel::{Epilogue, Slot};
-use super::lower::matmul::matmul_kernel;
+use super::kernel::{Epilogue, Kernel, Slot};
+use super::lower::matmul::matmul_kernels;
 use super::readback::wait_idle;
-use super::tuning::{MatmulClass, MatmulTask, MatmulVariant};
+use super::texture;
+use super::tuning::{textured_fits, MatmulClass, MatmulTask, MatmulVariant};
 use crate::error::RunError;
 use crate::ops::matmul::Problem;
 use crate::telemetry::now_ns;
@@ -53,7 +54,7 @@ pub async fn tuned_variants(
 fn fits(ctx: &GpuContext, v: MatmulVariant) -> bool {
     let l = &ctx.limits;
     let (x, y) = match v {
-        MatmulVariant::Blocked { wx, wy, .. } => (wx, wy),
+        MatmulVariant::Blocked { wx, wy, .. } | MatmulVariant::Textured { wx, wy, .. } => (wx, wy),
         MatmulVariant::Tiled => (16, 16),
     };
     let shared = if v == MatmulVariant::Tiled { 8192 } else { 0 };
@@ -102,7 +103,11 @@ async fn measure(ctx: &GpuContext, task: &MatmulTask) -> Result<Option<TuneRecor
         if !fits(ctx, variant) {
             continue;
         }
-        let kernel = matmul_kernel(
+        let textured = matches!(variant, MatmulVariant::Textured { .. });
+        if textured && !textured_fits(&problem) {
+            continue;
+        }
+        let (kernels, texture_sizes) = matmul_kernels(
             &problem,
             Slot::Input(1),
             false,
@@ -111,47 +116,37 @@ async fn measure(ctx: &GpuContext, task: &MatmulTask) -> Result<Option<TuneRecor
             variant,
         )
         .map_err(RunError::Internal)?;
-        if kernel
-            .workgroups
-            .iter()
-            .any(|&g| g > ctx.limits.max_compute_workgroups_per_dimension)
-        {
+        if kernels.iter().any(|k| {
+            k.workgroups
+                .iter()
+                .any(|&g| g > ctx.limits.max_compute_workgroups_per_dimension)
+        }) {
             continue;
         }
-        // A variant the driver refuses is left out, never the compile that asked.
-        let pipeline = match ctx
-            .pipeline(&kernel.label, &kernel.source, "autotune")
-            .await
-        {
-            Ok((p, _)) => p,
-            Err(e) => {
-                tracing::warn!("autotune: {} does not build here: {e}", variant.name());
-                continue;
-            }
-        };
-        let info = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("autotune info"),
-            size: (4 * kernel.info.len() as u64).div_ceil(8) * 8,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        ctx.queue
-            .write_buffer(&info, 0, bytemuck::cast_slice(&kernel.info));
-        let entries: Vec<wgpu::BindGroupEntry> = std::iter::once(&info)
-            .chain(&operands)
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: b.as_entire_binding(),
+        let textures: Vec<wgpu::TextureView> = texture_sizes
+            .iter()
+            .map(|&size| {
+                texture::create(device, "autotune operand", size)
+                    .create_view(&wgpu::TextureViewDescriptor::default())
             })
             .collect();
-        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("autotune"),
-            layout: &pipeline.get_bind_group_layout(0),
-            entries: &entries,
-        });
-        // Host time from submission to completion of `reps` dispatches, per dispatch.
-        let (pipeline, bind_group, workgroups) = (&pipeline, &bind_group, kernel.workgroups);
+        // A variant the driver refuses is left out, never the compile that asked.
+        let mut passes = Vec::new();
+        for kernel in &kernels {
+            match bound_pass(ctx, kernel, &operands, &textures).await {
+                Ok(pass) => passes.push(pass),
+                Err(e) => {
+                    tracing::warn!("autotune: {} does not build here: {e}", variant.name());
+                    break;
+                }
+            }
+        }
+        if passes.len() < kernels.len() {
+            continue;
+        }
+        // Host time from submission to completion of `reps` products (each with its pack
+        // passes), per product.
+        let passes = &passes;
         let time = |reps: u32| async move {
             let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("autotune"),
@@ -161,11 +156,12 @@ async fn measure(ctx: &GpuContext, task: &MatmulTask) -> Result<Option<TuneRecor
                     label: Some("autotune"),
                     timestamp_writes: None,
                 });
-                pass.set_pipeline(pipeline);
-                pass.set_bind_group(0, bind_group, &[]);
-                let [x, y, z] = workgroups;
                 for _ in 0..reps {
-                    pass.dispatch_workgroups(x, y, z);
+                    for (pipeline, bind_group, [x, y, z]) in passes {
+                        pass.set_pipeline(pipeline);
+                        pass.set_bind_group(0, bind_group, &[]);
+                        pass.dispatch_workgroups(*x, *y, *z);
+                    }
                 }
             }
             let t0 = now_ns();
@@ -200,4 +196,56 @@ async fn measure(ctx: &GpuContext, task: &MatmulTask) -> Result<Option<TuneRecor
         measured_on: [task.m, task.n, task.k],
         tried,
     }))
+}
+
+/// A kernel's pipeline, bind group and workgroups, its slots bound to the tuner's operands
+/// (A, B, C) and textures.
+async fn bound_pass(
+    ctx: &GpuContext,
+    kernel: &Kernel,
+    operands: &[wgpu::Buffer],
+    textures: &[wgpu::TextureView],
+) -> Result<(wgpu::ComputePipeline, wgpu::BindGroup, [u32; 3]), RunError> {
+    let device = &ctx.device;
+    let (pipeline, _) = ctx
+        .pipeline(&kernel.label, &kernel.source, "autotune")
+        .await?;
+    let info = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("autotune info"),
+        size: (4 * kernel.info.len() as u64).div_ceil(8) * 8,
+        usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    ctx.queue
+        .write_buffer(&info, 0, bytemuck::cast_slice(&kernel.info));
+    let mut entries = vec![wgpu::BindGroupEntry {
+        binding: 0,
+        resource: info.as_entire_binding(),
+    }];
+    for (i, slot) in kernel.slots.iter().enumerate() {
+        let resource = match *slot {
+            Slot::Input(0) => operands[0].as_entire_binding(),
+            Slot::Input(1) => operands[1].as_entire_binding(),
+            Slot::Output(0) => operands[2].as_entire_binding(),
+            Slot::Texture(t) if t < textures.len() => {
+                wgpu::BindingResource::TextureView(&textures[t])
+            }
+            other => {
+                return Err(RunError::Internal(format!(
+                    "autotune: kernel '{}' binds {other:?}, which the tuner does not hold",
+                    kernel.label
+                )))
+            }
+        };
+        entries.push(wgpu::BindGroupEntry {
+            binding: i as u32 + 1,
+            resource,
+        });
+    }
+    let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("autotune"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &entries,
+    });
+    Ok((pipeline, bind_group, kernel.workgroups))
 }

@@ -168,6 +168,7 @@ pub fn plan(args: &PlanArgs) -> Result<ExitCode> {
                         .map(|(b, buffer)| match *buffer {
                             Buffer::Value(v) => format!("{}:{}", b + 1, p.values[v].name),
                             Buffer::Scratch(k) => format!("{}:scratch{k}", b + 1),
+                            Buffer::Texture(k) => format!("{}:texture{k}", b + 1),
                         })
                         .collect();
                     println!(

@@ -3,7 +3,7 @@
 use super::Lower;
 use crate::gpu::kernel::variant as variant_of;
 use crate::gpu::kernel::*;
-use crate::gpu::tuning::{vectorised, MatmulTypes, MatmulVariant};
+use crate::gpu::tuning::{textured_fits, vectorised, MatmulTypes, MatmulVariant};
 use crate::ops::matmul::*;
 
 const SHADER: &str = include_str!("../../../../shaders/matmul.wgsl");
@@ -46,14 +46,13 @@ impl Lower for MatMulOp {
             f16_accumulate: ctx.f16_compute,
         };
         let variant = ctx.tuning.matmul_variant(&problem, types);
-        Ok(Lowering::Kernels(vec![matmul_kernel(
-            &problem,
-            b_slot,
-            bias,
-            ctx.epilogue,
-            types,
-            variant,
-        )?]))
+        let (kernels, textures) =
+            matmul_kernels(&problem, b_slot, bias, ctx.epilogue, types, variant)?;
+        Ok(if textures.is_empty() {
+            Lowering::Kernels(kernels)
+        } else {
+            Lowering::KernelsWithTextures(kernels, textures)
+        })
     }
 }
 
@@ -90,36 +89,62 @@ fn vec4_binding(decls: &mut String, binding: u32, name: &str, storage: Storage, 
     }
 }
 
+/// Where a register block reads A and B: storage buffers (`blocked`) or the textures the
+/// pack passes fill (`textured`).
+#[derive(Clone, Copy, PartialEq)]
+enum Operands {
+    Buffers,
+    Textures,
+}
+
 /// The statements of a register block of `rows` × `cols` vec4 columns (see the `blocked`
-/// variant of `shaders/matmul.wgsl`): clamped row and column indices, the products of one
-/// vec4 step along K, and the guarded stores.
-fn blocked(rows: u32, cols: u32) -> [(&'static str, String); 3] {
+/// and `textured` variants of `shaders/matmul.wgsl`): clamped row and column indices, the
+/// products of one vec4 step along K, and the guarded stores.
+fn blocked(rows: u32, cols: u32, from: Operands) -> [(&'static str, String); 3] {
     let acc = "vec4<{{ACC}}>";
+    let buffers = from == Operands::Buffers;
     let mut setup = String::new();
     for c in 0..cols {
+        let base = if buffers { "b_base + " } else { "" };
         setup.push_str(&format!(
-            "    let bc{c} = b_base + min(col4 + {c}u, n4 - 1u);\n"
+            "    let bc{c} = {base}min(col4 + {c}u, n4 - 1u);\n"
         ));
     }
     for r in 0..rows {
+        let (base, stride) = if buffers {
+            ("a_base + ", " * k4")
+        } else {
+            ("", "")
+        };
         setup.push_str(&format!(
-            "    let ra{r} = a_base + min(row0 + {r}u, m - 1u) * k4;\n"
+            "    let ra{r} = {base}min(row0 + {r}u, m - 1u){stride};\n"
         ));
         for c in 0..cols {
             setup.push_str(&format!("    var acc{r}_{c} = {acc}(0.0);\n"));
         }
     }
     let mut step = String::new();
+    if buffers {
+        step.push_str("        let kb = k * 4u * n4;\n");
+    }
     for c in 0..cols {
         for j in 0..4 {
-            let plus = ["", " + n4", " + 2u * n4", " + 3u * n4"][j];
-            step.push_str(&format!(
-                "        let b{c}_{j} = {acc}(ld4_b(bc{c} + kb{plus}));\n"
-            ));
+            let load = if buffers {
+                let plus = ["", " + n4", " + 2u * n4", " + 3u * n4"][j];
+                format!("ld4_b(bc{c} + kb{plus})")
+            } else {
+                format!("textureLoad(tex_b, vec2<u32>(bc{c}, k * 4u + {j}u), 0)")
+            };
+            step.push_str(&format!("        let b{c}_{j} = {acc}({load});\n"));
         }
     }
     for r in 0..rows {
-        step.push_str(&format!("        let a{r} = {acc}(ld4_a(ra{r} + k));\n"));
+        let load = if buffers {
+            format!("ld4_a(ra{r} + k)")
+        } else {
+            format!("textureLoad(tex_a, vec2<u32>(k, ra{r}), 0)")
+        };
+        step.push_str(&format!("        let a{r} = {acc}({load});\n"));
         for c in 0..cols {
             step.push_str(&format!(
                 "        acc{r}_{c} = fma({acc}(a{r}.x), b{c}_0, fma({acc}(a{r}.y), b{c}_1, fma({acc}(a{r}.z), b{c}_2, fma({acc}(a{r}.w), b{c}_3, acc{r}_{c}))));\n"
@@ -137,9 +162,63 @@ fn blocked(rows: u32, cols: u32) -> [(&'static str, String); 3] {
     [("SETUP", setup), ("STEP", step), ("STORE", store)]
 }
 
-/// Builds the kernel for a problem; `bias` binds the weight slot after B; `variant` says
-/// how vec4 kernels share out C (problems without vec4 loads take the scalar kernel).
-pub fn matmul_kernel(
+/// The kernels of a matmul problem and the textures they stage A and B in (none unless
+/// the variant is [`MatmulVariant::Textured`]); `bias` binds the weight slot after B;
+/// `variant` says how vec4 kernels share out C (problems without vec4 loads take the
+/// scalar kernel; a textured variant the problem does not fit takes the default).
+pub fn matmul_kernels(
+    p: &Problem,
+    b_slot: Slot,
+    bias: bool,
+    epilogue: &Epilogue,
+    types: MatmulTypes,
+    variant: MatmulVariant,
+) -> Result<(Vec<Kernel>, Vec<[u32; 2]>), String> {
+    let variant = match variant {
+        MatmulVariant::Textured { .. } if !textured_fits(p) => MatmulVariant::DEFAULT,
+        v => v,
+    };
+    let product = matmul_kernel(p, b_slot, bias, epilogue, types, variant)?;
+    if !matches!(variant, MatmulVariant::Textured { .. }) || !vectorised(p) {
+        return Ok((vec![product], Vec::new()));
+    }
+    let (k4, n4) = (p.k / 4, p.n / 4);
+    let (a_base, b_base) = p.offsets.first().copied().unwrap_or((0, 0));
+    let pack_a = pack_kernel("a", 0, p.m, k4, a_base / 4, Slot::Input(0), types.a)?;
+    let pack_b = pack_kernel("b", 1, p.k, n4, b_base / 4, b_slot, types.b)?;
+    let textures = vec![[word(k4)?, word(p.m)?], [word(n4)?, word(p.k)?]];
+    Ok((vec![pack_a, pack_b, product], textures))
+}
+
+/// The pass copying operand `name` (`rows` × `cols4` vec4s from vec4 `base` of `slot`)
+/// into texture `texture`.
+fn pack_kernel(
+    name: &str,
+    texture: usize,
+    rows: usize,
+    cols4: usize,
+    base: usize,
+    slot: Slot,
+    storage: Storage,
+) -> Result<Kernel, String> {
+    let mut decls = String::from("@group(0) @binding(0) var<storage, read> info: array<u32>;\n");
+    vec4_binding(&mut decls, 1, "src", storage, false);
+    let enable = if storage == Storage::F16 {
+        "enable f16;\n"
+    } else {
+        ""
+    };
+    Ok(Kernel {
+        label: format!("matmul pack {name}"),
+        source: format!("{enable}{decls}\n{}", variant_of(SHADER, "pack")),
+        slots: vec![slot, Slot::Texture(texture)],
+        info: vec![word(rows)?, word(cols4)?, word(base)?],
+        workgroups: [word(cols4.div_ceil(8))?, word(rows.div_ceil(8))?, 1],
+    })
+}
+
+/// Builds the kernel computing C (for a textured variant: from the two textures).
+fn matmul_kernel(
     p: &Problem,
     b_slot: Slot,
     bias: bool,
@@ -161,10 +240,17 @@ pub fn matmul_kernel(
     let vec4 = vectorised(p);
     let acc = if types.f16_accumulate { "f16" } else { "f32" };
     let mut decls = String::from("@group(0) @binding(0) var<storage, read> info: array<u32>;\n");
-    let mut slots = vec![Slot::Input(0), b_slot, Slot::Output(0)];
+    let textured = matches!(variant, MatmulVariant::Textured { .. });
+    let mut slots = if textured && vec4 {
+        vec![Slot::Texture(0), Slot::Texture(1), Slot::Output(0)]
+    } else {
+        vec![Slot::Input(0), b_slot, Slot::Output(0)]
+    };
     let (name, workgroups, body) = if vec4 {
-        vec4_binding(&mut decls, 1, "a", types.a, false);
-        vec4_binding(&mut decls, 2, "b", types.b, false);
+        if !textured {
+            vec4_binding(&mut decls, 1, "a", types.a, false);
+            vec4_binding(&mut decls, 2, "b", types.b, false);
+        }
         vec4_binding(&mut decls, 3, "c", types.c, true);
         let bias_read = if bias {
             vec4_binding(&mut decls, 4, "bias", types.bias, false);
@@ -178,8 +264,14 @@ pub fn matmul_kernel(
             &[("BIAS", bias_read.into())],
         );
         let (template, marks, groups) = match variant {
-            MatmulVariant::Blocked { rows, cols, wx, wy } => {
-                let mut marks = blocked(rows, cols).to_vec();
+            MatmulVariant::Blocked { rows, cols, wx, wy }
+            | MatmulVariant::Textured { rows, cols, wx, wy } => {
+                let from = if textured {
+                    Operands::Textures
+                } else {
+                    Operands::Buffers
+                };
+                let mut marks = blocked(rows, cols, from).to_vec();
                 marks.extend([
                     ("ROWS", rows.to_string()),
                     ("COLS", cols.to_string()),
@@ -190,7 +282,7 @@ pub fn matmul_kernel(
                     n4.div_ceil((cols * wx) as usize),
                     p.m.div_ceil((rows * wy) as usize),
                 );
-                ("blocked", marks, groups)
+                (if textured { "textured" } else { "blocked" }, marks, groups)
             }
             MatmulVariant::Tiled => ("tiled", Vec::new(), (n4.div_ceil(16), p.m.div_ceil(64))),
         };
@@ -254,4 +346,82 @@ pub fn matmul_kernel(
         info,
         workgroups,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::tuning::TEXTURE_SIDE;
+
+    const TEXTURED: MatmulVariant = MatmulVariant::Textured {
+        rows: 8,
+        cols: 2,
+        wx: 8,
+        wy: 8,
+    };
+
+    fn f32_types() -> MatmulTypes {
+        MatmulTypes {
+            a: Storage::F32,
+            b: Storage::F32,
+            c: Storage::F32,
+            bias: Storage::F32,
+            f16_accumulate: false,
+        }
+    }
+
+    fn problem(m: usize, n: usize, k: usize, batches: usize) -> Problem {
+        Problem {
+            m,
+            n,
+            k,
+            offsets: (0..batches).map(|b| (b * m * k, b * k * n)).collect(),
+        }
+    }
+
+    fn kernels(p: &Problem, v: MatmulVariant) -> (Vec<Kernel>, Vec<[u32; 2]>) {
+        let id = Epilogue::identity();
+        matmul_kernels(p, Slot::Input(1), false, &id, f32_types(), v).expect("lowers")
+    }
+
+    #[test]
+    fn a_textured_product_packs_a_and_b_into_textures_first() {
+        let (ks, textures) = kernels(&problem(130, 68, 36, 1), TEXTURED);
+        let labels: Vec<&str> = ks.iter().map(|k| k.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "matmul pack a",
+                "matmul pack b",
+                "matmul vec4 textured 8x2 8x8"
+            ]
+        );
+        // A: K/4 × M texels; B: N/4 × K.
+        assert_eq!(textures, [[9, 130], [17, 36]]);
+        assert_eq!(ks[0].slots, [Slot::Input(0), Slot::Texture(0)]);
+        assert_eq!(ks[1].slots, [Slot::Input(1), Slot::Texture(1)]);
+        assert_eq!(
+            ks[2].slots,
+            [Slot::Texture(0), Slot::Texture(1), Slot::Output(0)]
+        );
+        assert_eq!(ks[0].workgroups, [2, 17, 1]);
+    }
+
+    #[test]
+    fn problems_a_texture_cannot_hold_take_the_default_kernel() {
+        for p in [
+            problem(64, 64, 64, 3),
+            problem(TEXTURE_SIDE + 1, 64, 64, 1),
+            problem(64, 64, TEXTURE_SIDE + 4, 1),
+        ] {
+            let (ks, textures) = kernels(&p, TEXTURED);
+            assert!(textures.is_empty(), "{p:?}");
+            assert_eq!(ks.len(), 1);
+            assert_eq!(ks[0].label, "matmul vec4", "{p:?}");
+        }
+        // Not vec4-aligned: the scalar kernel, whatever the variant.
+        let (ks, textures) = kernels(&problem(5, 6, 7, 1), TEXTURED);
+        assert!(textures.is_empty());
+        assert_eq!(ks[0].label, "matmul scalar");
+    }
 }

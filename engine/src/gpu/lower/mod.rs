@@ -63,6 +63,7 @@ pub fn lower_op(op: &Op, ctx: &LowerCtx) -> Result<Lowering, String> {
     Ok(match lowering {
         Lowering::Kernels(ks) => Lowering::Kernels(fix(ks)),
         Lowering::KernelsWithScratch(ks, s) => Lowering::KernelsWithScratch(fix(ks), s),
+        Lowering::KernelsWithTextures(ks, t) => Lowering::KernelsWithTextures(fix(ks), t),
     })
 }
 
