@@ -116,6 +116,7 @@ mod tests {
                 variant: chosen.into(),
                 ms: 1.5,
             }],
+            skipped: Vec::new(),
         }
     }
 

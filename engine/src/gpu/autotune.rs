@@ -32,6 +32,20 @@ pub struct TuneRecord {
     pub measured_on: [usize; 3],
     /// Every variant tried, in the order tried.
     pub tried: Vec<Trial>,
+    /// The variants not tried: the adapter cannot run them or the sizes do not suit them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+impl TuneRecord {
+    /// Whether the record weighed every variant this build knows (tried or skipped): a
+    /// record from a build with fewer variants is measured again.
+    pub fn is_complete(&self) -> bool {
+        MatmulVariant::ALL.iter().all(|v| {
+            let name = v.name();
+            self.tried.iter().any(|t| t.variant == name) || self.skipped.contains(&name)
+        })
+    }
 }
 
 /// The cache file: records by adapter, then by class key.
@@ -163,13 +177,14 @@ impl Autotuner {
         self.enabled
     }
 
-    /// The record of a class on an adapter, if the cache has a usable one.
+    /// The record of a class on an adapter, if the cache has a usable one (naming a known
+    /// variant, and complete: see [`TuneRecord::is_complete`]).
     pub fn cached(&self, adapter: &str, class: &str) -> Option<TuneRecord> {
         self.cache
             .lock()
             .ok()
             .and_then(|c| c.adapters.get(adapter)?.get(class).cloned())
-            .filter(|r| MatmulVariant::parse(&r.chosen).is_some())
+            .filter(|r| MatmulVariant::parse(&r.chosen).is_some() && r.is_complete())
     }
 
     /// Notes a decision for [`decisions_since`]; one `measured` now is also kept in the
@@ -222,12 +237,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_record_missing_a_variant_of_this_build_is_measured_again() {
+        let trial = |v: &MatmulVariant| Trial {
+            variant: v.name(),
+            ms: 1.0,
+        };
+        let (last, earlier) = MatmulVariant::ALL.split_last().expect("variants");
+        let mut record = TuneRecord {
+            chosen: MatmulVariant::DEFAULT.name(),
+            measured_on: [256, 256, 256],
+            tried: earlier.iter().map(trial).collect(),
+            skipped: Vec::new(),
+        };
+        assert!(!record.is_complete(), "an older build's record is stale");
+        record.skipped.push(last.name());
+        assert!(record.is_complete(), "skipped variants count as weighed");
+        record.skipped.clear();
+        record.tried.push(trial(last));
+        assert!(record.is_complete());
+    }
+
+    #[test]
     fn the_decision_log_keeps_the_newest_and_counts_them_all() {
         let tuner = Autotuner::new(true, None);
         let record = TuneRecord {
             chosen: MatmulVariant::DEFAULT.name(),
             measured_on: [1, 1, 1],
             tried: Vec::new(),
+            skipped: Vec::new(),
         };
         let start = decision_count();
         for i in 0..KEPT_DECISIONS + 10 {

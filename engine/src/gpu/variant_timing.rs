@@ -8,7 +8,7 @@ use super::kernel::{Epilogue, Kernel, Slot};
 use super::lower::matmul::matmul_kernels;
 use super::readback::wait_idle;
 use super::texture;
-use super::tuning::{textured_fits, MatmulClass, MatmulTask, MatmulVariant};
+use super::tuning::{textured_fits, MatmulClass, MatmulTask, MatmulTypes, MatmulVariant};
 use crate::error::RunError;
 use crate::ops::matmul::Problem;
 use crate::telemetry::now_ns;
@@ -98,85 +98,15 @@ async fn measure(ctx: &GpuContext, task: &MatmulTask) -> Result<Option<TuneRecor
             })
         })
         .collect();
-    let mut tried = Vec::new();
+    let (mut tried, mut skipped) = (Vec::new(), Vec::new());
     for variant in MatmulVariant::ALL {
-        if !fits(ctx, variant) {
-            continue;
+        match time_variant(ctx, &problem, types, variant, &operands).await? {
+            Some(ns) => tried.push(Trial {
+                variant: variant.name(),
+                ms: ns as f64 / 1e6,
+            }),
+            None => skipped.push(variant.name()),
         }
-        let textured = matches!(variant, MatmulVariant::Textured { .. });
-        if textured && !textured_fits(&problem) {
-            continue;
-        }
-        let (kernels, texture_sizes) = matmul_kernels(
-            &problem,
-            Slot::Input(1),
-            false,
-            &Epilogue::identity(),
-            types,
-            variant,
-        )
-        .map_err(RunError::Internal)?;
-        if kernels.iter().any(|k| {
-            k.workgroups
-                .iter()
-                .any(|&g| g > ctx.limits.max_compute_workgroups_per_dimension)
-        }) {
-            continue;
-        }
-        let textures: Vec<wgpu::TextureView> = texture_sizes
-            .iter()
-            .map(|&size| {
-                texture::create(device, "autotune operand", size)
-                    .create_view(&wgpu::TextureViewDescriptor::default())
-            })
-            .collect();
-        // A variant the driver refuses is left out, never the compile that asked.
-        let mut passes = Vec::new();
-        for kernel in &kernels {
-            match bound_pass(ctx, kernel, &operands, &textures).await {
-                Ok(pass) => passes.push(pass),
-                Err(e) => {
-                    tracing::warn!("autotune: {} does not build here: {e}", variant.name());
-                    break;
-                }
-            }
-        }
-        if passes.len() < kernels.len() {
-            continue;
-        }
-        // Host time from submission to completion of `reps` products (each with its pack
-        // passes), per product.
-        let passes = &passes;
-        let time = |reps: u32| async move {
-            let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("autotune"),
-            });
-            {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some("autotune"),
-                    timestamp_writes: None,
-                });
-                for _ in 0..reps {
-                    for (pipeline, bind_group, [x, y, z]) in passes {
-                        pass.set_pipeline(pipeline);
-                        pass.set_bind_group(0, bind_group, &[]);
-                        pass.dispatch_workgroups(*x, *y, *z);
-                    }
-                }
-            }
-            let t0 = now_ns();
-            ctx.queue.submit([enc.finish()]);
-            wait_idle(device, &ctx.queue).await?;
-            Ok::<u64, RunError>(now_ns().saturating_sub(t0).max(1) / u64::from(reps))
-        };
-        // The first dispatch pays for first use; it only sizes the measurements.
-        let first = time(1).await?;
-        let reps = (TARGET_NS / first).clamp(1, 8) as u32;
-        let best = time(reps).await?.min(time(reps).await?);
-        tried.push(Trial {
-            variant: variant.name(),
-            ms: best as f64 / 1e6,
-        });
     }
     let default = MatmulVariant::DEFAULT.name();
     let default_ms = tried
@@ -195,7 +125,90 @@ async fn measure(ctx: &GpuContext, task: &MatmulTask) -> Result<Option<TuneRecor
         chosen,
         measured_on: [task.m, task.n, task.k],
         tried,
+        skipped,
     }))
+}
+
+/// Nanoseconds per product of `variant` on the problem (its pack passes included), or
+/// `None` when the adapter cannot run it or the sizes do not suit it.
+async fn time_variant(
+    ctx: &GpuContext,
+    problem: &Problem,
+    types: MatmulTypes,
+    variant: MatmulVariant,
+    operands: &[wgpu::Buffer],
+) -> Result<Option<u64>, RunError> {
+    let device = &ctx.device;
+    if !fits(ctx, variant) {
+        return Ok(None);
+    }
+    let textured = matches!(variant, MatmulVariant::Textured { .. });
+    if textured && !textured_fits(problem) {
+        return Ok(None);
+    }
+    let (kernels, texture_sizes) = matmul_kernels(
+        problem,
+        Slot::Input(1),
+        false,
+        &Epilogue::identity(),
+        types,
+        variant,
+    )
+    .map_err(RunError::Internal)?;
+    if kernels.iter().any(|k| {
+        k.workgroups
+            .iter()
+            .any(|&g| g > ctx.limits.max_compute_workgroups_per_dimension)
+    }) {
+        return Ok(None);
+    }
+    let textures: Vec<wgpu::TextureView> = texture_sizes
+        .iter()
+        .map(|&size| {
+            texture::create(device, "autotune operand", size)
+                .create_view(&wgpu::TextureViewDescriptor::default())
+        })
+        .collect();
+    // A variant the driver refuses is left out, never the compile that asked.
+    let mut passes = Vec::new();
+    for kernel in &kernels {
+        match bound_pass(ctx, kernel, operands, &textures).await {
+            Ok(pass) => passes.push(pass),
+            Err(e) => {
+                tracing::warn!("autotune: {} does not build here: {e}", variant.name());
+                return Ok(None);
+            }
+        }
+    }
+    // Host time from submission to completion of `reps` products (each with its pack
+    // passes), per product.
+    let passes = &passes;
+    let time = |reps: u32| async move {
+        let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+            label: Some("autotune"),
+        });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("autotune"),
+                timestamp_writes: None,
+            });
+            for _ in 0..reps {
+                for (pipeline, bind_group, [x, y, z]) in passes {
+                    pass.set_pipeline(pipeline);
+                    pass.set_bind_group(0, bind_group, &[]);
+                    pass.dispatch_workgroups(*x, *y, *z);
+                }
+            }
+        }
+        let t0 = now_ns();
+        ctx.queue.submit([enc.finish()]);
+        wait_idle(device, &ctx.queue).await?;
+        Ok::<u64, RunError>(now_ns().saturating_sub(t0).max(1) / u64::from(reps))
+    };
+    // The first dispatch pays for first use; it only sizes the measurements.
+    let first = time(1).await?;
+    let reps = (TARGET_NS / first).clamp(1, 8) as u32;
+    Ok(Some(time(reps).await?.min(time(reps).await?)))
 }
 
 /// A kernel's pipeline, bind group and workgroups, its slots bound to the tuner's operands

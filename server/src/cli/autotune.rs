@@ -52,6 +52,14 @@ pub fn show(as_json: bool, clear: bool) -> Result<ExitCode> {
                     t.ms / best
                 );
             }
+            if !r.skipped.is_empty() {
+                println!("     not tried here: {}", r.skipped.join(", "));
+            }
+            if !r.is_complete() {
+                println!(
+                    "     (from a build with fewer variants: the next compile measures it again)"
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
