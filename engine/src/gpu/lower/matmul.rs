@@ -179,7 +179,8 @@ pub fn matmul_kernels(
         v => v,
     };
     let product = matmul_kernel(p, b_slot, bias, epilogue, types, variant)?;
-    if !matches!(variant, MatmulVariant::Textured { .. }) || !vectorised(p) {
+    // A textured variant here fits, so the problem is vectorised.
+    if !matches!(variant, MatmulVariant::Textured { .. }) {
         return Ok((vec![product], Vec::new()));
     }
     let (k4, n4) = (p.k / 4, p.n / 4);
@@ -203,14 +204,9 @@ fn pack_kernel(
 ) -> Result<Kernel, String> {
     let mut decls = String::from("@group(0) @binding(0) var<storage, read> info: array<u32>;\n");
     vec4_binding(&mut decls, 1, "src", storage, false);
-    let enable = if storage == Storage::F16 {
-        "enable f16;\n"
-    } else {
-        ""
-    };
     Ok(Kernel {
         label: format!("matmul pack {name}"),
-        source: format!("{enable}{decls}\n{}", variant_of(SHADER, "pack")),
+        source: with_f16_enable(format!("{decls}\n{}", variant_of(SHADER, "pack"))),
         slots: vec![slot, Slot::Texture(texture)],
         info: vec![word(rows)?, word(cols4)?, word(base)?],
         workgroups: [word(cols4.div_ceil(8))?, word(rows.div_ceil(8))?, 1],
