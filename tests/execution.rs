@@ -163,27 +163,45 @@ fn batches_microbatches_and_prefetch_keep_outputs_in_order() {
     let weights = init_weights(&g, 42);
     let data = dataset(&g, 23, 4);
     let want = run_cpu(&bind(&g, 23), &weights, &data);
-    for (batch, micro, prefetch) in [(8, 1, 1), (8, 4, 2), (6, 3, 3), (23, 1, 2)] {
-        let cfg = RunConfig {
-            batch,
-            microbatches: micro,
-            stages: 1,
-            prefetch,
-            fuse: true,
-            profile: false,
-            ..Default::default()
-        };
-        let mut s = sluice_engine::gpu::session(&g, &weights, &cfg).unwrap();
-        let r = s.run_blocking(&data, &RunContext::new("t")).unwrap();
-        compare(
-            &format!("batch {batch} micro {micro} prefetch {prefetch}"),
-            &r.outputs[0].1,
-            &want[0].1,
-            1e-6,
-            1e-4,
-        )
-        .unwrap();
+    // Both ways inputs reach a GPU: in place (lavapipe's default) and through upload
+    // buffers, several micro-batches in flight.
+    for device in ["gpu", "gpu-staged"] {
+        for (batch, micro, prefetch) in [(8, 1, 1), (8, 4, 2), (6, 3, 3), (23, 1, 2)] {
+            let cfg = RunConfig {
+                batch,
+                microbatches: micro,
+                stages: 1,
+                prefetch,
+                fuse: true,
+                profile: false,
+                ..Default::default()
+            };
+            let mut s = session_on(device, &g, &weights, &cfg);
+            // Twice: the second run writes the mapped buffers the first one left.
+            for run in 0..2 {
+                let r = s.run_blocking(&data, &RunContext::new("t")).unwrap();
+                compare(
+                    &format!("{device} batch {batch} micro {micro} prefetch {prefetch} run {run}"),
+                    &r.outputs[0].1,
+                    &want[0].1,
+                    1e-6,
+                    1e-4,
+                )
+                .unwrap();
+            }
+        }
     }
+}
+
+#[test]
+fn a_cpu_adapter_writes_inputs_in_place() {
+    // lavapipe (a Vulkan CPU adapter) offers mappable device buffers; elsewhere, and on
+    // real GPUs, inputs go through upload buffers.
+    let ctx = gpu();
+    if ctx.adapter.device_type == "Cpu" && ctx.adapter.backend == "Vulkan" {
+        assert!(ctx.inputs_in_place(), "{:?}", ctx.adapter);
+    }
+    assert!(!ctx.clone().with_staged_inputs().inputs_in_place());
 }
 
 fn w5_outputs(
@@ -722,7 +740,9 @@ fn sampled_pass_timing_reports_every_pass_of_every_micro_batch_and_changes_no_ou
     );
 }
 
-/// A session for `cfg` on `device` (`gpu`, `cpu` or `reference`), one device per stage.
+/// A session for `cfg` on `device` (`gpu`, `gpu-staged`: a GPU that sends inputs through
+/// upload buffers even where it could write them in place, `cpu` or `reference`), one
+/// device per stage.
 fn session_on(
     device: &str,
     g: &Graph,
@@ -733,13 +753,12 @@ fn session_on(
         return sluice_engine::gpu::session(g, weights, cfg).unwrap();
     }
     let devices = (0..cfg.stages)
-        .map(|_| {
-            let d = if device == "cpu" {
-                sluice_engine::cpu::CpuDevice::fast()
-            } else {
-                sluice_engine::cpu::CpuDevice::new()
-            };
-            Box::new(d) as Box<dyn sluice_engine::exec::Device>
+        .map(|_| match device {
+            "gpu-staged" => Box::new(sluice_engine::gpu::GpuDevice::new(
+                gpu().clone().with_staged_inputs(),
+            )) as Box<dyn sluice_engine::exec::Device>,
+            "cpu" => Box::new(sluice_engine::cpu::CpuDevice::fast()),
+            _ => Box::new(sluice_engine::cpu::CpuDevice::new()),
         })
         .collect();
     Session::compile_blocking(g, weights, cfg, devices).unwrap()
@@ -768,7 +787,7 @@ fn kept_inputs_give_the_answers_of_inputs_sent_with_every_run() {
         stages: 2,
         ..Default::default()
     };
-    for device in ["gpu", "cpu", "reference"] {
+    for device in ["gpu", "gpu-staged", "cpu", "reference"] {
         let mut s = session_on(device, &w1, &w1_weights, &w1_cfg);
         let want = s.run_blocking(&data, &RunContext::new("sent")).unwrap();
         let b: HashMap<String, Tensor> = [("b".to_string(), data["b"].clone())].into();

@@ -46,7 +46,7 @@ fn main() {
         let graph = matmul_graph(n);
         let inputs = random_inputs(&graph, 1).expect("inputs");
         let flops = 2.0 * (n as f64).powi(3);
-        let exe = pollster::block_on(GpuExecutable::compile(
+        let mut exe = pollster::block_on(GpuExecutable::compile(
             &ctx,
             Plan::new(&graph).expect("plan"),
             &Weights::new(),

@@ -78,6 +78,8 @@ pub struct GpuContext {
     pipelines: Arc<Mutex<HashMap<String, wgpu::ComputePipeline>>>,
     /// Chooses matmul kernels for this adapter (shared by the process's devices).
     pub autotuner: Arc<super::autotune::Autotuner>,
+    /// See [`GpuContext::inputs_in_place`].
+    inputs_in_place: bool,
 }
 
 /// Pipelines kept per device; past this the cache starts again (a long-running server
@@ -208,9 +210,14 @@ impl GpuContext {
 
     async fn open(adapter: wgpu::Adapter) -> Result<GpuContext, RunError> {
         let summary = AdapterSummary::of(&adapter);
-        let wanted = wgpu::Features::SHADER_F16
+        let mut wanted = wgpu::Features::SHADER_F16
             | wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        // Only where device memory is host memory: elsewhere mappable storage buffers would
+        // live in memory the device reads slowly.
+        if adapter.get_info().device_type == wgpu::DeviceType::Cpu {
+            wanted |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        }
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -225,6 +232,9 @@ impl GpuContext {
             tracing::error!("uncaptured GPU error: {e}");
         }));
         tracing::info!(adapter = %summary.name, backend = %summary.backend, "opened GPU device");
+        let inputs_in_place = device
+            .features()
+            .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
         Ok(GpuContext {
             device,
             queue,
@@ -232,7 +242,23 @@ impl GpuContext {
             limits,
             pipelines: Arc::default(),
             autotuner: super::autotune::Autotuner::from_env(),
+            inputs_in_place,
         })
+    }
+
+    /// Whether inputs are written in place, straight into the device buffers the passes
+    /// read: on CPU adapters (lavapipe), whose device memory is host memory and whose
+    /// device work runs on the host's cores, so that a staging copy would only take cores
+    /// from the passes. Elsewhere inputs go through upload buffers, overlapping compute.
+    pub fn inputs_in_place(&self) -> bool {
+        self.inputs_in_place
+    }
+
+    /// The same device with inputs always sent through upload buffers, as on adapters
+    /// whose memory is not the host's (tests compare both ways).
+    pub fn with_staged_inputs(mut self) -> GpuContext {
+        self.inputs_in_place = false;
+        self
     }
 
     /// The same device with kernels chosen by `autotuner` (tests, tools).

@@ -2,9 +2,11 @@
 //! ([`super::program`]), buffers allocated (after checking the adapter's limits), weights
 //! and constants uploaded once, pipelines (shared per device) and bind groups created
 //! once. Up to `prefetch` micro-batches are in flight: the host writes the inputs of
-//! micro-batch m+1.. straight into their buffers through the queue (which orders each
-//! write after the passes reading the previous value) while the device computes m, and
-//! results come back through a ring of readback slots with `map_async`. A micro-batch's passes are
+//! micro-batch m+1.. into a slot's upload buffer, copied into the inputs' buffers by the
+//! micro-batch's commands (which the queue orders after the passes reading the previous
+//! values), while the device computes m, and results come back through a ring of readback
+//! slots with `map_async`. On a CPU adapter the inputs are written in place instead, one
+//! micro-batch at a time ([`GpuContext::inputs_in_place`]). A micro-batch's passes are
 //! recorded into one compute pass; when timed ([`PassTiming`]), each is bracketed by
 //! timestamp queries (inside that compute pass where the adapter allows it), so every pass
 //! becomes a compute event; micro-batches between samples report the latest measured pass
@@ -12,6 +14,7 @@
 
 use super::context::GpuContext;
 use super::kernel::Slot;
+use super::mapped::MappedBuffer;
 use super::program::{lower_plan_tuned, Buffer, Program};
 use super::readback::{finish_map, map_read, start_map, wait_idle, MapPending};
 use super::texture;
@@ -24,7 +27,7 @@ use crate::telemetry::{now_ns, Event, EventKind, TimingSource};
 use crate::tensor::Tensor;
 use crate::weights::Weights;
 use futures_util::future::LocalBoxFuture;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 struct CompiledPass {
     label: String,
@@ -108,9 +111,24 @@ impl Timestamps {
     }
 }
 
-/// One prefetch slot: a readback buffer for the outputs and timestamps.
+/// One prefetch slot: a readback buffer for the outputs and timestamps, and an upload
+/// buffer for the inputs (made at the slot's first micro-batch that uploads any).
 struct Ring {
     readback: wgpu::Buffer,
+    staging: Option<MappedBuffer>,
+}
+
+/// How a micro-batch's inputs went to the device; what must be mapped again once it is
+/// submitted.
+enum Uploaded {
+    /// No input was given (all kept, or none).
+    Nothing,
+    /// Written by the queue.
+    Queued,
+    /// Through the slot's upload buffer.
+    Staged,
+    /// Into these in-place buffers.
+    InPlace(Vec<usize>),
 }
 
 /// A submitted micro-batch.
@@ -140,6 +158,10 @@ pub struct GpuExecutable {
     submitted: u64,
     /// Inputs kept on the device ([`Executable::keep_inputs`]).
     kept: BTreeSet<String>,
+    /// On a CPU adapter ([`GpuContext::inputs_in_place`]), the inputs' device buffers, by
+    /// plan buffer: the host writes each micro-batch's inputs straight into them, so one
+    /// micro-batch is in flight at a time. Empty elsewhere.
+    in_place: HashMap<usize, MappedBuffer>,
     /// Each pass's device nanoseconds in the latest timed micro-batch.
     latest_pass_ns: Vec<u64>,
     /// Host-clock end of the latest compute event reported (passes on one queue do not
@@ -326,12 +348,30 @@ impl GpuExecutable {
                 mapped_at_creation: false,
             })
         };
-        let (buffers, scratch, textures) = scoped(device, "allocating tensors", || {
+        let input_buffers: BTreeSet<usize> = if ctx.inputs_in_place() {
+            plan.inputs
+                .iter()
+                .map(|(_, v)| plan.values[*v].buffer)
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        let (buffers, in_place, scratch, textures) = scoped(device, "allocating tensors", || {
+            let mut in_place = HashMap::new();
             let buffers: Vec<wgpu::Buffer> = plan
                 .buffers
                 .iter()
                 .enumerate()
-                .map(|(i, &bytes)| allocate(format!("buffer {i}"), bytes))
+                .map(|(i, &bytes)| {
+                    let label = format!("buffer {i}");
+                    if !input_buffers.contains(&i) {
+                        return allocate(label, bytes);
+                    }
+                    let mapped = MappedBuffer::new(device, &label, padded(bytes), storage_usage);
+                    let buffer = mapped.buffer().clone();
+                    in_place.insert(i, mapped);
+                    buffer
+                })
                 .collect();
             let scratch: Vec<wgpu::Buffer> = program
                 .scratch
@@ -348,7 +388,7 @@ impl GpuExecutable {
                         .create_view(&wgpu::TextureViewDescriptor::default())
                 })
                 .collect();
-            (buffers, scratch, textures)
+            (buffers, in_place, scratch, textures)
         })
         .await?;
         upload_weights(ctx, &plan, &buffers, weights)?;
@@ -430,6 +470,7 @@ impl GpuExecutable {
                         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
                         mapped_at_creation: false,
                     }),
+                    staging: None,
                 })
                 .collect::<Vec<_>>()
         })
@@ -446,6 +487,7 @@ impl GpuExecutable {
             pass_timing,
             submitted: 0,
             kept: BTreeSet::new(),
+            in_place,
             latest_pass_ns: Vec::new(),
             compute_end_ns: 0,
             ring,
@@ -564,23 +606,46 @@ impl GpuExecutable {
 
     /// Checks and uploads the inputs straight into their device buffers (for measuring
     /// kernels on resident data with [`GpuExecutable::run_resident`]).
-    pub fn upload_inputs(&self, inputs: &Values) -> Result<(), RunError> {
+    pub fn upload_inputs(&mut self, inputs: &Values) -> Result<(), RunError> {
         crate::exec::dataset::check_plan_inputs(&self.plan, inputs, &BTreeSet::new())?;
-        self.write_inputs(inputs);
+        self.write_inputs(inputs)
+    }
+
+    /// Writes the given inputs into their device buffers, ordered by the queue after the
+    /// micro-batches already submitted (in place on a CPU adapter, once those have run).
+    /// Inputs have buffers of their own that no pass writes, so the values stay until
+    /// replaced.
+    fn write_inputs(&mut self, inputs: &Values) -> Result<(), RunError> {
+        for (name, v) in &self.plan.inputs {
+            if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
+                let value = &self.plan.values[*v];
+                let bytes = t.to_storage_bytes(value.layout);
+                match self.in_place.get_mut(&value.buffer) {
+                    Some(mapped) => {
+                        mapped.wait_mapped(&self.ctx.device, name)?;
+                        mapped.write(0, &bytes)?;
+                        mapped.unmap();
+                    }
+                    None => self
+                        .ctx
+                        .queue
+                        .write_buffer(&self.buffers[value.buffer], 0, &bytes),
+                }
+            }
+        }
         Ok(())
     }
 
-    /// Queues the given inputs' upload into their device buffers (inputs have buffers of
-    /// their own that no pass writes, so the values stay until replaced).
-    fn write_inputs(&self, inputs: &Values) {
-        for (name, v) in &self.plan.inputs {
-            if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
-                let bytes = t.to_storage_bytes(self.plan.values[*v].layout);
-                self.ctx
-                    .queue
-                    .write_buffer(&self.buffers[self.plan.values[*v].buffer], 0, &bytes);
+    /// Makes every in-place input buffer usable by a submission: maps under way are waited
+    /// for, mapped buffers unmapped (their contents stay).
+    fn release_in_place(&mut self) -> Result<(), RunError> {
+        for (buffer, mapped) in &mut self.in_place {
+            if mapped.mapping() {
+                mapped.wait_mapped(&self.ctx.device, &format!("input buffer {buffer}"))?;
             }
+            mapped.unmap();
         }
+        Ok(())
     }
 
     /// Records every pass `repeat` times. Untimed, all go into one compute pass (wgpu orders
@@ -623,9 +688,141 @@ impl GpuExecutable {
         }
     }
 
+    /// Writes micro-batch `m`'s inputs where its passes will read them: in place on a CPU
+    /// adapter, else through slot `slot`'s upload buffer. Kept inputs left out are already
+    /// there.
+    fn upload(
+        &mut self,
+        slot: usize,
+        m: usize,
+        inputs: &Values,
+        enc: &mut wgpu::CommandEncoder,
+        trace: &TraceContext<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<Uploaded, RunError> {
+        let given: Vec<(String, usize)> = self
+            .plan
+            .inputs
+            .iter()
+            .filter(|(name, _)| inputs.get(name.as_str()).is_some_and(|t| !t.is_empty()))
+            .cloned()
+            .collect();
+        if given.is_empty() {
+            self.release_in_place()?;
+            return Ok(Uploaded::Nothing);
+        }
+        if !self.in_place.is_empty() {
+            return self.write_in_place(m, &given, inputs, trace, events);
+        }
+        Ok(
+            if self.stage(slot, m, &given, inputs, enc, trace, events)? {
+                Uploaded::Staged
+            } else {
+                Uploaded::Queued
+            },
+        )
+    }
+
+    /// Writes the `given` inputs into their device buffers, mapped (a CPU adapter's device
+    /// memory is host memory), then unmaps every in-place buffer for the submission.
+    /// Returns the buffers written, to map again once the micro-batch is submitted.
+    fn write_in_place(
+        &mut self,
+        m: usize,
+        given: &[(String, usize)],
+        inputs: &Values,
+        trace: &TraceContext<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<Uploaded, RunError> {
+        let mut written = Vec::new();
+        for (name, v) in given {
+            let (Some(t), value) = (inputs.get(name), &self.plan.values[*v]) else {
+                continue;
+            };
+            let mapped = self.in_place.get_mut(&value.buffer).ok_or_else(|| {
+                RunError::Internal(format!("input '{name}' has no in-place buffer"))
+            })?;
+            let t0 = now_ns();
+            mapped.wait_mapped(&self.ctx.device, name)?;
+            mapped.write(0, &t.to_storage_bytes(value.layout))?;
+            written.push(value.buffer);
+            let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
+            trace.record(events, e);
+        }
+        self.release_in_place()?;
+        Ok(Uploaded::InPlace(written))
+    }
+
+    /// Writes the `given` inputs into slot `slot`'s upload buffer and records their copies
+    /// into their device buffers at the start of `enc`. Each input has a buffer of its own
+    /// that no pass writes, and the copies run after the micro-batches already submitted
+    /// (which read the previous values). When the upload buffer is not mapped yet (a
+    /// micro-batch whose completion was never awaited) the queue writes the inputs
+    /// instead. Returns whether the upload buffer was used.
+    #[allow(clippy::too_many_arguments)]
+    fn stage(
+        &mut self,
+        slot: usize,
+        m: usize,
+        given: &[(String, usize)],
+        inputs: &Values,
+        enc: &mut wgpu::CommandEncoder,
+        trace: &TraceContext<'_>,
+        events: &mut Vec<Event>,
+    ) -> Result<bool, RunError> {
+        let staging = match &mut self.ring[slot].staging {
+            Some(s) => s,
+            empty => {
+                let bytes = given.iter().fold(0u64, |a, (_, v)| {
+                    a.saturating_add(padded(self.plan.values[*v].bytes()))
+                });
+                empty.insert(MappedBuffer::new(
+                    &self.ctx.device,
+                    &format!("upload slot {slot}"),
+                    bytes,
+                    wgpu::BufferUsages::COPY_SRC,
+                ))
+            }
+        };
+        let mapped = staging.ready();
+        let mut copies = Vec::new();
+        let mut offset = 0u64;
+        for (name, v) in given {
+            let Some(t) = inputs.get(name) else {
+                continue;
+            };
+            let t0 = now_ns();
+            let value = &self.plan.values[*v];
+            let bytes = t.to_storage_bytes(value.layout);
+            let len = bytes.len() as u64;
+            let fits = offset
+                .checked_add(len)
+                .is_some_and(|end| end <= staging.size());
+            if mapped && fits && len.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) {
+                staging.write(offset, &bytes)?;
+                copies.push((value.buffer, offset, len));
+                offset += padded(len);
+            } else {
+                self.ctx
+                    .queue
+                    .write_buffer(&self.buffers[value.buffer], 0, &bytes);
+            }
+            let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
+            trace.record(events, e);
+        }
+        if mapped {
+            staging.unmap();
+            for (buffer, offset, len) in copies {
+                enc.copy_buffer_to_buffer(staging.buffer(), offset, &self.buffers[buffer], 0, len);
+            }
+        }
+        Ok(mapped)
+    }
+
     /// Runs the passes `repeat` times on the inputs already on the device, without
     /// uploading or reading back (for measuring kernels on resident data).
-    pub async fn run_resident(&self, repeat: usize) -> Result<(), RunError> {
+    pub async fn run_resident(&mut self, repeat: usize) -> Result<(), RunError> {
+        self.release_in_place()?;
         let mut encoder = self
             .ctx
             .device
@@ -647,8 +844,15 @@ impl GpuExecutable {
                 "completion awaited with nothing in flight".into(),
             ));
         };
-        let ring = &self.ring[p.slot];
         finish_map(&self.ctx.device, p.map, Some(p.submission)).await?;
+        let ring = &mut self.ring[p.slot];
+        if let Some(s) = ring.staging.as_mut() {
+            s.settle().await;
+        }
+        for mapped in self.in_place.values_mut() {
+            mapped.settle().await;
+        }
+        let ring = &self.ring[p.slot];
         let done = now_ns();
         let mut outs = Values::new();
         {
@@ -776,7 +980,12 @@ impl Executable for GpuExecutable {
     }
 
     fn capacity(&self) -> usize {
-        self.ring.len()
+        // In place, the next micro-batch's inputs go where this one's passes read them.
+        if self.in_place.is_empty() {
+            self.ring.len()
+        } else {
+            1
+        }
     }
 
     fn submit(
@@ -795,28 +1004,13 @@ impl Executable for GpuExecutable {
         crate::exec::dataset::check_plan_inputs(&self.plan, &inputs, &self.kept)?;
         let slot = self.next_slot % self.ring.len();
         self.next_slot += 1;
-        let ring = &self.ring[slot];
-        // Each input is written straight into its own buffer: the queue orders the write
-        // after the micro-batches already submitted, which read the previous value. A kept
-        // input left out is already there.
-        for (name, v) in &self.plan.inputs {
-            if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
-                let t0 = now_ns();
-                let value = &self.plan.values[*v];
-                let bytes = t.to_storage_bytes(value.layout);
-                self.ctx
-                    .queue
-                    .write_buffer(&self.buffers[value.buffer], 0, &bytes);
-                let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
-                trace.record(events, e);
-            }
-        }
         let mut enc = self
             .ctx
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("micro-batch"),
             });
+        let uploaded = self.upload(slot, m, &inputs, &mut enc, trace, events)?;
         let timed = self.timestamps.is_some() && self.pass_timing.times(self.submitted);
         self.submitted += 1;
         self.encode_passes(&mut enc, 1, timed);
@@ -825,7 +1019,7 @@ impl Executable for GpuExecutable {
                 enc.copy_buffer_to_buffer(
                     &self.buffers[self.plan.values[v].buffer],
                     0,
-                    &ring.readback,
+                    &self.ring[slot].readback,
                     offset,
                     bytes.div_ceil(4) * 4,
                 );
@@ -837,13 +1031,29 @@ impl Executable for GpuExecutable {
             enc.copy_buffer_to_buffer(
                 &ts.resolve,
                 0,
-                &ring.readback,
+                &self.ring[slot].readback,
                 self.timestamp_offset,
                 8 * u64::from(n),
             );
         }
         let submitted_ns = now_ns();
         let submission = self.ctx.queue.submit([enc.finish()]);
+        let ring = &mut self.ring[slot];
+        match uploaded {
+            Uploaded::Staged => {
+                if let Some(s) = ring.staging.as_mut() {
+                    s.remap();
+                }
+            }
+            Uploaded::InPlace(written) => {
+                for b in written {
+                    if let Some(mapped) = self.in_place.get_mut(&b) {
+                        mapped.remap();
+                    }
+                }
+            }
+            Uploaded::Nothing | Uploaded::Queued => {}
+        }
         let map = start_map(&ring.readback);
         self.in_flight.push_back(Pending {
             m,
@@ -866,7 +1076,7 @@ impl Executable for GpuExecutable {
 
     fn keep_inputs(&mut self, inputs: &Values) -> Result<(), RunError> {
         crate::exec::dataset::check_kept_inputs(&self.plan, inputs)?;
-        self.write_inputs(inputs);
+        self.write_inputs(inputs)?;
         self.kept.extend(inputs.keys().cloned());
         Ok(())
     }
@@ -887,7 +1097,11 @@ impl Executable for GpuExecutable {
                 texture::bytes([size.width, size.height])
             })
             .sum();
-        let ring: u64 = self.ring.iter().map(|r| r.readback.size()).sum();
+        let ring: u64 = self
+            .ring
+            .iter()
+            .map(|r| r.readback.size() + r.staging.as_ref().map_or(0, MappedBuffer::size))
+            .sum();
         let queries = self.timestamps.as_ref().map_or(0, |t| t.resolve.size());
         tensors + scratch + textures + ring + queries
     }

@@ -12,6 +12,7 @@ pub mod device;
 pub mod executable;
 pub mod kernel;
 pub mod lower;
+mod mapped;
 pub mod probe;
 pub mod program;
 mod readback;

@@ -28,8 +28,9 @@ async fn seconds_per_run(
     options: PlanOptions,
     reps: usize,
 ) -> Result<f64, RunError> {
-    let exe = GpuExecutable::compile(ctx, Plan::with_options(graph, options)?, &Weights::new(), 1)
-        .await?;
+    let mut exe =
+        GpuExecutable::compile(ctx, Plan::with_options(graph, options)?, &Weights::new(), 1)
+            .await?;
     exe.upload_inputs(&crate::exec::dataset::random_inputs(graph, 0)?)?;
     exe.run_resident(2).await?;
     let t = Instant::now();
