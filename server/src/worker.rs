@@ -531,8 +531,13 @@ async fn compute(
             ..TraceContext::new(job, now_ns())
         };
         let mut events = Vec::new();
-        exe.submit(m, values, &trace, &mut events)
-            .map_err(|e| e.to_string())?;
+        exe.submit(
+            m,
+            sluice_engine::exec::input::owned(values),
+            &trace,
+            &mut events,
+        )
+        .map_err(|e| e.to_string())?;
         let (_, outs) =
             pollster::block_on(exe.complete(&trace, &mut events)).map_err(|e| e.to_string())?;
         let mut outs: Vec<(String, Tensor)> = outs.into_iter().collect();

@@ -12,6 +12,7 @@ use super::eval;
 use crate::error::RunError;
 use crate::exec::dataset::{check_kept_inputs, check_plan_inputs};
 use crate::exec::device::{CompileStats, Device, Executable, TraceContext, Values};
+use crate::exec::input::{self, Inputs};
 use crate::plan::cost::Rates;
 use crate::plan::expr::{Expr, Operand};
 use crate::plan::{HalfStorage, Plan, Work};
@@ -496,13 +497,13 @@ impl Executable for CpuExecutable {
     fn submit(
         &mut self,
         m: usize,
-        inputs: Values,
+        inputs: Inputs<'_>,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), RunError> {
         check_plan_inputs(&self.plan, &inputs, &self.kept)?;
         // A kept input given again replaces the kept value (as it does on a GPU).
-        let mut inputs = inputs;
+        let mut inputs = input::into_values(inputs);
         let given_kept: Values = self
             .kept
             .iter()

@@ -5,6 +5,7 @@
 //! stay independent (see [`super::config::check_batching`]).
 
 use super::device::Values;
+use super::input::{Input, Inputs, Rows};
 use crate::dtype::DType;
 use crate::error::RunError;
 use crate::graph::{Batch, BatchSemantics, Graph};
@@ -180,9 +181,9 @@ fn check_typed(types: &[(String, TensorType)], inputs: &Values) -> Result<(), Ru
 /// Checks that `inputs` holds every input of a plan that is not `kept` on the device, each
 /// given one with its dtype and shape, and that index inputs are in range (what every
 /// executable checks before it starts a micro-batch).
-pub fn check_plan_inputs(
+pub fn check_plan_inputs<T: Checked>(
     plan: &Plan,
-    inputs: &Values,
+    inputs: &HashMap<String, T>,
     kept: &BTreeSet<String>,
 ) -> Result<(), RunError> {
     if let Some((name, _)) = plan
@@ -214,8 +215,46 @@ pub fn check_kept_inputs(plan: &Plan, inputs: &Values) -> Result<(), RunError> {
     check_given_inputs(plan, inputs)
 }
 
+/// What the input checks read of an input.
+pub trait Checked {
+    /// Its shape.
+    fn shape(&self) -> Vec<usize>;
+    /// Its element type.
+    fn dtype(&self) -> DType;
+    /// The tensor, where the input is one of its own (samples borrowed from a dataset
+    /// are floats from a tensor checked whole, so they have no values to check).
+    fn tensor(&self) -> Option<&Tensor>;
+}
+
+impl Checked for Tensor {
+    fn shape(&self) -> Vec<usize> {
+        self.shape.clone()
+    }
+    fn dtype(&self) -> DType {
+        Tensor::dtype(self)
+    }
+    fn tensor(&self) -> Option<&Tensor> {
+        Some(self)
+    }
+}
+
+impl Checked for Input<'_> {
+    fn shape(&self) -> Vec<usize> {
+        Input::shape(self)
+    }
+    fn dtype(&self) -> DType {
+        Input::dtype(self)
+    }
+    fn tensor(&self) -> Option<&Tensor> {
+        self.owned()
+    }
+}
+
 /// Checks the inputs of `plan` that `inputs` holds: dtype, shape, values, index ranges.
-fn check_given_inputs(plan: &Plan, inputs: &Values) -> Result<(), RunError> {
+fn check_given_inputs<T: Checked>(
+    plan: &Plan,
+    inputs: &HashMap<String, T>,
+) -> Result<(), RunError> {
     for (name, v) in &plan.inputs {
         let Some(t) = inputs.get(name) else {
             continue;
@@ -224,25 +263,32 @@ fn check_given_inputs(plan: &Plan, inputs: &Values) -> Result<(), RunError> {
             .values
             .get(*v)
             .ok_or_else(|| RunError::Internal(format!("plan input '{name}' has no value")))?;
-        if t.shape != value.shape || t.dtype() != value.dtype {
+        let shape = t.shape();
+        if shape != value.shape || t.dtype() != value.dtype {
             return Err(RunError::Input {
                 name: name.clone(),
                 message: format!(
                     "has {} {:?} but the plan expects {} {:?}",
                     t.dtype(),
-                    t.shape,
+                    shape,
                     value.dtype,
                     value.shape
                 ),
             });
         }
-        t.check().map_err(|message| RunError::Input {
-            name: name.clone(),
-            message,
-        })?;
+        if let Some(t) = t.tensor() {
+            t.check().map_err(|message| RunError::Input {
+                name: name.clone(),
+                message,
+            })?;
+        }
     }
     for check in &plan.index_checks {
-        let Some(TensorData::I32(idx)) = inputs.get(&check.input).map(|t| &t.data) else {
+        let Some(TensorData::I32(idx)) = inputs
+            .get(&check.input)
+            .and_then(Checked::tensor)
+            .map(|t| &t.data)
+        else {
             continue;
         };
         let len = i64::try_from(check.axis_len).unwrap_or(i64::MAX);
@@ -405,6 +451,18 @@ pub fn concat_axis(parts: &[&Tensor], axis: usize) -> Result<Tensor, RunError> {
     Ok(Tensor { shape, data })
 }
 
+/// A whole tensor as an input: borrowed where it holds floats, else copied.
+fn borrow(t: &Tensor) -> Input<'_> {
+    Rows::all(t).map_or_else(|| Input::Owned(t.clone()), Input::Rows)
+}
+
+/// A dataset that is one micro-batch, as inputs (float tensors borrowed).
+pub fn borrow_whole(data: &Values) -> Inputs<'_> {
+    data.iter()
+        .map(|(name, t)| (name.clone(), borrow(t)))
+        .collect()
+}
+
 /// How a dataset of `samples` samples is cut into micro-batches of `micro` samples and
 /// how their outputs are joined back.
 #[derive(Debug, Clone)]
@@ -458,14 +516,20 @@ impl Cutter {
 
     /// Micro-batch `m`: batched inputs cut along their batch axis, a partial last one
     /// padded to `micro` samples by repeating its last sample; the other inputs whole.
-    pub fn cut(&self, data: &Values, m: usize) -> Result<Values, RunError> {
+    /// Float samples are borrowed from `data` where no padding is needed; everything else
+    /// is copied into tensors of its own.
+    pub fn cut<'d>(&self, data: &'d Values, m: usize) -> Result<Inputs<'d>, RunError> {
         let from = self.start(m);
         let real = self.real(m);
         data.iter()
             .map(|(name, t)| {
                 let v = match self.inputs.get(name) {
                     Some(&axis) if real == self.micro || real == 0 => {
-                        slice_axis(t, axis, from, from.saturating_add(self.micro))?
+                        let to = from.saturating_add(self.micro);
+                        match Rows::new(t, axis, from, to) {
+                            Some(rows) => Input::Rows(rows),
+                            None => Input::Owned(slice_axis(t, axis, from, to)?),
+                        }
                     }
                     Some(&axis) => {
                         let end = from + real;
@@ -473,9 +537,9 @@ impl Cutter {
                         let last = slice_axis(t, axis, end - 1, end)?;
                         let mut parts = vec![&part];
                         parts.extend(std::iter::repeat_n(&last, self.micro - real));
-                        concat_axis(&parts, axis)?
+                        Input::Owned(concat_axis(&parts, axis)?)
                     }
-                    None => t.clone(),
+                    None => borrow(t),
                 };
                 Ok((name.clone(), v))
             })

@@ -3,6 +3,7 @@
 //! (native and browser), the CPU reference and a remote worker's stage implement it, and
 //! one stage-pipeline driver (`super::driver`) runs them all.
 
+use super::input::Inputs;
 use crate::error::RunError;
 use crate::plan::cost::Rates;
 use crate::plan::{HalfStorage, Plan};
@@ -128,11 +129,12 @@ pub trait Executable: MaybeSend {
     /// Checks micro-batch `m`'s inputs and starts it. Returns as soon as the work is
     /// queued (a GPU), or once it is computed (the CPU). At most [`Self::capacity`]
     /// micro-batches are started and not yet completed. The inputs are handed over, so a
-    /// device that computes on the host reads them without a copy.
+    /// device that computes on the host reads them without a copy, and samples borrowed
+    /// from the dataset are copied once, by the device, to where it needs them.
     fn submit(
         &mut self,
         m: usize,
-        inputs: Values,
+        inputs: Inputs<'_>,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), RunError>;

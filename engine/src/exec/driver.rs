@@ -12,7 +12,8 @@
 //! browser runs poll every loop on the page's one thread, each await yielding to the
 //! others. The loops are the same code either way.
 
-use super::device::{Executable, TraceContext, Values};
+use super::device::{Executable, TraceContext};
+use super::input::{Input, Inputs};
 use super::schedule::{Schedule, Task};
 use crate::error::RunError;
 use crate::telemetry::Event;
@@ -44,26 +45,28 @@ pub struct StageRun<'a> {
     pub trace: TraceContext<'a>,
 }
 
-type Message = Result<(usize, Values), RunError>;
+/// A micro-batch's values (some may be samples borrowed from the dataset, which lives
+/// for `'d`).
+type Message<'d> = Result<(usize, Inputs<'d>), RunError>;
 
 /// A stage loop's parts: the stage, its index, its tasks, its input and output channels.
-type StageLoop<'a> = (
+type StageLoop<'a, 'd> = (
     StageRun<'a>,
     usize,
     Vec<Task>,
-    mpsc::Receiver<Message>,
-    mpsc::Sender<Message>,
+    mpsc::Receiver<Message<'d>>,
+    mpsc::Sender<Message<'d>>,
 );
 
 /// A micro-batch source: cuts micro-batch `m` of the dataset.
-pub type Source<'a> = dyn Fn(usize) -> Result<Values, RunError> + Sync + 'a;
+pub type Source<'d> = dyn Fn(usize) -> Result<Inputs<'d>, RunError> + Sync + 'd;
 
 /// Feeds micro-batches 0..count into the first stage, stopping when cancelled or when
 /// the first stage stops listening.
-async fn feed(
+async fn feed<'d>(
     count: usize,
-    source: &Source<'_>,
-    mut tx: mpsc::Sender<Message>,
+    source: &Source<'d>,
+    mut tx: mpsc::Sender<Message<'d>>,
     cancel: Option<&AtomicBool>,
 ) {
     for m in 0..count {
@@ -80,8 +83,8 @@ async fn feed(
 }
 
 /// What a stage's next input is.
-enum Next {
-    Ready(Message),
+enum Next<'d> {
+    Ready(Message<'d>),
     NotYet,
     Closed,
 }
@@ -89,12 +92,12 @@ enum Next {
 /// One stage: follows its tasks, keeping up to `capacity` micro-batches in flight, and
 /// forwards each completed micro-batch's values downstream. Errors (its own or from
 /// upstream) are forwarded downstream, where the collector reports the first.
-async fn stage_loop(
+async fn stage_loop<'d>(
     stage: StageRun<'_>,
     index: usize,
     tasks: Vec<Task>,
-    mut rx: mpsc::Receiver<Message>,
-    mut tx: mpsc::Sender<Message>,
+    mut rx: mpsc::Receiver<Message<'d>>,
+    mut tx: mpsc::Sender<Message<'d>>,
 ) -> Vec<Event> {
     let StageRun {
         exe,
@@ -103,7 +106,7 @@ async fn stage_loop(
         trace,
     } = stage;
     let mut events = Vec::new();
-    let mut stash: HashMap<usize, Values> = HashMap::new();
+    let mut stash: HashMap<usize, Inputs<'d>> = HashMap::new();
     let mut tasks = tasks.into_iter().peekable();
     let mut in_flight = 0usize;
     let capacity = exe.capacity().max(1);
@@ -141,7 +144,7 @@ async fn stage_loop(
                     }
                     let mut values = values;
                     // Values no later stage or output needs move to the stage uncopied.
-                    let picked: Values = inputs
+                    let picked: Inputs<'d> = inputs
                         .iter()
                         .filter_map(|(name, key)| {
                             let shared = keep.contains(key)
@@ -189,7 +192,7 @@ async fn stage_loop(
             Ok((m, outs)) => {
                 in_flight -= 1;
                 let mut values = stash.remove(&m).unwrap_or_default();
-                values.extend(outs);
+                values.extend(outs.into_iter().map(|(k, t)| (k, Input::Owned(t))));
                 values.retain(|k, _| keep.contains(k));
                 if tx.send(Ok((m, values))).await.is_err() {
                     // Downstream stopped (it failed): nothing more to do.
@@ -206,10 +209,10 @@ async fn stage_loop(
 
 /// Receives every micro-batch's values from the last stage, in order, and hands them to
 /// `sink`; the first error of any stage ends the run with that error.
-async fn collect(
+async fn collect<'d>(
     count: usize,
-    mut rx: mpsc::Receiver<Message>,
-    sink: &mut dyn FnMut(usize, Values) -> Result<(), RunError>,
+    mut rx: mpsc::Receiver<Message<'d>>,
+    sink: &mut dyn FnMut(usize, Inputs<'d>) -> Result<(), RunError>,
 ) -> Result<(), RunError> {
     for expected in 0..count {
         match rx.next().await {
@@ -229,12 +232,12 @@ async fn collect(
 /// Runs `count` micro-batches cut by `source` through `stages` under `schedule`, handing
 /// each micro-batch's remaining values to `sink` in order. Returns every stage's events.
 /// When `cancel` is set, no further micro-batch starts and the run ends `Cancelled`.
-pub async fn drive(
+pub async fn drive<'d>(
     stages: Vec<StageRun<'_>>,
     schedule: Schedule,
     count: usize,
-    source: &Source<'_>,
-    sink: &mut dyn FnMut(usize, Values) -> Result<(), RunError>,
+    source: &Source<'d>,
+    sink: &mut dyn FnMut(usize, Inputs<'d>) -> Result<(), RunError>,
     cancel: Option<&AtomicBool>,
     concurrency: Concurrency,
 ) -> Result<Vec<Event>, RunError> {
@@ -248,14 +251,14 @@ pub async fn drive(
     let mut receivers = Vec::new();
     for k in 0..=s_count {
         let room = stages.get(k).map_or(1, |s| s.exe.capacity().max(1));
-        let (tx, rx) = mpsc::channel::<Message>(room);
+        let (tx, rx) = mpsc::channel::<Message<'d>>(room);
         senders.push(tx);
         receivers.push(rx);
     }
     let mut receivers = receivers.into_iter();
     let mut senders = senders.into_iter();
     let feeder_tx = senders.next();
-    let mut loops: Vec<StageLoop<'_>> = Vec::new();
+    let mut loops: Vec<StageLoop<'_, 'd>> = Vec::new();
     for (index, stage) in stages.into_iter().enumerate() {
         let (Some(rx), Some(tx)) = (receivers.next(), senders.next()) else {
             return Err(RunError::Internal("pipeline channels".into()));

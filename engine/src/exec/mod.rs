@@ -1,6 +1,6 @@
 //! Running plans: the seam between plans and devices ([`device`]), the one stage-pipeline
 //! driver ([`driver`]) following a [`schedule`], datasets cut into micro-batches and
-//! joined back ([`dataset`]), the run configuration and the rules every front shares
+//! joined back ([`dataset`]), the inputs micro-batches carry ([`input`]), the run configuration and the rules every front shares
 //! about it ([`config`]), and sessions that compile a graph on devices and run datasets
 //! ([`session`]).
 
@@ -8,12 +8,14 @@ pub mod config;
 pub mod dataset;
 pub mod device;
 pub mod driver;
+pub mod input;
 pub mod schedule;
 pub mod session;
 
 pub use config::{check_run, RunConfig, RunReport};
 pub use device::{Device, Executable, Values};
 pub use driver::Concurrency;
+pub use input::{Input, Inputs};
 pub use session::{RunContext, Session};
 
 #[cfg(all(feature = "native", not(target_arch = "wasm32")))]

@@ -14,6 +14,7 @@ use super::config::{check_batching, check_run, plan_options, RunConfig, RunRepor
 use super::dataset::{self, bind, Cutter};
 use super::device::{CompileStats, Device, Executable, TraceContext, Values};
 use super::driver::{drive, Concurrency, StageRun};
+use super::input::{self, Inputs};
 use super::schedule::Schedule;
 use crate::error::RunError;
 use crate::graph::{BatchSemantics, Graph};
@@ -442,17 +443,17 @@ impl Session {
             })
             .collect();
         let semantics_batched = self.semantics.batched();
-        let source = |m: usize| -> Result<Values, RunError> {
+        let source = |m: usize| -> Result<Inputs<'_>, RunError> {
             if semantics_batched {
                 cutter.cut(data, m)
             } else {
-                Ok(data.clone())
+                Ok(dataset::borrow_whole(data))
             }
         };
         let mut per_mb: Vec<Values> = Vec::with_capacity(count);
         let mut first_result_ns = 0;
         let output_keys = &self.output_keys;
-        let mut sink = |m: usize, mut values: Values| -> Result<(), RunError> {
+        let mut sink = |m: usize, mut values: Inputs<'_>| -> Result<(), RunError> {
             if m == 0 {
                 first_result_ns = now_ns().saturating_sub(start);
             }
@@ -461,7 +462,7 @@ impl Session {
                 let t = values.remove(key).ok_or_else(|| {
                     RunError::Internal(format!("output '{name}' missing from micro-batch {m}"))
                 })?;
-                outs.insert(name.clone(), t);
+                outs.insert(name.clone(), t.into_tensor());
             }
             if !warm_up {
                 per_mb.push(outs);
@@ -526,7 +527,7 @@ async fn profile(
     let mut events = Vec::new();
     for _ in 0..2 {
         events.clear();
-        exe.submit(0, inputs.clone(), &trace, &mut events)?;
+        exe.submit(0, input::owned(inputs.clone()), &trace, &mut events)?;
         exe.complete(&trace, &mut events).await?;
     }
     let mut per: HashMap<&str, u64> = HashMap::new();

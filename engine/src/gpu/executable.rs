@@ -21,12 +21,14 @@ use super::texture;
 use super::tuning::Tuning;
 use crate::error::RunError;
 use crate::exec::device::{CompileStats, Executable, TraceContext, Values};
+use crate::exec::input::{Input, Inputs};
 use crate::plan::Plan;
 use crate::storage::Storage;
 use crate::telemetry::{now_ns, Event, EventKind, TimingSource};
 use crate::tensor::Tensor;
 use crate::weights::Weights;
 use futures_util::future::LocalBoxFuture;
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 struct CompiledPass {
@@ -116,6 +118,23 @@ impl Timestamps {
 struct Ring {
     readback: wgpu::Buffer,
     staging: Option<MappedBuffer>,
+}
+
+/// An input's bytes in its device layout, as the pieces to write in order: samples
+/// borrowed from the dataset and stored as f32 go uncopied, run by run (empty runs left
+/// out).
+fn device_bytes<'a>(input: &'a Input<'_>, layout: Storage) -> Vec<Cow<'a, [u8]>> {
+    match input {
+        Input::Owned(t) => vec![t.to_storage_bytes(layout)],
+        Input::Rows(rows) if layout == Storage::F32 => rows
+            .runs()
+            .filter(|run| !run.is_empty())
+            .map(|run| Cow::Borrowed(bytemuck::cast_slice(run)))
+            .collect(),
+        Input::Rows(rows) => vec![Cow::Owned(
+            rows.to_tensor().to_storage_bytes(layout).into_owned(),
+        )],
+    }
 }
 
 /// How a micro-batch's inputs went to the device; what must be mapped again once it is
@@ -586,7 +605,12 @@ impl GpuExecutable {
     pub async fn run_once(&mut self, inputs: &Values) -> Result<Vec<(String, Tensor)>, RunError> {
         let trace = TraceContext::new("", now_ns());
         let mut events = Vec::new();
-        self.submit(0, inputs.clone(), &trace, &mut events)?;
+        self.submit(
+            0,
+            crate::exec::input::owned(inputs.clone()),
+            &trace,
+            &mut events,
+        )?;
         let (_, mut outs) = self.finish(&trace, &mut events).await?;
         self.plan
             .outputs
@@ -695,7 +719,7 @@ impl GpuExecutable {
         &mut self,
         slot: usize,
         m: usize,
-        inputs: &Values,
+        inputs: &Inputs<'_>,
         enc: &mut wgpu::CommandEncoder,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
@@ -730,7 +754,7 @@ impl GpuExecutable {
         &mut self,
         m: usize,
         given: &[(String, usize)],
-        inputs: &Values,
+        inputs: &Inputs<'_>,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<Uploaded, RunError> {
@@ -744,7 +768,11 @@ impl GpuExecutable {
             })?;
             let t0 = now_ns();
             mapped.wait_mapped(&self.ctx.device, name)?;
-            mapped.write(0, &t.to_storage_bytes(value.layout))?;
+            let mut offset = 0u64;
+            for piece in device_bytes(t, value.layout) {
+                mapped.write(offset, &piece)?;
+                offset += piece.len() as u64;
+            }
             written.push(value.buffer);
             let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
             trace.record(events, e);
@@ -765,7 +793,7 @@ impl GpuExecutable {
         slot: usize,
         m: usize,
         given: &[(String, usize)],
-        inputs: &Values,
+        inputs: &Inputs<'_>,
         enc: &mut wgpu::CommandEncoder,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
@@ -793,19 +821,27 @@ impl GpuExecutable {
             };
             let t0 = now_ns();
             let value = &self.plan.values[*v];
-            let bytes = t.to_storage_bytes(value.layout);
-            let len = bytes.len() as u64;
+            let pieces = device_bytes(t, value.layout);
+            let len = pieces.iter().map(|p| p.len() as u64).sum::<u64>();
             let fits = offset
                 .checked_add(len)
                 .is_some_and(|end| end <= staging.size());
             if mapped && fits && len.is_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT) {
-                staging.write(offset, &bytes)?;
+                let mut at = offset;
+                for piece in &pieces {
+                    staging.write(at, piece)?;
+                    at += piece.len() as u64;
+                }
                 copies.push((value.buffer, offset, len));
                 offset += padded(len);
             } else {
-                self.ctx
-                    .queue
-                    .write_buffer(&self.buffers[value.buffer], 0, &bytes);
+                let mut at = 0u64;
+                for piece in &pieces {
+                    self.ctx
+                        .queue
+                        .write_buffer(&self.buffers[value.buffer], at, piece);
+                    at += piece.len() as u64;
+                }
             }
             let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
             trace.record(events, e);
@@ -980,18 +1016,22 @@ impl Executable for GpuExecutable {
     }
 
     fn capacity(&self) -> usize {
-        // In place, the next micro-batch's inputs go where this one's passes read them.
-        if self.in_place.is_empty() {
-            self.ring.len()
-        } else {
+        // In place, the next micro-batch's inputs go where this one's passes read them
+        // (unless every input is kept: then nothing is written between micro-batches).
+        let writes_in_place = self.plan.inputs.iter().any(|(name, v)| {
+            !self.kept.contains(name) && self.in_place.contains_key(&self.plan.values[*v].buffer)
+        });
+        if writes_in_place {
             1
+        } else {
+            self.ring.len()
         }
     }
 
     fn submit(
         &mut self,
         m: usize,
-        inputs: Values,
+        inputs: Inputs<'_>,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<(), RunError> {

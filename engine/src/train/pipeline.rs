@@ -531,7 +531,7 @@ fn run_stage(
             let mut events = Vec::new();
             piece
                 .exe
-                .submit(m, inputs, &trace, &mut events)
+                .submit(m, crate::exec::input::owned(inputs), &trace, &mut events)
                 .map_err(own)?;
             let (_, outputs) =
                 pollster::block_on(piece.exe.complete(&trace, &mut events)).map_err(own)?;

@@ -1016,12 +1016,13 @@ impl Executable for RemoteExecutable {
     fn submit(
         &mut self,
         m: usize,
-        inputs: Values,
+        inputs: sluice_engine::exec::Inputs<'_>,
         _trace: &TraceContext<'_>,
         _events: &mut Vec<Event>,
     ) -> Result<(), RunError> {
         let kept = self.kept.keys().cloned().collect();
         sluice_engine::exec::dataset::check_plan_inputs(&self.plan, &inputs, &kept)?;
+        let inputs = sluice_engine::exec::input::into_values(inputs);
         // A kept input given again replaces the kept value (as it does on a GPU).
         for (name, t) in inputs.iter().filter(|(n, _)| kept.contains(*n)) {
             self.kept.insert(name.clone(), t.clone());
