@@ -249,7 +249,8 @@ impl GpuContext {
     /// Whether inputs are written in place, straight into the device buffers the passes
     /// read: on CPU adapters (lavapipe), whose device memory is host memory and whose
     /// device work runs on the host's cores, so that a staging copy would only take cores
-    /// from the passes. Elsewhere inputs go through upload buffers, overlapping compute.
+    /// from the passes (each prefetch slot has its own copy of the input buffers).
+    /// Elsewhere inputs go through upload buffers.
     pub fn inputs_in_place(&self) -> bool {
         self.inputs_in_place
     }

@@ -5,8 +5,9 @@
 //! micro-batch m+1.. into a slot's upload buffer, copied into the inputs' buffers by the
 //! micro-batch's commands (which the queue orders after the passes reading the previous
 //! values), while the device computes m, and results come back through a ring of readback
-//! slots with `map_async`. On a CPU adapter the inputs are written in place instead, one
-//! micro-batch at a time ([`GpuContext::inputs_in_place`]). A micro-batch's passes are
+//! slots with `map_async`. On a CPU adapter the inputs are written in place instead, into
+//! the slot's own copies of the input buffers ([`GpuContext::inputs_in_place`]). A
+//! micro-batch's passes are
 //! recorded into one compute pass; when timed ([`PassTiming`]), each is bracketed by
 //! timestamp queries (inside that compute pass where the adapter allows it), so every pass
 //! becomes a compute event; micro-batches between samples report the latest measured pass
@@ -34,14 +35,20 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 struct CompiledPass {
     label: String,
     pipeline: wgpu::ComputePipeline,
-    bind_group: wgpu::BindGroup,
+    /// One per prefetch slot where the pass binds an input written in place (each slot
+    /// has its own copy of those), else one for every slot.
+    bind_groups: Vec<wgpu::BindGroup>,
     workgroups: [u32; 3],
 }
 
 impl CompiledPass {
-    fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>) {
+    /// Records the pass for a micro-batch in prefetch slot `slot`.
+    fn dispatch(&self, pass: &mut wgpu::ComputePass<'_>, slot: usize) {
+        let Some(group) = self.bind_groups.get(slot).or(self.bind_groups.first()) else {
+            return;
+        };
         pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.set_bind_group(0, group, &[]);
         let [x, y, z] = self.workgroups;
         pass.dispatch_workgroups(x, y, z);
     }
@@ -178,9 +185,10 @@ pub struct GpuExecutable {
     /// Inputs kept on the device ([`Executable::keep_inputs`]).
     kept: BTreeSet<String>,
     /// On a CPU adapter ([`GpuContext::inputs_in_place`]), the inputs' device buffers, by
-    /// plan buffer: the host writes each micro-batch's inputs straight into them, so one
-    /// micro-batch is in flight at a time. Empty elsewhere.
-    in_place: HashMap<usize, MappedBuffer>,
+    /// plan buffer, one copy per prefetch slot: the host writes each micro-batch's inputs
+    /// straight into its slot's copies while the micro-batches in the other slots run.
+    /// Slot 0's copies are also in `buffers`. Empty elsewhere.
+    in_place: HashMap<usize, Vec<MappedBuffer>>,
     /// Each pass's device nanoseconds in the latest timed micro-batch.
     latest_pass_ns: Vec<u64>,
     /// Host-clock end of the latest compute event reported (passes on one queue do not
@@ -375,6 +383,7 @@ impl GpuExecutable {
         } else {
             BTreeSet::new()
         };
+        let slots = prefetch.max(1);
         let (buffers, in_place, scratch, textures) = scoped(device, "allocating tensors", || {
             let mut in_place = HashMap::new();
             let buffers: Vec<wgpu::Buffer> = plan
@@ -386,9 +395,14 @@ impl GpuExecutable {
                     if !input_buffers.contains(&i) {
                         return allocate(label, bytes);
                     }
-                    let mapped = MappedBuffer::new(device, &label, padded(bytes), storage_usage);
-                    let buffer = mapped.buffer().clone();
-                    in_place.insert(i, mapped);
+                    let copies: Vec<MappedBuffer> = (0..slots)
+                        .map(|slot| {
+                            let label = format!("{label} slot {slot}");
+                            MappedBuffer::new(device, &label, padded(bytes), storage_usage)
+                        })
+                        .collect();
+                    let buffer = copies[0].buffer().clone();
+                    in_place.insert(i, copies);
                     buffer
                 })
                 .collect();
@@ -424,7 +438,10 @@ impl GpuExecutable {
             let k = &pass.kernel;
             let (pipeline, new) = ctx.pipeline(&k.label, &k.source, &pass.label).await?;
             created += usize::from(new);
-            let bind_group = scoped(device, &pass.label, || {
+            let per_slot = pass.buffers.iter().any(
+                |b| matches!(*b, Buffer::Value(v) if in_place.contains_key(&plan.values[v].buffer)),
+            );
+            let bind_groups = scoped(device, &pass.label, || {
                 let info = device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("info"),
                     size: padded(4 * k.info.len() as u64),
@@ -433,32 +450,46 @@ impl GpuExecutable {
                 });
                 ctx.queue
                     .write_buffer(&info, 0, bytemuck::cast_slice(&k.info));
-                let mut entries = vec![wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: info.as_entire_binding(),
-                }];
-                for (i, b) in pass.buffers.iter().enumerate() {
-                    let resource = match *b {
-                        Buffer::Value(v) => buffers[plan.values[v].buffer].as_entire_binding(),
-                        Buffer::Scratch(s) => scratch[s].as_entire_binding(),
-                        Buffer::Texture(t) => wgpu::BindingResource::TextureView(&textures[t]),
-                    };
-                    entries.push(wgpu::BindGroupEntry {
-                        binding: i as u32 + 1,
-                        resource,
-                    });
-                }
-                device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some(&pass.label),
-                    layout: &pipeline.get_bind_group_layout(0),
-                    entries: &entries,
-                })
+                let groups = if per_slot { slots } else { 1 };
+                (0..groups)
+                    .map(|slot| {
+                        let mut entries = vec![wgpu::BindGroupEntry {
+                            binding: 0,
+                            resource: info.as_entire_binding(),
+                        }];
+                        for (i, b) in pass.buffers.iter().enumerate() {
+                            let resource = match *b {
+                                Buffer::Value(v) => {
+                                    let b = plan.values[v].buffer;
+                                    in_place
+                                        .get(&b)
+                                        .and_then(|copies| copies.get(slot))
+                                        .map_or(&buffers[b], MappedBuffer::buffer)
+                                        .as_entire_binding()
+                                }
+                                Buffer::Scratch(s) => scratch[s].as_entire_binding(),
+                                Buffer::Texture(t) => {
+                                    wgpu::BindingResource::TextureView(&textures[t])
+                                }
+                            };
+                            entries.push(wgpu::BindGroupEntry {
+                                binding: i as u32 + 1,
+                                resource,
+                            });
+                        }
+                        device.create_bind_group(&wgpu::BindGroupDescriptor {
+                            label: Some(&pass.label),
+                            layout: &pipeline.get_bind_group_layout(0),
+                            entries: &entries,
+                        })
+                    })
+                    .collect::<Vec<_>>()
             })
             .await?;
             passes.push(CompiledPass {
                 label: pass.label.clone(),
                 pipeline,
-                bind_group,
+                bind_groups,
                 workgroups: k.workgroups,
             });
         }
@@ -479,9 +510,8 @@ impl GpuExecutable {
         } else {
             0
         };
-        let k = prefetch.max(1);
         let ring = scoped(device, "prefetch ring", || {
-            (0..k)
+            (0..slots)
                 .map(|slot| Ring {
                     readback: device.create_buffer(&wgpu::BufferDescriptor {
                         label: Some(&format!("readback slot {slot}")),
@@ -645,10 +675,13 @@ impl GpuExecutable {
                 let value = &self.plan.values[*v];
                 let bytes = t.to_storage_bytes(value.layout);
                 match self.in_place.get_mut(&value.buffer) {
-                    Some(mapped) => {
-                        mapped.wait_mapped(&self.ctx.device, name)?;
-                        mapped.write(0, &bytes)?;
-                        mapped.unmap();
+                    // Every slot's copy: the value stays for the micro-batches of all.
+                    Some(copies) => {
+                        for mapped in copies {
+                            mapped.wait_mapped(&self.ctx.device, name)?;
+                            mapped.write(0, &bytes)?;
+                            mapped.unmap();
+                        }
                     }
                     None => self
                         .ctx
@@ -660,10 +693,13 @@ impl GpuExecutable {
         Ok(())
     }
 
-    /// Makes every in-place input buffer usable by a submission: maps under way are waited
-    /// for, mapped buffers unmapped (their contents stay).
-    fn release_in_place(&mut self) -> Result<(), RunError> {
-        for (buffer, mapped) in &mut self.in_place {
+    /// Makes slot `slot`'s in-place input buffers usable by a submission: maps under way
+    /// are waited for, mapped buffers unmapped (their contents stay).
+    fn release_in_place(&mut self, slot: usize) -> Result<(), RunError> {
+        for (buffer, copies) in &mut self.in_place {
+            let Some(mapped) = copies.get_mut(slot) else {
+                continue;
+            };
             if mapped.mapping() {
                 mapped.wait_mapped(&self.ctx.device, &format!("input buffer {buffer}"))?;
             }
@@ -672,12 +708,27 @@ impl GpuExecutable {
         Ok(())
     }
 
+    /// The buffer prefetch slot `slot` uses for plan buffer `buffer` (its own copy of an
+    /// input written in place).
+    fn slot_buffer(&self, buffer: usize, slot: usize) -> &wgpu::Buffer {
+        self.in_place
+            .get(&buffer)
+            .and_then(|copies| copies.get(slot))
+            .map_or(&self.buffers[buffer], MappedBuffer::buffer)
+    }
+
     /// Records every pass `repeat` times. Untimed, all go into one compute pass (wgpu orders
     /// each dispatch after the writes it reads); timed, timestamps are written inside that
     /// one compute pass before the first dispatch and after each (see
     /// [`Timestamps::bounds`]) where the adapter allows it, else each dispatch becomes its
     /// own timestamped compute pass.
-    fn encode_passes(&self, encoder: &mut wgpu::CommandEncoder, repeat: usize, timestamps: bool) {
+    fn encode_passes(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        slot: usize,
+        repeat: usize,
+        timestamps: bool,
+    ) {
         let timed = self.timestamps.as_ref().filter(|_| timestamps);
         if let Some(t) = timed.filter(|t| !t.inside_passes) {
             for _ in 0..repeat {
@@ -690,7 +741,7 @@ impl GpuExecutable {
                             end_of_pass_write_index: Some(2 * i as u32 + 1),
                         }),
                     });
-                    p.dispatch(&mut pass);
+                    p.dispatch(&mut pass, slot);
                 }
             }
             return;
@@ -704,7 +755,7 @@ impl GpuExecutable {
                 pass.write_timestamp(&t.queries, 0);
             }
             for (i, p) in self.passes.iter().enumerate() {
-                p.dispatch(&mut pass);
+                p.dispatch(&mut pass, slot);
                 if let Some(t) = timed {
                     pass.write_timestamp(&t.queries, i as u32 + 1);
                 }
@@ -732,11 +783,11 @@ impl GpuExecutable {
             .cloned()
             .collect();
         if given.is_empty() {
-            self.release_in_place()?;
+            self.release_in_place(slot)?;
             return Ok(Uploaded::Nothing);
         }
         if !self.in_place.is_empty() {
-            return self.write_in_place(m, &given, inputs, trace, events);
+            return self.write_in_place(slot, m, &given, inputs, trace, events);
         }
         Ok(
             if self.stage(slot, m, &given, inputs, enc, trace, events)? {
@@ -747,11 +798,14 @@ impl GpuExecutable {
         )
     }
 
-    /// Writes the `given` inputs into their device buffers, mapped (a CPU adapter's device
-    /// memory is host memory), then unmaps every in-place buffer for the submission.
-    /// Returns the buffers written, to map again once the micro-batch is submitted.
+    /// Writes the `given` inputs into slot `slot`'s copies of their device buffers, mapped
+    /// (a CPU adapter's device memory is host memory), then unmaps the slot's buffers for
+    /// the submission. A kept input given again goes into every slot's copy, so that it
+    /// stays for the micro-batches after. Returns the buffers written, to map again once
+    /// the micro-batch is submitted.
     fn write_in_place(
         &mut self,
+        slot: usize,
         m: usize,
         given: &[(String, usize)],
         inputs: &Inputs<'_>,
@@ -763,21 +817,31 @@ impl GpuExecutable {
             let (Some(t), value) = (inputs.get(name), &self.plan.values[*v]) else {
                 continue;
             };
-            let mapped = self.in_place.get_mut(&value.buffer).ok_or_else(|| {
+            let copies = self.in_place.get_mut(&value.buffer).ok_or_else(|| {
                 RunError::Internal(format!("input '{name}' has no in-place buffer"))
             })?;
+            let kept = self.kept.contains(name);
             let t0 = now_ns();
-            mapped.wait_mapped(&self.ctx.device, name)?;
-            let mut offset = 0u64;
-            for piece in device_bytes(t, value.layout) {
-                mapped.write(offset, &piece)?;
-                offset += piece.len() as u64;
+            let pieces = device_bytes(t, value.layout);
+            for (s, mapped) in copies.iter_mut().enumerate() {
+                if s != slot && !kept {
+                    continue;
+                }
+                mapped.wait_mapped(&self.ctx.device, name)?;
+                let mut offset = 0u64;
+                for piece in &pieces {
+                    mapped.write(offset, piece)?;
+                    offset += piece.len() as u64;
+                }
+                if s != slot {
+                    mapped.unmap();
+                }
             }
             written.push(value.buffer);
             let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
             trace.record(events, e);
         }
-        self.release_in_place()?;
+        self.release_in_place(slot)?;
         Ok(Uploaded::InPlace(written))
     }
 
@@ -858,14 +922,14 @@ impl GpuExecutable {
     /// Runs the passes `repeat` times on the inputs already on the device, without
     /// uploading or reading back (for measuring kernels on resident data).
     pub async fn run_resident(&mut self, repeat: usize) -> Result<(), RunError> {
-        self.release_in_place()?;
+        self.release_in_place(0)?;
         let mut encoder = self
             .ctx
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("resident"),
             });
-        self.encode_passes(&mut encoder, repeat, false);
+        self.encode_passes(&mut encoder, 0, repeat, false);
         self.ctx.queue.submit([encoder.finish()]);
         wait_idle(&self.ctx.device, &self.ctx.queue).await
     }
@@ -885,8 +949,10 @@ impl GpuExecutable {
         if let Some(s) = ring.staging.as_mut() {
             s.settle().await;
         }
-        for mapped in self.in_place.values_mut() {
-            mapped.settle().await;
+        for copies in self.in_place.values_mut() {
+            if let Some(mapped) = copies.get_mut(p.slot) {
+                mapped.settle().await;
+            }
         }
         let ring = &self.ring[p.slot];
         let done = now_ns();
@@ -1016,16 +1082,7 @@ impl Executable for GpuExecutable {
     }
 
     fn capacity(&self) -> usize {
-        // In place, the next micro-batch's inputs go where this one's passes read them
-        // (unless every input is kept: then nothing is written between micro-batches).
-        let writes_in_place = self.plan.inputs.iter().any(|(name, v)| {
-            !self.kept.contains(name) && self.in_place.contains_key(&self.plan.values[*v].buffer)
-        });
-        if writes_in_place {
-            1
-        } else {
-            self.ring.len()
-        }
+        self.ring.len()
     }
 
     fn submit(
@@ -1053,11 +1110,11 @@ impl Executable for GpuExecutable {
         let uploaded = self.upload(slot, m, &inputs, &mut enc, trace, events)?;
         let timed = self.timestamps.is_some() && self.pass_timing.times(self.submitted);
         self.submitted += 1;
-        self.encode_passes(&mut enc, 1, timed);
+        self.encode_passes(&mut enc, slot, 1, timed);
         for &(v, offset, bytes) in &self.readback_layout {
             if bytes > 0 {
                 enc.copy_buffer_to_buffer(
-                    &self.buffers[self.plan.values[v].buffer],
+                    self.slot_buffer(self.plan.values[v].buffer, slot),
                     0,
                     &self.ring[slot].readback,
                     offset,
@@ -1087,7 +1144,7 @@ impl Executable for GpuExecutable {
             }
             Uploaded::InPlace(written) => {
                 for b in written {
-                    if let Some(mapped) = self.in_place.get_mut(&b) {
+                    if let Some(mapped) = self.in_place.get_mut(&b).and_then(|c| c.get_mut(slot)) {
                         mapped.remap();
                     }
                 }
@@ -1142,8 +1199,15 @@ impl Executable for GpuExecutable {
             .iter()
             .map(|r| r.readback.size() + r.staging.as_ref().map_or(0, MappedBuffer::size))
             .sum();
+        // Slot 0's copies of in-place inputs are in `buffers`.
+        let copies: u64 = self
+            .in_place
+            .values()
+            .flat_map(|copies| copies.iter().skip(1))
+            .map(MappedBuffer::size)
+            .sum();
         let queries = self.timestamps.as_ref().map_or(0, |t| t.resolve.size());
-        tensors + scratch + textures + ring + queries
+        tensors + scratch + textures + ring + copies + queries
     }
 
     fn timing(&self) -> TimingSource {
