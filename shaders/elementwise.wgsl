@@ -170,7 +170,9 @@ fn value(i: u32) -> f32 {
 
 //! variant value4
 // The value of one output element from its inputs' elements x0.. (f32), for kernels that
-// read and write four neighbouring elements at a time (`vec4` entry point below).
+// read and write four neighbouring elements at a time (`vec4` entry point below). A fused
+// chain's kernel computes its four lanes through a generated `value4` instead (LANES), the
+// lanes' terms interleaved.
 fn value({{PARAMS}}) -> f32 {
 {{BODY}}
     return {{EXPR}};

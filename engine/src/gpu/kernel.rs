@@ -384,8 +384,36 @@ pub struct Prologue {
     pub stmts: String,
     /// The final expression.
     pub result: String,
+    /// The same for four neighbouring elements, for kernels that read vec4s.
+    pub lanes4: Lanes4,
     /// Labels of the fused nodes, for the kernel label.
     pub fused: Vec<String>,
+}
+
+/// A pointwise expression over four neighbouring elements: lane `c` (x, y, z, w) of
+/// operand k is `v{k}.{c}`, and the four lanes' terms are interleaved term by term, so
+/// that SIMD back ends (lavapipe runs each lane's chain as dependent vector instructions)
+/// overlap the four independent chains instead of running them one after the other.
+/// Every element is computed by the same operations as the one-element form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lanes4 {
+    /// Statements (`let t0_x = ...;`).
+    pub stmts: String,
+    /// The x, y, z and w results.
+    pub results: [String; 4],
+}
+
+impl Lanes4 {
+    /// `fn {name}(v0: vec4<f32>, ..) -> vec4<f32>` over `inputs` operands.
+    pub fn wgsl(&self, name: &str, inputs: usize) -> String {
+        let params: Vec<String> = (0..inputs).map(|k| format!("v{k}: vec4<f32>")).collect();
+        format!(
+            "fn {name}({}) -> vec4<f32> {{\n{}    return vec4<f32>({});\n}}\n",
+            params.join(", "),
+            self.stmts,
+            self.results.join(", ")
+        )
+    }
 }
 
 impl Prologue {

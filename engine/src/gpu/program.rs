@@ -3,12 +3,12 @@
 //! what the executable compiles, what `sluice plan --kernels` prints and what the shader
 //! tests validate, without a device.
 
-use super::kernel::{f32_literal, Epilogue, Kernel, LowerCtx, Lowering, Prologue, Slot};
+use super::kernel::{f32_literal, Epilogue, Kernel, Lanes4, LowerCtx, Lowering, Prologue, Slot};
 use super::lower::elementwise::elementwise_kernel;
 use super::lower::{lower_op, pointwise_wgsl};
 use super::tuning::Tuning;
 use crate::error::RunError;
-use crate::plan::expr::{Expr, Operand};
+use crate::plan::expr::{Expr, Operand, Term};
 use crate::plan::{Plan, Precision, Step, Work};
 use crate::storage::Storage;
 use serde::Serialize;
@@ -60,31 +60,64 @@ fn concrete(plan: &Plan, v: usize) -> Concrete {
     }
 }
 
+/// The WGSL of one term: its operator applied to its operands, with `input` naming each
+/// input and `term` each earlier term.
+fn term_wgsl(
+    term: &Term,
+    input: &dyn Fn(usize) -> String,
+    earlier: &dyn Fn(usize) -> String,
+) -> Result<String, String> {
+    let args: Vec<String> = term
+        .args
+        .iter()
+        .map(|a| match *a {
+            Operand::Input(k) => input(k),
+            Operand::Term(i) => earlier(i),
+            Operand::Scalar(v) => f32_literal(v),
+            Operand::Anchor => "x".into(),
+        })
+        .collect();
+    pointwise_wgsl(&term.op, &args)
+}
+
 /// WGSL statements `let tJ = ...;` for the terms of an expression, with `operand` naming
 /// each input, and the name of the result.
 fn statements(expr: &Expr, operand: &dyn Fn(usize) -> String) -> Result<(String, String), String> {
     let mut stmts = String::new();
     for (j, term) in expr.terms.iter().enumerate() {
-        let args: Vec<String> = term
-            .args
-            .iter()
-            .map(|a| match *a {
-                Operand::Input(k) => operand(k),
-                Operand::Term(i) => format!("t{i}"),
-                Operand::Scalar(v) => f32_literal(v),
-                Operand::Anchor => "x".into(),
-            })
-            .collect();
-        stmts.push_str(&format!(
-            "    let t{j} = {};\n",
-            pointwise_wgsl(&term.op, &args)?
-        ));
+        let value = term_wgsl(term, operand, &|i| format!("t{i}"))?;
+        stmts.push_str(&format!("    let t{j} = {value};\n"));
     }
     let result = match expr.terms.len() {
         0 => "x".to_string(),
         n => format!("t{}", n - 1),
     };
     Ok((stmts, result))
+}
+
+/// [`statements`] for four neighbouring elements (see [`Lanes4`]) of an expression without
+/// an anchor.
+fn statements4(expr: &Expr) -> Result<Lanes4, String> {
+    const LANES: [&str; 4] = ["x", "y", "z", "w"];
+    let last = expr
+        .terms
+        .len()
+        .checked_sub(1)
+        .ok_or("internal: a vec4 expression without terms")?;
+    let mut stmts = String::new();
+    for (j, term) in expr.terms.iter().enumerate() {
+        if term.args.contains(&Operand::Anchor) {
+            return Err("internal: a vec4 expression with an anchor".into());
+        }
+        for c in LANES {
+            let value = term_wgsl(term, &|k| format!("v{k}.{c}"), &|i| format!("t{i}_{c}"))?;
+            stmts.push_str(&format!("    let t{j}_{c} = {value};\n"));
+        }
+    }
+    Ok(Lanes4 {
+        stmts,
+        results: LANES.map(|c| format!("t{last}_{c}")),
+    })
 }
 
 /// The kernels of one step and the private resources they use.
@@ -103,11 +136,11 @@ fn step_kernels(plan: &Plan, step: &Step, tuning: &Tuning) -> Result<StepKernels
     let params: Vec<Concrete> = step.params.iter().map(|&v| concrete(plan, v)).collect();
     let f16_compute = plan.options.precision == Precision::F16;
     let out = outputs.first().ok_or("internal: a step without outputs")?;
-    let pointwise = |label: &str, stmts: &str, result: &str| -> Result<Kernel, String> {
+    let pointwise = |label: &str, body: (&str, &str), lanes4| -> Result<Kernel, String> {
         elementwise_kernel(
             label,
-            stmts,
-            result,
+            body,
+            lanes4,
             &inputs,
             &out.shape,
             out.storage,
@@ -118,7 +151,7 @@ fn step_kernels(plan: &Plan, step: &Step, tuning: &Tuning) -> Result<StepKernels
         Work::Op(op) if step.in_place.is_some() => {
             let args: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
             let expr = pointwise_wgsl(op, &args)?;
-            Lowering::Kernels(vec![pointwise(op.name(), "", &expr)?])
+            Lowering::Kernels(vec![pointwise(op.name(), ("", &expr), None)?])
         }
         Work::Op(op) => lower_op(
             op,
@@ -137,6 +170,7 @@ fn step_kernels(plan: &Plan, step: &Step, tuning: &Tuning) -> Result<StepKernels
             let prologue = Prologue {
                 stmts,
                 result,
+                lanes4: statements4(expr)?,
                 fused: expr.op_names().iter().map(|s| s.to_string()).collect(),
             };
             lower_op(
@@ -154,8 +188,9 @@ fn step_kernels(plan: &Plan, step: &Step, tuning: &Tuning) -> Result<StepKernels
         }
         Work::Fused(expr) => {
             let (stmts, result) = statements(expr, &|k| format!("x{k}"))?;
+            let lanes4 = statements4(expr)?;
             let label = format!("fused {}", step.nodes.join("+"));
-            Lowering::Kernels(vec![pointwise(&label, &stmts, &result)?])
+            Lowering::Kernels(vec![pointwise(&label, (&stmts, &result), Some(&lanes4))?])
         }
         Work::Epilogue {
             anchor,
@@ -256,4 +291,80 @@ pub fn lower_plan_tuned(plan: &Plan, tuning: &Tuning) -> Result<Program, RunErro
         }
     }
     Ok(program)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::elementwise::{Binary, ElementwiseOp, Unary};
+    use crate::ops::Op;
+
+    fn term(op: ElementwiseOp, args: Vec<Operand>) -> Term {
+        Term {
+            node: "n".into(),
+            op: Op::Elementwise(op),
+            args,
+        }
+    }
+
+    #[test]
+    fn four_lanes_interleave_term_by_term_and_read_each_lane_of_each_operand() {
+        // relu(x0 · x1) − 0.5
+        let expr = Expr {
+            terms: vec![
+                term(
+                    ElementwiseOp::Binary(Binary::Mul),
+                    vec![Operand::Input(0), Operand::Input(1)],
+                ),
+                term(ElementwiseOp::Unary(Unary::Relu), vec![Operand::Term(0)]),
+                term(
+                    ElementwiseOp::Binary(Binary::Sub),
+                    vec![Operand::Term(1), Operand::Scalar(0.5)],
+                ),
+            ],
+        };
+        let four = statements4(&expr).unwrap();
+        let names: Vec<&str> = four
+            .stmts
+            .lines()
+            .map(|l| l.trim().split(' ').nth(1).unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "t0_x", "t0_y", "t0_z", "t0_w", "t1_x", "t1_y", "t1_z", "t1_w", "t2_x", "t2_y",
+                "t2_z", "t2_w"
+            ]
+        );
+        assert!(
+            four.stmts.contains("let t0_z = (v0.z * v1.z);"),
+            "{}",
+            four.stmts
+        );
+        assert!(four.stmts.contains("t1_w"), "{}", four.stmts);
+        assert_eq!(four.results, ["t2_x", "t2_y", "t2_z", "t2_w"]);
+        // Each lane computes what the one-element form computes.
+        let (one, result) = statements(&expr, &|k| format!("x{k}")).unwrap();
+        let lane_y: String = four
+            .stmts
+            .lines()
+            .filter(|l| l.contains("_y ="))
+            .map(|l| {
+                format!(
+                    "{}\n",
+                    l.replace("_y", "").replace(".y", "").replace('v', "x")
+                )
+            })
+            .collect();
+        assert_eq!(lane_y, one);
+        assert_eq!(result, "t2");
+        let anchored = Expr {
+            terms: vec![term(
+                ElementwiseOp::Unary(Unary::Relu),
+                vec![Operand::Anchor],
+            )],
+        };
+        assert!(statements4(&anchored).is_err());
+        assert!(statements4(&Expr::default()).is_err());
+    }
 }

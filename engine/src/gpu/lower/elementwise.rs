@@ -143,8 +143,8 @@ impl Lower for ElementwiseOp {
         }
         let kernel = elementwise_kernel(
             self.name(),
-            "",
-            &wgsl(self, &args),
+            ("", &wgsl(self, &args)),
+            None,
             inputs,
             &outputs[0].shape,
             outputs[0].storage,
@@ -235,8 +235,8 @@ fn integer_kernel(
 /// (`n` a multiple of 4).
 fn vec4_kernel(
     label: &str,
-    stmts: &str,
-    expr: &str,
+    (stmts, expr): (&str, &str),
+    lanes4: Option<&Lanes4>,
     inputs: usize,
     n: usize,
     info: Vec<u32>,
@@ -256,13 +256,22 @@ fn vec4_kernel(
         loads.push_str(&format!("    let v{i} = src{i}[t];\n"));
     }
     let params: Vec<String> = (0..inputs).map(|i| format!("x{i}: f32")).collect();
-    let lanes: Vec<String> = ["x", "y", "z", "w"]
-        .iter()
-        .map(|c| {
-            let args: Vec<String> = (0..inputs).map(|i| format!("v{i}.{c}")).collect();
-            format!("value({})", args.join(", "))
-        })
-        .collect();
+    let (lanes, value4) = match lanes4 {
+        Some(four) => {
+            let args: Vec<String> = (0..inputs).map(|i| format!("v{i}")).collect();
+            (
+                vec![format!("value4({})", args.join(", "))],
+                four.wgsl("value4", inputs),
+            )
+        }
+        None => {
+            let lanes = ["x", "y", "z", "w"].iter().map(|c| {
+                let args: Vec<String> = (0..inputs).map(|i| format!("v{i}.{c}")).collect();
+                format!("value({})", args.join(", "))
+            });
+            (lanes.collect(), String::new())
+        }
+    };
     let n4 = n / 4;
     let body = fill(
         variant(SHADER, "value4"),
@@ -278,7 +287,7 @@ fn vec4_kernel(
     );
     Ok(Kernel {
         label: format!("{label} vec4"),
-        source: format!("{decls}\n{}\n{body}", helpers()),
+        source: format!("{decls}\n{}\n{value4}{body}", helpers()),
         slots,
         info,
         workgroups: dispatch_1d(n4, WG)?,
@@ -286,13 +295,14 @@ fn vec4_kernel(
 }
 
 /// One elementwise kernel: `stmts` then `expr` over inputs `x0..`, into an output of `out`
-/// shape stored as `out_storage`. Inputs of dtype bool are read as `x{i}: bool`. With
+/// shape stored as `out_storage`; where it moves four elements at a time, through
+/// `lanes4` when given (a fused chain's four lanes interleaved). Inputs of dtype bool are read as `x{i}: bool`. With
 /// `in_place = Some(k)`, input k (same shape and storage as the output) is read from the
 /// output buffer and gets no binding of its own: the kernel overwrites it.
 pub fn elementwise_kernel(
     label: &str,
-    stmts: &str,
-    expr: &str,
+    (stmts, expr): (&str, &str),
+    lanes4: Option<&Lanes4>,
     inputs: &[Concrete],
     out: &[usize],
     out_storage: Storage,
@@ -317,7 +327,7 @@ pub fn elementwise_kernel(
         && inputs.iter().all(all_f32)
         && n.is_multiple_of(4)
     {
-        return vec4_kernel(label, stmts, expr, inputs.len(), n, info);
+        return vec4_kernel(label, (stmts, expr), lanes4, inputs.len(), n, info);
     }
     let mut b = Bindings::new();
     b.add("dst", Slot::Output(0), out_storage, true);

@@ -114,8 +114,8 @@ impl Lower for GradOp {
         let args: Vec<String> = (0..inputs.len()).map(|i| format!("x{i}")).collect();
         let kernel = elementwise_kernel(
             self.name(),
-            "",
-            &wgsl(self, &args)?,
+            ("", &wgsl(self, &args)?),
+            None,
             inputs,
             &out.shape,
             out.storage,

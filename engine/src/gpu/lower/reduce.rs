@@ -132,19 +132,12 @@ impl ReduceSource<'_> {
                     loads.push_str(&format!("    let v{k} = pro{k}[i];\n"));
                     slots.push(Slot::Input(k));
                 }
-                let lanes: Vec<String> = ["x", "y", "z", "w"]
-                    .iter()
-                    .map(|c| {
-                        let args: Vec<String> =
-                            (0..inputs.len()).map(|k| format!("v{k}.{c}")).collect();
-                        format!("sl_prologue({})", args.join(", "))
-                    })
-                    .collect();
+                let args: Vec<String> = (0..inputs.len()).map(|k| format!("v{k}")).collect();
                 decls.push_str(&format!(
-                    "{}\n{}fn ld_src4(i: u32) -> vec4<f32> {{\n{loads}    return vec4<f32>({});\n}}\n",
+                    "{}\n{}fn ld_src4(i: u32) -> vec4<f32> {{\n{loads}    return sl_prologue4({});\n}}\n",
                     helpers(),
-                    prologue.wgsl(inputs.len()),
-                    lanes.join(", ")
+                    prologue.lanes4.wgsl("sl_prologue4", inputs.len()),
+                    args.join(", ")
                 ));
             }
         }
