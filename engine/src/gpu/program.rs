@@ -61,7 +61,7 @@ fn concrete(plan: &Plan, v: usize) -> Concrete {
 }
 
 /// The WGSL of one term: its operator applied to its operands, with `input` naming each
-/// input and `term` each earlier term.
+/// input and `earlier` each earlier term.
 fn term_wgsl(
     term: &Term,
     input: &dyn Fn(usize) -> String,

@@ -296,9 +296,10 @@ fn vec4_kernel(
 
 /// One elementwise kernel: `stmts` then `expr` over inputs `x0..`, into an output of `out`
 /// shape stored as `out_storage`; where it moves four elements at a time, through
-/// `lanes4` when given (a fused chain's four lanes interleaved). Inputs of dtype bool are read as `x{i}: bool`. With
-/// `in_place = Some(k)`, input k (same shape and storage as the output) is read from the
-/// output buffer and gets no binding of its own: the kernel overwrites it.
+/// `lanes4` when given (a fused chain's four lanes interleaved). Inputs of dtype bool are
+/// read as `x{i}: bool`. With `in_place = Some(k)`, input k (same shape and storage as the
+/// output) is read from the output buffer and gets no binding of its own: the kernel
+/// overwrites it.
 pub fn elementwise_kernel(
     label: &str,
     (stmts, expr): (&str, &str),
