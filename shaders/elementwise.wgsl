@@ -1,6 +1,6 @@
 // Elementwise family: unary, binary with numpy broadcasting, and `where`; i32 arithmetic
 // and `where` over i32 or bool values in the `words` variant.
-// Filled by engine/src/ops/elementwise.rs: {{LOADS}} reads x0.. for element i, {{BODY}}
+// Filled by engine/src/gpu/lower/elementwise.rs: {{LOADS}} reads x0.. for element i, {{BODY}}
 // holds fused statements and {{EXPR}} is the value stored. Arithmetic is f32 whatever
 // the storage. info = [n] (contiguous) or [n, rank, out shape, then each input's
 // strides] (broadcast).
@@ -161,7 +161,7 @@ fn sl_offset(i: u32, operand: u32) -> u32 {
 //! variant value
 // The value of output element i: inputs read through ld_src{k} (whatever their storage),
 // fused statements, then the stored expression. The entry point is generated
-// (engine/src/ops/kernel.rs, per_element_main) for the output's storage.
+// (engine/src/gpu/kernel.rs, per_element_main) for the output's storage.
 fn value(i: u32) -> f32 {
 {{LOADS}}
 {{BODY}}
@@ -170,14 +170,15 @@ fn value(i: u32) -> f32 {
 
 //! variant value4
 // The value of one output element from its inputs' elements x0.. (f32), for kernels that
-// read and write four neighbouring elements at a time (`vec4` entry point below). A fused
-// chain's kernel computes its four lanes through a generated `value4` instead (LANES), the
-// lanes' terms interleaved.
+// read and write four neighbouring elements at a time (`vec4_main` below). A fused chain's
+// kernel computes its four lanes through a generated `value4` instead (LANES), the lanes'
+// terms interleaved, and has no use for this one.
 fn value({{PARAMS}}) -> f32 {
 {{BODY}}
     return {{EXPR}};
 }
 
+//! variant vec4_main
 // Four elements per invocation, each input and the output moved as one vec4: software
 // rasterisers (lavapipe) move a vec4 as cheaply as one element, and GPUs coalesce it.
 @compute @workgroup_size({{WG}})

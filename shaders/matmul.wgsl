@@ -1,5 +1,5 @@
 // Matmul family: C[b] = A[b] · B[b] (+ bias, + fused epilogue) for batched, broadcast
-// matrix products. Filled by engine/src/ops/matmul.rs, which also declares the bindings
+// matrix products. Filled by engine/src/gpu/lower/matmul.rs, which also declares the bindings
 // and their load/store functions for the storage in use (f32, f16, or f16 pairs packed in
 // u32). Accumulation is in {{ACC}} (f32 unless the plan runs in f16). `info` = [M, N, K,
 // batches, then per batch: A offset, B offset] in elements. Each variant below is the

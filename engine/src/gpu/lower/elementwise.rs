@@ -255,8 +255,9 @@ fn vec4_kernel(
         slots.push(Slot::Input(i));
         loads.push_str(&format!("    let v{i} = src{i}[t];\n"));
     }
-    let params: Vec<String> = (0..inputs).map(|i| format!("x{i}: f32")).collect();
-    let (lanes, value4) = match lanes4 {
+    // The lanes' values: a fused chain's generated `value4`, or the scalar `value` once
+    // per lane.
+    let (lanes, value) = match lanes4 {
         Some(four) => {
             let args: Vec<String> = (0..inputs).map(|i| format!("v{i}")).collect();
             (
@@ -269,16 +270,22 @@ fn vec4_kernel(
                 let args: Vec<String> = (0..inputs).map(|i| format!("v{i}.{c}")).collect();
                 format!("value({})", args.join(", "))
             });
-            (lanes.collect(), String::new())
+            let params: Vec<String> = (0..inputs).map(|i| format!("x{i}: f32")).collect();
+            let value = fill(
+                variant(SHADER, "value4"),
+                &[
+                    ("PARAMS", params.join(", ")),
+                    ("BODY", stmts.to_string()),
+                    ("EXPR", expr.to_string()),
+                ],
+            );
+            (lanes.collect(), value)
         }
     };
     let n4 = n / 4;
-    let body = fill(
-        variant(SHADER, "value4"),
+    let main = fill(
+        variant(SHADER, "vec4_main"),
         &[
-            ("PARAMS", params.join(", ")),
-            ("BODY", stmts.to_string()),
-            ("EXPR", expr.to_string()),
             ("WG", WG.to_string()),
             ("N4", n4.to_string()),
             ("LOADS", loads),
@@ -287,7 +294,7 @@ fn vec4_kernel(
     );
     Ok(Kernel {
         label: format!("{label} vec4"),
-        source: format!("{decls}\n{}\n{value4}{body}", helpers()),
+        source: format!("{decls}\n{}\n{value}{main}", helpers()),
         slots,
         info,
         workgroups: dispatch_1d(n4, WG)?,
