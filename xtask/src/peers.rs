@@ -1,6 +1,7 @@
 //! `cargo xtask bench --peers`: Sluice and the Burn peer (`peers/burn-bench`, Burn 0.22.1)
 //! on the same machine in one run, interleaved in rounds (Burn, then Sluice, per round), each
-//! figure the median over the rounds, printed side by side as ratios. Never part of the test
+//! figure the median over the rounds, printed side by side as ratios (with each round's
+//! ratio, and each round's figures in the report, to show the spread). Never part of the test
 //! command: the peer's clean build takes about 40 minutes on 2 cores, and Burn's first run
 //! on a GPU autotunes for several more (its cache is kept under the target folder).
 //!
@@ -177,18 +178,25 @@ fn peers(root: &Path, devices: &[&str], rounds: usize) -> Result<()> {
          (advantage > 1: Sluice ahead; for times it is Burn's over Sluice's)"
     );
     println!(
-        "{:<4} {:<50} {:>12} {:>12} {:>10}",
-        "", "workload", "Burn", "Sluice", "advantage"
+        "{:<4} {:<50} {:>12} {:>12} {:>10}  {:<10} each round's advantage",
+        "", "workload", "Burn", "Sluice", "advantage", "unit"
     );
     for row in &table {
+        let rounds: Vec<String> = row["advantage_rounds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| v.as_f64().map_or("-".into(), |x| format!("{x:.2}")))
+            .collect();
         println!(
-            "{:<4} {:<50} {:>12.3} {:>12.3} {:>9.2}×  {}",
+            "{:<4} {:<50} {:>12.3} {:>12.3} {:>9.2}×  {:<10} {}",
             row["device"].as_str().unwrap_or_default(),
             row["what"].as_str().unwrap_or_default(),
             f(row, &["burn"]),
             f(row, &["sluice"]),
             f(row, &["sluice_advantage"]),
             row["unit"].as_str().unwrap_or_default(),
+            rounds.join(" "),
         );
     }
     let path = target.join("bench-peers.json");
@@ -231,15 +239,29 @@ fn compare(
             });
         }
         for pair in PAIRS {
-            let b = finite_median(burn_rounds.iter().map(|r| f(r, &[pair.burn, "value"])));
-            let s = finite_median(sluice_rounds.iter().map(pair.sluice));
-            let ratio = match pair.better {
+            let burn: Vec<f64> = burn_rounds
+                .iter()
+                .map(|r| f(r, &[pair.burn, "value"]))
+                .collect();
+            let sluice: Vec<f64> = sluice_rounds.iter().map(pair.sluice).collect();
+            let advantage = |b: f64, s: f64| match pair.better {
                 Better::Higher => s / b,
                 Better::Lower => b / s,
             };
+            // Each round's pair ran back to back, so its ratio shows how much the
+            // machine's speed moved between rounds.
+            let per_round: Vec<f64> = burn
+                .iter()
+                .zip(&sluice)
+                .map(|(&b, &s)| advantage(b, s))
+                .collect();
+            let b = finite_median(burn.iter().copied());
+            let s = finite_median(sluice.iter().copied());
             table.push(json!({
                 "device": device, "what": pair.what, "unit": pair.unit,
-                "burn": b, "sluice": s, "sluice_advantage": ratio,
+                "burn": b, "sluice": s, "sluice_advantage": advantage(b, s),
+                "burn_rounds": burn, "sluice_rounds": sluice,
+                "advantage_rounds": per_round,
             }));
         }
     }
