@@ -67,7 +67,7 @@ impl MatmulVariant {
     };
 
     /// Every variant the autotuner tries.
-    pub const ALL: [MatmulVariant; 11] = [
+    pub const ALL: [MatmulVariant; 12] = [
         MatmulVariant::DEFAULT,
         MatmulVariant::Blocked {
             rows: 8,
@@ -121,6 +121,12 @@ impl MatmulVariant {
         MatmulVariant::Textured {
             rows: 16,
             cols: 4,
+            wx: 8,
+            wy: 8,
+        },
+        MatmulVariant::Textured {
+            rows: 8,
+            cols: 8,
             wx: 8,
             wy: 8,
         },
