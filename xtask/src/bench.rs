@@ -306,15 +306,17 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
 
 /// What per-pass timing costs: W3 and W2 (batch 256) with the default sampled timestamp
 /// queries, with every micro-batch timed and with none, alternating over three rounds,
-/// medians, and the differences to none in percent.
+/// medians, and the differences to none in percent. Each run measures for about a second
+/// (200 chains, 80 batches): over 20 chains (30 ms) the machine's own jitter moved runs
+/// by ±25%, far more than the cost measured.
 fn telemetry_cost(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
     let (w3, w2) = (g("w3_chain"), g("w2_mlp"));
     let mut out = serde_json::Map::new();
     for (name, args, per) in [
-        ("w3_ms_per_chain", vec!["bench", &w3, "--reps", "20"], 1.0),
+        ("w3_ms_per_chain", vec!["bench", &w3, "--reps", "200"], 1.0),
         (
             "w2_ms_per_batch256",
-            vec!["bench", &w2, "--batch", "256", "--reps", "20"],
+            vec!["bench", &w2, "--batch", "256", "--reps", "80"],
             256.0,
         ),
     ] {
