@@ -205,3 +205,63 @@ fn the_tuner_measures_a_class_once_keeps_it_in_its_store_and_runs_its_choice_cor
         .count();
     assert_eq!(after_off, 2, "an autotuner turned off decides nothing");
 }
+
+/// A textured product of two kept inputs stages each into its texture once and reuses it
+/// while the input is unchanged; keeping a new value, or giving a kept input again, stages
+/// it anew (a stale texture would give the old product).
+#[test]
+fn kept_inputs_staged_in_textures_are_staged_again_when_replaced() {
+    use sluice_engine::exec::device::Executable;
+    let g = graph(&json!({
+        "format": "sluice/graph@1",
+        "inputs": { "a": { "shape": [64, 32] }, "b": { "shape": [32, 48] } },
+        "nodes": [{ "id": "c", "op": "matmul", "inputs": ["a", "b"] }],
+        "outputs": ["c"]
+    }));
+    let weights = random_weights(&g, 1);
+    let first = random_inputs(&g, 2).expect("bound graph");
+    let second = random_inputs(&g, 3).expect("bound graph");
+    let pick = |from: &HashMap<String, Tensor>, name: &str| -> HashMap<String, Tensor> {
+        HashMap::from([(name.to_string(), from[name].clone())])
+    };
+    let textured = MatmulVariant::ALL
+        .into_iter()
+        .find(|v| matches!(v, MatmulVariant::Textured { .. }))
+        .expect("a textured variant");
+    let ctx = gpu()
+        .clone()
+        .with_autotuner(Arc::new(Autotuner::forcing(textured)));
+    let want = |a: &HashMap<String, Tensor>, b: &HashMap<String, Tensor>| {
+        let mut inputs = pick(a, "a");
+        inputs.extend(pick(b, "b"));
+        run_cpu(&g, &weights, &inputs)
+    };
+    let check = |what: &str, got: Vec<(String, Tensor)>, want: Vec<(String, Tensor)>| {
+        for ((name, a), (_, b)) in got.iter().zip(&want) {
+            if let Err(e) = compare(&format!("{what}: {name}"), a, b, 1e-4, 1e-4) {
+                panic!("{e}");
+            }
+        }
+    };
+    pollster::block_on(async {
+        let plan = Plan::with_options(&g, PlanOptions::default()).expect("plan");
+        let mut exe = GpuExecutable::compile(&ctx, plan, &weights, 2)
+            .await
+            .expect("compile");
+        let none = HashMap::new();
+        let mut both = pick(&first, "a");
+        both.extend(pick(&first, "b"));
+        exe.keep_inputs(&both).expect("keep a and b");
+        for run in ["first run", "second run", "third run"] {
+            let got = exe.run_once(&none).await.expect("run");
+            check(run, got, want(&first, &first));
+        }
+        exe.keep_inputs(&pick(&second, "b")).expect("keep a new b");
+        let got = exe.run_once(&none).await.expect("run");
+        check("b kept anew", got, want(&first, &second));
+        let got = exe.run_once(&pick(&second, "a")).await.expect("run");
+        check("a given again", got, want(&second, &second));
+        let got = exe.run_once(&none).await.expect("run");
+        check("a kept since given", got, want(&second, &second));
+    });
+}

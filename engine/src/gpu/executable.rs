@@ -16,7 +16,7 @@
 use super::context::GpuContext;
 use super::kernel::Slot;
 use super::mapped::MappedBuffer;
-use super::program::{lower_plan_tuned, Buffer, Program};
+use super::program::{lower_plan_tuned, Buffer, Pass, Program};
 use super::readback::{finish_map, map_read, start_map, wait_idle, MapPending};
 use super::texture;
 use super::tuning::Tuning;
@@ -39,6 +39,10 @@ struct CompiledPass {
     /// has its own copy of those), else one for every slot.
     bind_groups: Vec<wgpu::BindGroup>,
     workgroups: [u32; 3],
+    /// The graph input (index in the plan's inputs) this pass stages into a texture of its
+    /// own, when that is all it does: reading only that input, writing only the texture
+    /// (see [`stages_input`]). Its texture then stays valid while the input is unchanged.
+    stages: Option<usize>,
 }
 
 impl CompiledPass {
@@ -184,6 +188,10 @@ pub struct GpuExecutable {
     submitted: u64,
     /// Inputs kept on the device ([`Executable::keep_inputs`]).
     kept: BTreeSet<String>,
+    /// Per pass: whether it staged the current kept value of its input
+    /// ([`CompiledPass::stages`]), so that micro-batches leaving that input out need not
+    /// run it again. Cleared whenever the input's buffers are written.
+    staged: Vec<bool>,
     /// On a CPU adapter ([`GpuContext::inputs_in_place`]), the inputs' device buffers, by
     /// plan buffer, one copy per prefetch slot: the host writes each micro-batch's inputs
     /// straight into its slot's copies while the micro-batches in the other slots run.
@@ -486,11 +494,13 @@ impl GpuExecutable {
                     .collect::<Vec<_>>()
             })
             .await?;
+            let stages = stages_input(&plan, &program.passes, passes.len());
             passes.push(CompiledPass {
                 label: pass.label.clone(),
                 pipeline,
                 bind_groups,
                 workgroups: k.workgroups,
+                stages,
             });
         }
         let mut readback_layout = Vec::new();
@@ -536,6 +546,7 @@ impl GpuExecutable {
             pass_timing,
             submitted: 0,
             kept: BTreeSet::new(),
+            staged: vec![false; pass_count],
             in_place,
             latest_pass_ns: Vec::new(),
             compute_end_ns: 0,
@@ -670,6 +681,13 @@ impl GpuExecutable {
     /// Inputs have buffers of their own that no pass writes, so the values stay until
     /// replaced.
     fn write_inputs(&mut self, inputs: &Values) -> Result<(), RunError> {
+        for (i, p) in self.passes.iter().enumerate() {
+            if p.stages
+                .is_some_and(|k| inputs.contains_key(&self.plan.inputs[k].0))
+            {
+                self.staged[i] = false;
+            }
+        }
         for (name, v) in &self.plan.inputs {
             if let Some(t) = inputs.get(name).filter(|t| !t.is_empty()) {
                 let value = &self.plan.values[*v];
@@ -722,14 +740,18 @@ impl GpuExecutable {
     /// one compute pass before the first dispatch and after each (see
     /// [`Timestamps::bounds`]) where the adapter allows it, else each dispatch becomes its
     /// own timestamped compute pass.
+    /// Passes with `skip[i]` set are left out (their timestamps are still written, so a
+    /// left-out pass reports no time).
     fn encode_passes(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         slot: usize,
         repeat: usize,
         timestamps: bool,
+        skip: &[bool],
     ) {
         let timed = self.timestamps.as_ref().filter(|_| timestamps);
+        let runs = |i: usize| !skip.get(i).copied().unwrap_or(false);
         if let Some(t) = timed.filter(|t| !t.inside_passes) {
             for _ in 0..repeat {
                 for (i, p) in self.passes.iter().enumerate() {
@@ -741,7 +763,9 @@ impl GpuExecutable {
                             end_of_pass_write_index: Some(2 * i as u32 + 1),
                         }),
                     });
-                    p.dispatch(&mut pass, slot);
+                    if runs(i) {
+                        p.dispatch(&mut pass, slot);
+                    }
                 }
             }
             return;
@@ -755,12 +779,31 @@ impl GpuExecutable {
                 pass.write_timestamp(&t.queries, 0);
             }
             for (i, p) in self.passes.iter().enumerate() {
-                p.dispatch(&mut pass, slot);
+                if runs(i) {
+                    p.dispatch(&mut pass, slot);
+                }
                 if let Some(t) = timed {
                     pass.write_timestamp(&t.queries, i as u32 + 1);
                 }
             }
         }
+    }
+
+    /// Which passes a micro-batch given `inputs` can leave out: those that staged the
+    /// current value of a kept input the micro-batch does not give again.
+    fn skip_staged(&self, inputs: &Inputs<'_>) -> Vec<bool> {
+        self.passes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                p.stages.is_some_and(|k| {
+                    let name = self.plan.inputs[k].0.as_str();
+                    self.staged[i]
+                        && self.kept.contains(name)
+                        && inputs.get(name).is_none_or(|t| t.is_empty())
+                })
+            })
+            .collect()
     }
 
     /// Writes micro-batch `m`'s inputs where its passes will read them: in place on a CPU
@@ -929,7 +972,7 @@ impl GpuExecutable {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("resident"),
             });
-        self.encode_passes(&mut encoder, 0, repeat, false);
+        self.encode_passes(&mut encoder, 0, repeat, false, &[]);
         self.ctx.queue.submit([encoder.finish()]);
         wait_idle(&self.ctx.device, &self.ctx.queue).await
     }
@@ -1110,7 +1153,14 @@ impl Executable for GpuExecutable {
         let uploaded = self.upload(slot, m, &inputs, &mut enc, trace, events)?;
         let timed = self.timestamps.is_some() && self.pass_timing.times(self.submitted);
         self.submitted += 1;
-        self.encode_passes(&mut enc, slot, 1, timed);
+        let skip = self.skip_staged(&inputs);
+        self.encode_passes(&mut enc, slot, 1, timed, &skip);
+        for (i, p) in self.passes.iter().enumerate() {
+            if let Some(input) = p.stages {
+                // What it staged (now or before) is the input's kept value, if kept.
+                self.staged[i] = self.kept.contains(&self.plan.inputs[input].0);
+            }
+        }
         for &(v, offset, bytes) in &self.readback_layout {
             if bytes > 0 {
                 enc.copy_buffer_to_buffer(
@@ -1225,6 +1275,27 @@ impl Executable for GpuExecutable {
     fn compile_stats(&self) -> CompileStats {
         self.stats
     }
+}
+
+/// The graph input (index in `plan.inputs`) pass `index` of `passes` only stages: it binds
+/// that input's value and one texture and nothing else, and is the first pass to bind the
+/// texture (so it writes it; the passes after read it). No pass writes an input's buffer
+/// and textures are never shared between nodes, so the texture holds what the pass made
+/// of the input until the input is written again.
+fn stages_input(plan: &Plan, passes: &[Pass], index: usize) -> Option<usize> {
+    let [a, b] = passes.get(index)?.buffers[..] else {
+        return None;
+    };
+    let (value, texture) = match (a, b) {
+        (Buffer::Value(v), Buffer::Texture(t)) | (Buffer::Texture(t), Buffer::Value(v)) => (v, t),
+        _ => return None,
+    };
+    let first_to_bind = !passes[..index]
+        .iter()
+        .any(|p| p.buffers.contains(&Buffer::Texture(texture)));
+    first_to_bind
+        .then(|| plan.inputs.iter().position(|(_, v)| *v == value))
+        .flatten()
 }
 
 #[cfg(test)]
