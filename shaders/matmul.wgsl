@@ -68,6 +68,35 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 {{STORE}}
 }
 
+//! variant subgroup
+// The register blocks of `textured`, with the lanes of a subgroup sharing their rows of A:
+// each subgroup is one row of the workgroup ({{LANES}} lanes side by side along the
+// columns, so all need the same {{ROWS}} rows), each lane fetches the texels of
+// {{ROWS}} / {{LANES}} of those rows per step, and subgroupBroadcast hands every row to
+// every lane. On lavapipe, where each texel fetch is a call, that is {{ROWS}} / {{LANES}}
+// fetches of A per step instead of {{ROWS}}. Lanes and rows come from the subgroup
+// builtins, so the subgroups must have exactly {{LANES}} lanes
+// (`MatmulVariant::runs_on`). No lane leaves early: every lane fetches rows for the others
+// (indices are clamped, stores guarded). Adds the products in the blocked order: the same
+// bits.
+@group(0) @binding(1) var tex_a: texture_2d<f32>;
+@group(0) @binding(2) var tex_b: texture_2d<f32>;
+
+@compute @workgroup_size({{INVOCATIONS}}, 1, 1)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(subgroup_id) subgroup: u32, @builtin(subgroup_invocation_id) lane: u32) {
+    let m = info[0];
+    let n4 = info[1] / 4u;
+    let k4 = info[2] / 4u;
+    let col4 = (wid.x * {{LANES}}u + lane) * {{COLS}}u;
+    let row0 = (wid.y * {{WY}}u + subgroup) * {{ROWS}}u;
+{{SETUP}}
+    for (var k = 0u; k < k4; k = k + 1u) {
+{{STEP}}
+    }
+    let c_base = 0u;
+{{STORE}}
+}
+
 //! variant pack
 // Copies a row-major matrix of `info[0]` rows × `info[1]` vec4 columns, starting at vec4
 // `info[2]` of `src`, into the rgba32float texture `dst` (texel (column, row)).

@@ -1,4 +1,4 @@
-//! Writes every generated kernel that runs without `shader-f16` as JSON (label and
+//! Writes every generated kernel that runs without `shader-f16` and subgroups as JSON (label and
 //! source), for the browser test that compiles each one with Chromium's WebGPU:
 //! `cargo run -p sluice-tests --example kernels -- OUT.json`.
 
@@ -11,7 +11,7 @@ fn main() {
     };
     let portable: Vec<_> = generated_kernels()
         .into_iter()
-        .filter(|k| !k.needs_f16)
+        .filter(|k| !k.needs_f16 && !k.needs_subgroups)
         .collect();
     let text = serde_json::to_string(&portable).expect("kernels serialise");
     if let Err(e) = std::fs::write(&out, text) {

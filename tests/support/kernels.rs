@@ -1,8 +1,8 @@
 //! Every WGSL kernel the engine generates: for every case of the operator catalogue and
 //! the example and benchmark graphs, fused and unfused, on f32 and the three 16-bit
 //! paths, with every matmul variant the autotuner may choose. `tests/shaders.rs`
-//! validates them with naga; the `kernels` example hands the portable ones to the browser
-//! tests, which compile them with Chromium's WebGPU.
+//! validates them with naga; the `kernels` example hands the portable ones (no `shader-f16`,
+//! no subgroups) to the browser tests, which compile them with Chromium's WebGPU.
 
 use crate::op_cases::op_cases;
 use crate::{graph, root};
@@ -21,6 +21,9 @@ pub struct GeneratedKernel {
     pub source: String,
     /// Whether it needs the adapter feature `shader-f16` (native 16-bit storage).
     pub needs_f16: bool,
+    /// Whether it uses subgroup operations (native adapters only: browsers want
+    /// `enable subgroups;`, which naga does not parse).
+    pub needs_subgroups: bool,
 }
 
 /// The plan options every graph is planned with (the first three are f32 fused, f32
@@ -92,6 +95,7 @@ pub fn generated_kernels() -> Vec<GeneratedKernel> {
                         plan.steps[pass.step].node, pass.kernel.label, o.precision, o.half
                     ),
                     needs_f16: source.contains("enable f16;"),
+                    needs_subgroups: source.contains("@builtin(subgroup_invocation_id)"),
                     source,
                 });
             }

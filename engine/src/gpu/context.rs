@@ -24,6 +24,11 @@ pub struct AdapterSummary {
     pub timestamp_query: bool,
     /// Subgroup operations are available.
     pub subgroups: bool,
+    /// Lanes of every subgroup, where subgroup operations are available to Sluice's
+    /// kernels and the size does not vary (lavapipe: 8 at 256 bits). Browsers get none:
+    /// their WGSL needs `enable subgroups;`, which naga does not parse.
+    #[serde(default)]
+    pub subgroup_lanes: Option<u32>,
     /// Largest buffer, in bytes.
     pub max_buffer_size: u64,
     /// Largest storage binding, in bytes.
@@ -55,6 +60,10 @@ impl AdapterSummary {
             shader_f16: f.contains(wgpu::Features::SHADER_F16),
             timestamp_query: f.contains(wgpu::Features::TIMESTAMP_QUERY),
             subgroups: f.contains(wgpu::Features::SUBGROUP),
+            subgroup_lanes: (cfg!(not(target_arch = "wasm32"))
+                && f.contains(wgpu::Features::SUBGROUP)
+                && info.subgroup_min_size == info.subgroup_max_size)
+                .then_some(info.subgroup_min_size),
             max_buffer_size: l.max_buffer_size,
             max_storage_binding: l.max_storage_buffer_binding_size,
             max_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
@@ -217,6 +226,10 @@ impl GpuContext {
         // live in memory the device reads slowly.
         if adapter.get_info().device_type == wgpu::DeviceType::Cpu {
             wanted |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        }
+        // For the subgroup matmul variants (`MatmulVariant::runs_on`).
+        if summary.subgroup_lanes.is_some() {
+            wanted |= wgpu::Features::SUBGROUP;
         }
         let limits = adapter.limits();
         let (device, queue) = adapter

@@ -19,7 +19,7 @@ use super::mapped::MappedBuffer;
 use super::program::{lower_plan_tuned, Buffer, Pass, Program};
 use super::readback::{finish_map, map_read, start_map, wait_idle, MapPending};
 use super::texture;
-use super::tuning::Tuning;
+use super::tuning::{MatmulVariant, Tuning};
 use crate::error::RunError;
 use crate::exec::device::{CompileStats, Executable, TraceContext, Values};
 use crate::exec::input::{Input, Inputs};
@@ -321,6 +321,12 @@ fn check_limits(plan: &Plan, program: &Program, limits: &wgpu::Limits) -> Result
 /// problems it holds (measured now for classes the cache lacks).
 async fn tuned_program(ctx: &GpuContext, plan: &Plan) -> Result<Program, RunError> {
     if let Some(v) = ctx.autotuner.forced() {
+        // A variant this adapter cannot run gives way to the default.
+        let v = if super::variant_timing::fits(ctx, v) {
+            v
+        } else {
+            MatmulVariant::DEFAULT
+        };
         return lower_plan_tuned(plan, &Tuning::forced(v));
     }
     let defaults = Tuning::none();

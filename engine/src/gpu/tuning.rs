@@ -55,6 +55,20 @@ pub enum MatmulVariant {
         /// Workgroup height (along rows).
         wy: u32,
     },
+    /// Like [`MatmulVariant::Textured`], with each subgroup of `lanes` lanes sharing its
+    /// rows of A: a lane fetches `rows / lanes` texels of A per step and subgroup
+    /// broadcasts hand every row to every lane. Needs subgroups of exactly `lanes` lanes
+    /// (see [`MatmulVariant::runs_on`]); each subgroup is one row of the workgroup.
+    Subgroup {
+        /// Rows of C per invocation (a multiple of `lanes`).
+        rows: u32,
+        /// vec4 columns of C per invocation.
+        cols: u32,
+        /// Lanes per subgroup, the workgroup's width.
+        lanes: u32,
+        /// Subgroups per workgroup, its height.
+        wy: u32,
+    },
 }
 
 impl MatmulVariant {
@@ -67,7 +81,7 @@ impl MatmulVariant {
     };
 
     /// Every variant the autotuner tries.
-    pub const ALL: [MatmulVariant; 12] = [
+    pub const ALL: [MatmulVariant; 14] = [
         MatmulVariant::DEFAULT,
         MatmulVariant::Blocked {
             rows: 8,
@@ -130,6 +144,18 @@ impl MatmulVariant {
             wx: 8,
             wy: 8,
         },
+        MatmulVariant::Subgroup {
+            rows: 16,
+            cols: 4,
+            lanes: 8,
+            wy: 8,
+        },
+        MatmulVariant::Subgroup {
+            rows: 32,
+            cols: 4,
+            lanes: 8,
+            wy: 8,
+        },
     ];
 
     /// Its name in the tuning cache and reports, e.g. `blocked 4x1 8x8`, `tiled 64x64`.
@@ -142,6 +168,12 @@ impl MatmulVariant {
             MatmulVariant::Textured { rows, cols, wx, wy } => {
                 format!("textured {rows}x{cols} {wx}x{wy}")
             }
+            MatmulVariant::Subgroup {
+                rows,
+                cols,
+                lanes,
+                wy,
+            } => format!("subgroup {rows}x{cols} {lanes}x{wy}"),
         }
     }
 
@@ -150,13 +182,39 @@ impl MatmulVariant {
         MatmulVariant::ALL.into_iter().find(|v| v.name() == name)
     }
 
-    /// Invocations per workgroup.
-    pub fn invocations(&self) -> u32 {
+    /// Workgroup width and height (a subgroup variant's workgroup is one-dimensional in
+    /// WGSL, `lanes × wy` invocations, seen as `wy` rows of `lanes`).
+    pub fn workgroup(&self) -> (u32, u32) {
         match *self {
             MatmulVariant::Blocked { wx, wy, .. } | MatmulVariant::Textured { wx, wy, .. } => {
-                wx * wy
+                (wx, wy)
             }
-            MatmulVariant::Tiled => 256,
+            MatmulVariant::Subgroup { lanes, wy, .. } => (lanes, wy),
+            MatmulVariant::Tiled => (16, 16),
+        }
+    }
+
+    /// Invocations per workgroup.
+    pub fn invocations(&self) -> u32 {
+        let (x, y) = self.workgroup();
+        x * y
+    }
+
+    /// Whether it reads A and B from textures that pack passes fill first.
+    pub fn textured(&self) -> bool {
+        matches!(
+            self,
+            MatmulVariant::Textured { .. } | MatmulVariant::Subgroup { .. }
+        )
+    }
+
+    /// Whether an adapter whose subgroups have exactly `subgroup_lanes` lanes (`None`:
+    /// no subgroup operations, or a size that varies) can run it: only subgroup variants
+    /// ask for anything.
+    pub fn runs_on(&self, subgroup_lanes: Option<u32>) -> bool {
+        match *self {
+            MatmulVariant::Subgroup { lanes, .. } => subgroup_lanes == Some(lanes),
+            _ => true,
         }
     }
 }
@@ -170,7 +228,7 @@ pub fn vectorised(p: &Problem) -> bool {
 /// The longest texture side every WebGPU adapter allows (`maxTextureDimension2D`).
 pub const TEXTURE_SIDE: usize = 8192;
 
-/// Whether a vec4 problem can take a [`MatmulVariant::Textured`] kernel: one batch, and A
+/// Whether a vec4 problem can take a textured kernel ([`MatmulVariant::textured`]): one batch, and A
 /// (K/4 × M texels) and B (N/4 × K texels) within [`TEXTURE_SIDE`].
 pub fn textured_fits(p: &Problem) -> bool {
     vectorised(p)

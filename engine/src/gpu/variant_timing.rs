@@ -42,7 +42,7 @@ pub async fn tuned_variants(
                 None => continue,
             },
         };
-        if let Some(v) = MatmulVariant::parse(&record.chosen) {
+        if let Some(v) = MatmulVariant::parse(&record.chosen).filter(|&v| fits(ctx, v)) {
             out.insert(task.class, v);
         }
         tuner.remember(&adapter, &class, record, measured);
@@ -51,14 +51,16 @@ pub async fn tuned_variants(
 }
 
 /// Whether the adapter can run a variant at all.
-fn fits(ctx: &GpuContext, v: MatmulVariant) -> bool {
+pub fn fits(ctx: &GpuContext, v: MatmulVariant) -> bool {
     let l = &ctx.limits;
     let (x, y) = match v {
-        MatmulVariant::Blocked { wx, wy, .. } | MatmulVariant::Textured { wx, wy, .. } => (wx, wy),
-        MatmulVariant::Tiled => (16, 16),
+        // Declared one-dimensional in WGSL.
+        MatmulVariant::Subgroup { .. } => (v.invocations(), 1),
+        v => v.workgroup(),
     };
     let shared = if v == MatmulVariant::Tiled { 8192 } else { 0 };
-    v.invocations() <= l.max_compute_invocations_per_workgroup
+    v.runs_on(ctx.adapter.subgroup_lanes)
+        && v.invocations() <= l.max_compute_invocations_per_workgroup
         && x <= l.max_compute_workgroup_size_x
         && y <= l.max_compute_workgroup_size_y
         && shared <= l.max_compute_workgroup_storage_size
@@ -142,8 +144,7 @@ async fn time_variant(
     if !fits(ctx, variant) {
         return Ok(None);
     }
-    let textured = matches!(variant, MatmulVariant::Textured { .. });
-    if textured && !textured_fits(problem) {
+    if variant.textured() && !textured_fits(problem) {
         return Ok(None);
     }
     let (kernels, texture_sizes) = matmul_kernels(

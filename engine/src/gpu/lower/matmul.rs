@@ -90,11 +90,15 @@ fn vec4_binding(decls: &mut String, binding: u32, name: &str, storage: Storage, 
 }
 
 /// Where a register block reads A and B: storage buffers (`blocked`) or the textures the
-/// pack passes fill (`textured`).
+/// pack passes fill (`textured`; `subgroup` with each row of A fetched once per subgroup).
 #[derive(Clone, Copy, PartialEq)]
 enum Operands {
     Buffers,
     Textures,
+    /// Textures, each row of A fetched by one of `lanes` lanes and broadcast.
+    SubgroupTextures {
+        lanes: u32,
+    },
 }
 
 /// The statements of a register block of `rows` × `cols` vec4 columns (see the `blocked`
@@ -110,15 +114,30 @@ fn blocked(rows: u32, cols: u32, from: Operands) -> [(&'static str, String); 3] 
             "    let bc{c} = {base}min(col4 + {c}u, n4 - 1u);\n"
         ));
     }
+    let lanes = match from {
+        Operands::SubgroupTextures { lanes } => Some(lanes),
+        _ => None,
+    };
+    // With shared rows, fetch q of lane l is row row0 + q * lanes + l.
+    if let Some(lanes) = lanes {
+        for q in 0..rows.div_ceil(lanes) {
+            setup.push_str(&format!(
+                "    let rq{q} = min(row0 + {}u + lane, m - 1u);\n",
+                q * lanes
+            ));
+        }
+    }
     for r in 0..rows {
         let (base, stride) = if buffers {
             ("a_base + ", " * k4")
         } else {
             ("", "")
         };
-        setup.push_str(&format!(
-            "    let ra{r} = {base}min(row0 + {r}u, m - 1u){stride};\n"
-        ));
+        if lanes.is_none() {
+            setup.push_str(&format!(
+                "    let ra{r} = {base}min(row0 + {r}u, m - 1u){stride};\n"
+            ));
+        }
         for c in 0..cols {
             setup.push_str(&format!("    var acc{r}_{c} = {acc}(0.0);\n"));
         }
@@ -138,11 +157,18 @@ fn blocked(rows: u32, cols: u32, from: Operands) -> [(&'static str, String); 3] 
             step.push_str(&format!("        let b{c}_{j} = {acc}({load});\n"));
         }
     }
+    if let Some(lanes) = lanes {
+        for q in 0..rows.div_ceil(lanes) {
+            step.push_str(&format!(
+                "        let aq{q} = textureLoad(tex_a, vec2<u32>(k, rq{q}), 0);\n"
+            ));
+        }
+    }
     for r in 0..rows {
-        let load = if buffers {
-            format!("ld4_a(ra{r} + k)")
-        } else {
-            format!("textureLoad(tex_a, vec2<u32>(k, ra{r}), 0)")
+        let load = match (from, lanes) {
+            (Operands::Buffers, _) => format!("ld4_a(ra{r} + k)"),
+            (_, Some(lanes)) => format!("subgroupBroadcast(aq{}, {}u)", r / lanes, r % lanes),
+            _ => format!("textureLoad(tex_a, vec2<u32>(k, ra{r}), 0)"),
         };
         step.push_str(&format!("        let a{r} = {acc}({load});\n"));
         for c in 0..cols {
@@ -163,7 +189,7 @@ fn blocked(rows: u32, cols: u32, from: Operands) -> [(&'static str, String); 3] 
 }
 
 /// The kernels of a matmul problem and the textures they stage A and B in (none unless
-/// the variant is [`MatmulVariant::Textured`]); `bias` binds the weight slot after B;
+/// the variant is [`MatmulVariant::textured`]); `bias` binds the weight slot after B;
 /// `variant` says how vec4 kernels share out C (problems without vec4 loads take the
 /// scalar kernel; a textured variant the problem does not fit takes the default).
 pub fn matmul_kernels(
@@ -175,12 +201,12 @@ pub fn matmul_kernels(
     variant: MatmulVariant,
 ) -> Result<(Vec<Kernel>, Vec<[u32; 2]>), String> {
     let variant = match variant {
-        MatmulVariant::Textured { .. } if !textured_fits(p) => MatmulVariant::DEFAULT,
+        v if v.textured() && !textured_fits(p) => MatmulVariant::DEFAULT,
         v => v,
     };
     let product = matmul_kernel(p, b_slot, bias, epilogue, types, variant)?;
     // A textured variant here fits, so the problem is vectorised.
-    if !matches!(variant, MatmulVariant::Textured { .. }) {
+    if !variant.textured() {
         return Ok((vec![product], Vec::new()));
     }
     let (k4, n4) = (p.k / 4, p.n / 4);
@@ -236,7 +262,7 @@ fn matmul_kernel(
     let vec4 = vectorised(p);
     let acc = if types.f16_accumulate { "f16" } else { "f32" };
     let mut decls = String::from("@group(0) @binding(0) var<storage, read> info: array<u32>;\n");
-    let textured = matches!(variant, MatmulVariant::Textured { .. });
+    let textured = variant.textured();
     let mut slots = if textured && vec4 {
         vec![Slot::Texture(0), Slot::Texture(1), Slot::Output(0)]
     } else {
@@ -279,6 +305,26 @@ fn matmul_kernel(
                     p.m.div_ceil((rows * wy) as usize),
                 );
                 (if textured { "textured" } else { "blocked" }, marks, groups)
+            }
+            MatmulVariant::Subgroup {
+                rows,
+                cols,
+                lanes,
+                wy,
+            } => {
+                let mut marks = blocked(rows, cols, Operands::SubgroupTextures { lanes }).to_vec();
+                marks.extend([
+                    ("ROWS", rows.to_string()),
+                    ("COLS", cols.to_string()),
+                    ("LANES", lanes.to_string()),
+                    ("WY", wy.to_string()),
+                    ("INVOCATIONS", (lanes * wy).to_string()),
+                ]);
+                let groups = (
+                    n4.div_ceil((cols * lanes) as usize),
+                    p.m.div_ceil((rows * wy) as usize),
+                );
+                ("subgroup", marks, groups)
             }
             MatmulVariant::Tiled => ("tiled", Vec::new(), (n4.div_ceil(16), p.m.div_ceil(64))),
         };
