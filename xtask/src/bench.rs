@@ -305,10 +305,13 @@ pub fn bench(root: &Path, only: &[String]) -> Result<()> {
 }
 
 /// What per-pass timing costs: W3 and W2 (batch 256) with the default sampled timestamp
-/// queries, with every micro-batch timed and with none, alternating over three rounds,
-/// medians, and the differences to none in percent. Each run measures for about a second
-/// (200 chains, 80 batches): over 20 chains (30 ms) the machine's own jitter moved runs
-/// by ±25%, far more than the cost measured.
+/// queries, with every micro-batch timed and with none, over [`TELEMETRY_ROUNDS`] rounds.
+/// Each round runs the three modes back to back (in alternating order, so that a drift
+/// within a round does not always favour one mode) and the cost of a mode is the median
+/// over rounds of its difference to untimed in the same round: this machine's speed drifts
+/// by ±15% between runs seconds apart, far more than the cost measured, and pairing within
+/// a round cancels most of that. Each run measures for about a second (200 chains, 80
+/// batches).
 fn telemetry_cost(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
     let (w3, w2) = (g("w3_chain"), g("w2_mlp"));
     let mut out = serde_json::Map::new();
@@ -322,17 +325,31 @@ fn telemetry_cost(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
     ] {
         let modes = ["sampled", "every", "off"];
         let mut times: [Vec<f64>; 3] = Default::default();
-        for _ in 0..3 {
-            for (mode, into) in modes.iter().zip(times.iter_mut()) {
+        for round in 0..TELEMETRY_ROUNDS {
+            let mut order = [0, 1, 2];
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
                 let mut a = args.clone();
-                if *mode != "sampled" {
-                    a.extend(["--pass-timing", mode]);
+                if modes[i] != "sampled" {
+                    a.extend(["--pass-timing", modes[i]]);
                 }
                 let r = sluice_json(s, &a)?;
                 let per_sample = f(&r, &["metrics", "wall_ns"]) / f(&r, &["metrics", "samples"]);
-                into.push(per_sample * per / 1e6);
+                times[i].push(per_sample * per / 1e6);
             }
         }
+        // Percent over untimed, round by round.
+        let cost = |mode: &[f64]| {
+            let mut d: Vec<f64> = mode
+                .iter()
+                .zip(&times[2])
+                .map(|(t, off)| 100.0 * (t - off) / off)
+                .collect();
+            median(&mut d)
+        };
+        let (sampled_cost, every_cost) = (cost(&times[0]), cost(&times[1]));
         let [sampled, every, off] = times.map(|mut v| median(&mut v));
         out.insert(
             name.into(),
@@ -340,13 +357,17 @@ fn telemetry_cost(s: &str, g: &dyn Fn(&str) -> String) -> Result<Value> {
                 "sampled": sampled,
                 "every": every,
                 "untimed": off,
-                "cost_percent": 100.0 * (sampled - off) / off,
-                "every_cost_percent": 100.0 * (every - off) / off,
+                "cost_percent": sampled_cost,
+                "every_cost_percent": every_cost,
+                "rounds": TELEMETRY_ROUNDS,
             }),
         );
     }
     Ok(Value::Object(out))
 }
+
+/// Rounds of [`telemetry_cost`].
+const TELEMETRY_ROUNDS: usize = 7;
 
 /// The median of `v`, which it sorts (NaN when empty).
 pub(crate) fn median(v: &mut [f64]) -> f64 {
