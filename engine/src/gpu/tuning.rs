@@ -381,3 +381,37 @@ impl Tuning {
         self.met.borrow().clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_is_found_by_its_name() {
+        for v in MatmulVariant::ALL {
+            assert_eq!(MatmulVariant::parse(&v.name()), Some(v), "{}", v.name());
+        }
+        assert_eq!(MatmulVariant::parse("subgroup 16x4 4x8"), None);
+    }
+
+    #[test]
+    fn only_subgroup_variants_ask_for_subgroups_of_their_lane_count() {
+        let sg = MatmulVariant::Subgroup {
+            rows: 16,
+            cols: 4,
+            lanes: 8,
+            wy: 8,
+        };
+        assert!(sg.runs_on(Some(8)));
+        assert!(!sg.runs_on(Some(16)));
+        assert!(!sg.runs_on(None));
+        assert!(sg.textured());
+        assert_eq!(sg.invocations(), 64);
+        for v in MatmulVariant::ALL
+            .into_iter()
+            .filter(|v| !matches!(v, MatmulVariant::Subgroup { .. }))
+        {
+            assert!(v.runs_on(None), "{}", v.name());
+        }
+    }
+}

@@ -466,4 +466,28 @@ mod tests {
         assert!(textures.is_empty());
         assert_eq!(ks[0].label, "matmul scalar");
     }
+
+    #[test]
+    fn a_subgroup_product_fetches_each_row_of_a_once_per_subgroup() {
+        let v = MatmulVariant::Subgroup {
+            rows: 16,
+            cols: 4,
+            lanes: 8,
+            wy: 8,
+        };
+        let (ks, textures) = kernels(&problem(130, 68, 36, 1), v);
+        assert_eq!(textures, [[9, 130], [17, 36]]);
+        let product = &ks[2];
+        assert_eq!(product.label, "matmul vec4 subgroup 16x4 8x8");
+        // 17 vec4 columns in blocks of 4 × 8 lanes; 130 rows in 16 × 8 subgroups.
+        assert_eq!(product.workgroups, [1, 2, 1]);
+        let src = &product.source;
+        assert!(src.contains("@workgroup_size(64, 1, 1)"), "{src}");
+        // Two fetches of A per step (rows l and 8 + l of the subgroup's 16), 16 of B.
+        assert_eq!(src.matches("textureLoad(tex_a").count(), 2, "{src}");
+        assert_eq!(src.matches("textureLoad(tex_b").count(), 16, "{src}");
+        assert!(src.contains("subgroupBroadcast(aq0, 0u)"), "{src}");
+        assert!(src.contains("subgroupBroadcast(aq1, 7u)"), "{src}");
+        assert!(!src.contains("subgroupBroadcast(aq2"), "{src}");
+    }
 }
