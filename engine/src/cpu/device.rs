@@ -12,7 +12,7 @@ use super::eval;
 use crate::error::RunError;
 use crate::exec::dataset::{check_kept_inputs, check_plan_inputs};
 use crate::exec::device::{CompileStats, Device, Executable, TraceContext, Values};
-use crate::exec::input::{self, Inputs};
+use crate::exec::input::{Input, Inputs};
 use crate::plan::cost::Rates;
 use crate::plan::expr::{Expr, Operand};
 use crate::plan::{HalfStorage, Plan, Work};
@@ -203,18 +203,28 @@ impl CpuExecutable {
         Ok(t)
     }
 
-    /// The tensor of value `v` among computed storages (views reshape their source).
-    fn value(&self, storages: &HashMap<usize, Tensor>, v: usize) -> Result<Tensor, RunError> {
+    /// The tensor of value `v` among a micro-batch's storages (views reshape their
+    /// source), copied out.
+    fn value(&self, storages: &Storages<'_>, v: usize) -> Result<Tensor, RunError> {
         let value = self
             .plan
             .values
             .get(v)
             .ok_or_else(|| RunError::Internal(format!("value {v} does not exist")))?;
-        let t = storages
-            .get(&value.storage)
-            .or_else(|| self.resident.get(&value.storage))
-            .ok_or_else(|| RunError::Internal(format!("value '{}' not computed", value.name)))?;
-        self.reshaped(t.clone(), v)
+        let s = value.storage;
+        let t = match storages.computed.get(&s).or_else(|| self.resident.get(&s)) {
+            Some(t) => t.clone(),
+            None => match storages.borrowed.get(&s) {
+                Some(data) => Tensor::f32(value.shape.clone(), data.to_vec()),
+                None => {
+                    return Err(RunError::Internal(format!(
+                        "value '{}' not computed",
+                        value.name
+                    )))
+                }
+            },
+        };
+        self.reshaped(t, v)
     }
 
     /// Evaluates an expression's terms at the output's shape (pointwise operators commute
@@ -258,23 +268,25 @@ impl CpuExecutable {
     fn fast_step(
         &self,
         step: &crate::plan::Step,
-        storages: &HashMap<usize, Tensor>,
+        storages: &Storages<'_>,
         out_shapes: &[Vec<usize>],
     ) -> Option<Vec<Tensor>> {
         use crate::ops::{grad::GradOp, movement::MovementOp, Op};
         let operand = |v: usize| -> Option<super::fast::Operand32> {
             let value = self.plan.values.get(v)?;
-            let t = storages
-                .get(&value.storage)
-                .or_else(|| self.resident.get(&value.storage))?;
-            let TensorData::F32(data) = &t.data else {
-                return None;
+            let s = value.storage;
+            let data: &[f32] = match storages.computed.get(&s).or_else(|| self.resident.get(&s)) {
+                Some(t) => match &t.data {
+                    TensorData::F32(data) => data,
+                    _ => return None,
+                },
+                None => storages.borrowed.get(&s)?,
             };
             let numel = value
                 .shape
                 .iter()
                 .try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
-            (data.len() == numel).then_some((value.shape.as_slice(), data.as_slice()))
+            (data.len() == numel).then_some((value.shape.as_slice(), data))
         };
         let ins: Vec<_> = step
             .inputs
@@ -328,7 +340,7 @@ impl CpuExecutable {
     fn fast_step(
         &self,
         _step: &crate::plan::Step,
-        _storages: &HashMap<usize, Tensor>,
+        _storages: &Storages<'_>,
         _out_shapes: &[Vec<usize>],
     ) -> Option<Vec<Tensor>> {
         None
@@ -338,7 +350,7 @@ impl CpuExecutable {
     fn reference_step(
         &self,
         step: &crate::plan::Step,
-        storages: &HashMap<usize, Tensor>,
+        storages: &Storages<'_>,
         out_shapes: &[Vec<usize>],
     ) -> Result<Vec<Tensor>, RunError> {
         let ins: Vec<Tensor> = step
@@ -399,15 +411,15 @@ impl CpuExecutable {
     fn compute(
         &self,
         m: usize,
-        mut inputs: Values,
+        mut inputs: Inputs<'_>,
         trace: &TraceContext<'_>,
         events: &mut Vec<Event>,
     ) -> Result<Values, RunError> {
-        let mut storages: HashMap<usize, Tensor> = HashMap::new();
+        let mut storages = Storages::default();
         for (name, v) in &self.plan.inputs {
             let t0 = now_ns();
             let value = &self.plan.values[*v];
-            let Some(t) = inputs.remove(name) else {
+            let Some(input) = inputs.remove(name) else {
                 if self.kept.contains(name) {
                     continue;
                 }
@@ -416,7 +428,21 @@ impl CpuExecutable {
                     message: "missing".into(),
                 });
             };
-            storages.insert(value.storage, stored(t, value.layout));
+            // Samples lying in one piece of the dataset are read where they are (16-bit
+            // storage rounds, so it takes a copy).
+            let in_place = match &input {
+                Input::Rows(rows) if !value.layout.is_half() => rows.contiguous(),
+                _ => None,
+            };
+            match in_place {
+                Some(data) => {
+                    storages.borrowed.insert(value.storage, data);
+                }
+                None => {
+                    let t = stored(input.into_tensor(), value.layout);
+                    storages.computed.insert(value.storage, t);
+                }
+            }
             let e = trace.event(m, name.clone(), trace.input_kind(name), t0, now_ns());
             trace.record(events, e);
         }
@@ -438,7 +464,9 @@ impl CpuExecutable {
             };
             for (&v, t) in step.outputs.iter().zip(outs) {
                 let value = &self.plan.values[v];
-                storages.insert(value.storage, stored(t, value.layout));
+                storages
+                    .computed
+                    .insert(value.storage, stored(t, value.layout));
             }
             let e = trace.event(m, step.label(), EventKind::Compute, t0, now_ns());
             trace.record(events, e);
@@ -452,7 +480,7 @@ impl CpuExecutable {
                 .iter()
                 .any(|(_, w)| self.plan.values[*w].storage == storage);
             let owned = if last_reader {
-                storages.remove(&storage)
+                storages.computed.remove(&storage)
             } else {
                 None
             };
@@ -467,6 +495,15 @@ impl CpuExecutable {
         trace.record(events, e);
         Ok(outs)
     }
+}
+
+/// A micro-batch's storages: the tensors its steps computed (and inputs taken as tensors
+/// of their own), and inputs read in place from the dataset. Computed ones come first: a
+/// storage the memory plan reuses holds its newest value there.
+#[derive(Default)]
+struct Storages<'d> {
+    computed: HashMap<usize, Tensor>,
+    borrowed: HashMap<usize, &'d [f32]>,
 }
 
 /// Keeps every weight of `plan` in `resident`, rounded to its storage.
@@ -503,11 +540,12 @@ impl Executable for CpuExecutable {
     ) -> Result<(), RunError> {
         check_plan_inputs(&self.plan, &inputs, &self.kept)?;
         // A kept input given again replaces the kept value (as it does on a GPU).
-        let mut inputs = input::into_values(inputs);
+        let mut inputs = inputs;
         let given_kept: Values = self
             .kept
             .iter()
             .filter_map(|name| inputs.remove_entry(name))
+            .map(|(name, input)| (name, input.into_tensor()))
             .collect();
         self.keep(given_kept);
         let outs = self.compute(m, inputs, trace, events)?;

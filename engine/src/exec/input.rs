@@ -44,6 +44,14 @@ impl<'d> Rows<'d> {
         shape
     }
 
+    /// The samples' elements as one slice of the dataset, where they lie side by side
+    /// (cut along the first axis, or all of it): what a host device reads in place.
+    pub fn contiguous(&self) -> Option<&'d [f32]> {
+        let mut runs = self.runs();
+        let first = runs.next()?;
+        runs.next().is_none().then_some(first)
+    }
+
     /// The samples' elements as contiguous runs, in order: one per index of the axes
     /// before `axis`.
     pub fn runs(&self) -> impl Iterator<Item = &'d [f32]> {
@@ -162,6 +170,12 @@ mod tests {
             assert_eq!(rows.to_tensor(), want, "axis {axis} {from}..{to}");
             assert_eq!(rows.shape(), want.shape);
             let joined: Vec<f32> = rows.runs().flatten().copied().collect();
+            // Only a cut along the first axis lies in one piece.
+            let one_piece = rows.contiguous().map(<[f32]>::to_vec);
+            assert_eq!(one_piece.is_some(), axis == 0, "axis {axis}");
+            if let Some(piece) = one_piece {
+                assert_eq!(piece, joined);
+            }
             assert_eq!(TensorData::F32(joined), want.data);
         }
     }
