@@ -15,10 +15,20 @@ use crate::ops::reduce::{ReduceKind, ReduceOp};
 use crate::ops::Op;
 use crate::plan::expr::{Expr, Operand, Term};
 use rayon::prelude::*;
+use std::cell::RefCell;
 
 /// Output elements per chunk of a fused unit: each thread evaluates whole chunks, every
 /// term of the unit over one chunk before the next, so a chunk's terms stay in cache.
 const CHUNK: usize = 2048;
+
+thread_local! {
+    /// Each thread's term buffers for [`evaluate`], kept from chunk to chunk (allocating
+    /// and zeroing them per chunk cost as much as a cheap term).
+    static TERM_BUFFERS: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+    /// Each thread's piece buffer for [`fused_reduce`], kept from call to call: a fresh
+    /// one is a fresh mapping of 256 KiB, page faults and zeroing included.
+    static PIECE_BUFFER: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// An f32 operand: its shape and elements.
 pub(crate) type Operand32<'a> = (&'a [usize], &'a [f32]);
@@ -291,17 +301,17 @@ pub(crate) fn fused_reduce(
     let sums = (0..numel / block).into_par_iter().map(|row| {
         let partial: Vec<f64> = (0..pieces)
             .into_par_iter()
-            .map_init(
-                || vec![0.0f32; PIECE.min(block)],
-                |buffer, p| {
-                    let start = row * block + p * PIECE;
-                    let piece = &mut buffer[..PIECE.min(block - p * PIECE)];
-                    for (c, chunk) in piece.chunks_mut(CHUNK).enumerate() {
-                        evaluate_widest(&steps, &slots, start + c * CHUNK, chunk);
-                    }
-                    lane_sum(piece)
-                },
-            )
+            .map(|p| {
+                let mut buffer = PIECE_BUFFER.take();
+                buffer.resize(PIECE.min(block - p * PIECE), 0.0);
+                let start = row * block + p * PIECE;
+                for (c, chunk) in buffer.chunks_mut(CHUNK).enumerate() {
+                    evaluate_widest(&steps, &slots, start + c * CHUNK, chunk);
+                }
+                let sum = lane_sum(&buffer);
+                PIECE_BUFFER.set(buffer);
+                sum
+            })
             .collect();
         (partial.iter().sum::<f64>() * scale) as f32
     });
@@ -375,7 +385,13 @@ fn slots(steps: &[Step]) -> Vec<usize> {
 fn evaluate(steps: &[Step], slot_of: &[usize], start: usize, chunk: &mut [f32]) {
     let len = chunk.len();
     let count = slot_of.iter().max().map_or(0, |m| m + 1);
-    let mut buffers: Vec<Vec<f32>> = (0..count).map(|_| vec![0.0f32; len]).collect();
+    // Every term writes all of its buffer before any reads it: what a reused buffer held
+    // is never read.
+    let mut buffers = TERM_BUFFERS.take();
+    buffers.resize_with(count, Vec::new);
+    for b in &mut buffers {
+        b.resize(len, 0.0);
+    }
     let mut rows = [Vec::new(), Vec::new()];
     for (t, step) in steps.iter().enumerate() {
         let mut dst = std::mem::take(&mut buffers[slot_of[t]]);
@@ -410,6 +426,7 @@ fn evaluate(steps: &[Step], slot_of: &[usize], start: usize, chunk: &mut [f32]) 
         buffers[slot_of[t]] = dst;
     }
     chunk.copy_from_slice(&buffers[slot_of[steps.len() - 1]]);
+    TERM_BUFFERS.set(buffers);
 }
 
 /// `dst[i] = f(x[i])`, the loop monomorphised per operator so it vectorises.
