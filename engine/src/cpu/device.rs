@@ -211,18 +211,15 @@ impl CpuExecutable {
             .values
             .get(v)
             .ok_or_else(|| RunError::Internal(format!("value {v} does not exist")))?;
-        let s = value.storage;
-        let t = match storages.computed.get(&s).or_else(|| self.resident.get(&s)) {
-            Some(t) => t.clone(),
-            None => match storages.borrowed.get(&s) {
-                Some(data) => Tensor::f32(value.shape.clone(), data.to_vec()),
-                None => {
-                    return Err(RunError::Internal(format!(
-                        "value '{}' not computed",
-                        value.name
-                    )))
-                }
-            },
+        let t = match storages.find(&self.resident, value.storage) {
+            Some(Found::Tensor(t)) => t.clone(),
+            Some(Found::InPlace(data)) => Tensor::f32(value.shape.clone(), data.to_vec()),
+            None => {
+                return Err(RunError::Internal(format!(
+                    "value '{}' not computed",
+                    value.name
+                )))
+            }
         };
         self.reshaped(t, v)
     }
@@ -274,13 +271,12 @@ impl CpuExecutable {
         use crate::ops::{grad::GradOp, movement::MovementOp, Op};
         let operand = |v: usize| -> Option<super::fast::Operand32> {
             let value = self.plan.values.get(v)?;
-            let s = value.storage;
-            let data: &[f32] = match storages.computed.get(&s).or_else(|| self.resident.get(&s)) {
-                Some(t) => match &t.data {
+            let data: &[f32] = match storages.find(&self.resident, value.storage)? {
+                Found::Tensor(t) => match &t.data {
                     TensorData::F32(data) => data,
                     _ => return None,
                 },
-                None => storages.borrowed.get(&s)?,
+                Found::InPlace(data) => data,
             };
             let numel = value
                 .shape
@@ -504,6 +500,24 @@ impl CpuExecutable {
 struct Storages<'d> {
     computed: HashMap<usize, Tensor>,
     borrowed: HashMap<usize, &'d [f32]>,
+}
+
+/// Where a storage's value is.
+enum Found<'a> {
+    /// A tensor computed this micro-batch, or resident (weights, constants, kept inputs).
+    Tensor(&'a Tensor),
+    /// An input read in place from the dataset.
+    InPlace(&'a [f32]),
+}
+
+impl Storages<'_> {
+    /// Storage `s`: computed this micro-batch, else resident, else read in place.
+    fn find<'a>(&'a self, resident: &'a HashMap<usize, Tensor>, s: usize) -> Option<Found<'a>> {
+        if let Some(t) = self.computed.get(&s).or_else(|| resident.get(&s)) {
+            return Some(Found::Tensor(t));
+        }
+        self.borrowed.get(&s).map(|data| Found::InPlace(data))
+    }
 }
 
 /// Keeps every weight of `plan` in `resident`, rounded to its storage.

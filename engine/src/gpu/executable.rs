@@ -746,6 +746,7 @@ impl GpuExecutable {
     /// one compute pass before the first dispatch and after each (see
     /// [`Timestamps::bounds`]) where the adapter allows it, else each dispatch becomes its
     /// own timestamped compute pass.
+    ///
     /// Passes with `skip[i]` set are left out (their timestamps are still written, so a
     /// left-out pass reports no time).
     fn encode_passes(
