@@ -48,6 +48,16 @@ fn value(idx: u32) -> f32 {
 //! variant pool
 // info = [N×C, H, W, OH, OW, KH, KW, stride h, stride w, pad top, pad left, dilation h,
 //         dilation w, count_include_pad, pad bottom, pad right]
+// The maximum propagates NaN (as onnxruntime's and PyTorch's), tested on the bits, which
+// no compiler may assume away; WGSL's max may return the other operand.
+fn sl_pool_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn sl_pool_max(a: f32, b: f32) -> f32 {
+    return select(select(max(a, b), b, sl_pool_nan(b)), a, sl_pool_nan(a));
+}
+
 fn value(idx: u32) -> f32 {
     let h = i32(info[1]);
     let w = i32(info[2]);
@@ -60,7 +70,9 @@ fn value(idx: u32) -> f32 {
     let iw0 = i32(ow * info[8]) - i32(info[10]);
     let pb = i32(info[14]);
     let pr = i32(info[15]);
-    var best = -3.4028234e38;
+    // -∞ made at run time (browsers refuse a non-finite constant expression).
+    var neg_inf_bits = 0xff800000u;
+    var best = bitcast<f32>(neg_inf_bits);
     var sum = 0.0;
     var valid = 0u;
     var padded = 0u;
@@ -73,7 +85,7 @@ fn value(idx: u32) -> f32 {
             }
             if (ih >= 0 && ih < h && iw >= 0 && iw < w) {
                 let v = ld_src(plane + u32(ih * w + iw));
-                best = max(best, v);
+                best = sl_pool_max(best, v);
                 sum = sum + v;
                 valid = valid + 1u;
             }

@@ -30,21 +30,64 @@ fn sl_sigmoid(x: f32) -> f32 {
     return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
 }
 
+fn sl_nan_bits(v: f32) -> bool {
+    // NaN by its bits, which no compiler may assume away (`v != v` may be folded).
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn sl_maximum(a: f32, b: f32) -> f32 {
+    // IEEE 754-2019 maximum: NaN when either operand is (WGSL's max may return the other).
+    return select(select(max(a, b), b, sl_nan_bits(b)), a, sl_nan_bits(a));
+}
+
+fn sl_minimum(a: f32, b: f32) -> f32 {
+    // IEEE 754-2019 minimum: NaN when either operand is.
+    return select(select(min(a, b), b, sl_nan_bits(b)), a, sl_nan_bits(a));
+}
+
 fn sl_pow(x: f32, y: f32) -> f32 {
-    // WGSL pow is undefined for x < 0; integral exponents of negative bases are exact here.
-    if (y == 0.0) {
+    // C's pow (C99 Annex F.9.4.4), as the CPU reference: WGSL's pow is exp2(y·log2(x)),
+    // undefined for x < 0 and for x = 0 with y <= 0, so every special case is spelled out.
+    // Non-finite results are made at run time from bits: browsers (Tint) refuse a
+    // non-finite constant expression.
+    var inf_bits = 0x7f800000u;
+    var nan_bits = 0x7fc00000u;
+    let inf = bitcast<f32>(inf_bits);
+    let nan = bitcast<f32>(nan_bits);
+    let ax = abs(x);
+    // pow(x, ±0) = 1 even for NaN x; pow(1, y) = 1 even for NaN y.
+    if (y == 0.0 || x == 1.0) {
         return 1.0;
     }
-    if (x >= 0.0) {
-        return pow(x, y);
+    if (sl_nan_bits(x) || sl_nan_bits(y)) {
+        return nan;
     }
-    if (y != trunc(y)) {
-        // A quiet NaN made at run time: browsers (Tint) refuse a NaN constant expression.
-        var nan_bits = 0x7fc00000u;
-        return bitcast<f32>(nan_bits);
+    if ((bitcast<u32>(y) & 0x7fffffffu) == inf_bits) {
+        // pow(-1, ±∞) = 1; |x| < 1 gives +∞ for -∞ and +0 for +∞, |x| > 1 the other way.
+        if (ax == 1.0) {
+            return 1.0;
+        }
+        return select(0.0, inf, (ax < 1.0) == (y < 0.0));
     }
-    let p = pow(-x, y);
-    return select(p, -p, abs(y % 2.0) == 1.0);
+    // y / 2 is exact (a power of two): an odd integer halves to a fraction (every f32 of
+    // magnitude 2^24 or more is an even integer).
+    let integer = trunc(y) == y;
+    let half_y = y * 0.5;
+    let odd = integer && trunc(half_y) != half_y;
+    // The sign of x where the exponent is an odd integer, else +.
+    let sign = select(0u, bitcast<u32>(x) & 0x80000000u, odd);
+    if (x == 0.0) {
+        // ±0 with an odd integer exponent keeps its sign: ±∞ below 0, ±0 above.
+        return bitcast<f32>(sign | select(0u, inf_bits, y < 0.0));
+    }
+    if ((bitcast<u32>(x) & 0x7fffffffu) == inf_bits) {
+        // ±∞: ±0 for y < 0, ±∞ for y > 0, signed as above.
+        return bitcast<f32>(sign | select(inf_bits, 0u, y < 0.0));
+    }
+    if (x < 0.0 && !integer) {
+        return nan;
+    }
+    return bitcast<f32>(sign | bitcast<u32>(pow(ax, y)));
 }
 
 fn sl_softplus(x: f32) -> f32 {
@@ -55,7 +98,7 @@ fn sl_softplus(x: f32) -> f32 {
     if (u < 0.0078125) {
         l = u * (1.0 - u * (0.5 - u * 0.33333333));
     }
-    return max(x, 0.0) + l;
+    return sl_maximum(x, 0.0) + l;
 }
 
 fn sl_swish_grad(x: f32, alpha: f32) -> f32 {
@@ -71,7 +114,8 @@ fn sl_mish_grad(x: f32) -> f32 {
 }
 
 fn sl_hard_sigmoid(x: f32, alpha: f32, beta: f32) -> f32 {
-    return max(min(alpha * x + beta, 1.0), 0.0);
+    // NaN stays NaN.
+    return sl_maximum(sl_minimum(alpha * x + beta, 1.0), 0.0);
 }
 
 fn sl_nonfinite(v: f32) -> bool {

@@ -110,21 +110,15 @@ impl Tensor {
     }
 
     /// The bytes of this tensor in a device storage, borrowed where they are the tensor's
-    /// own (f32 in f32, i32); f32 values beyond the f16 range saturate to ±65504 when stored
-    /// as 16-bit floats.
+    /// own (f32 in f32, i32); f32 values stored as 16-bit floats round to nearest with ties
+    /// to even, and beyond the f16 range to ±∞ (as a kernel's 16-bit store, `cast` to f16
+    /// and PyTorch's `.half()` do; NaN stays NaN).
     pub fn to_storage_bytes(&self, storage: Storage) -> std::borrow::Cow<'_, [u8]> {
         match (storage, &self.data) {
             (Storage::F16 | Storage::Packed, TensorData::F32(v)) => {
                 let mut out: Vec<u8> = v
                     .iter()
-                    .flat_map(|&x| {
-                        let clamped = if x.is_nan() {
-                            x
-                        } else {
-                            x.clamp(-65504.0, 65504.0)
-                        };
-                        half::f16::from_f32(clamped).to_le_bytes()
-                    })
+                    .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
                     .collect();
                 out.resize(storage.bytes(v.len()) as usize, 0);
                 out.into()

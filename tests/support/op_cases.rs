@@ -835,6 +835,9 @@ pub fn op_cases() -> Vec<OpCase> {
         ("bool", "f32"),
         ("bool", "i32"),
         ("bool", "bool"),
+        ("f32", "f16"),
+        ("f32", "bf16"),
+        ("i32", "f16"),
     ] {
         let mut c = case(
             format!("cast {from} to {to}"),
@@ -867,7 +870,11 @@ pub fn op_cases() -> Vec<OpCase> {
         if from == "i32" {
             // Beyond 2^24 where the result stays an integer; within f16 where it is a
             // float the 16-bit paths store.
-            let scale = if to == "f32" { 331 } else { 1_000_003 };
+            let scale = if matches!(to, "f32" | "f16") {
+                331
+            } else {
+                1_000_003
+            };
             let values: Vec<i32> = (0..201).map(|i| (i - 100) * scale).collect();
             c.ints = vec![("x", values)];
         }

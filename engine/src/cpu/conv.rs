@@ -109,7 +109,7 @@ pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result
                 for oh in 0..oh_n {
                     for ow in 0..ow_n {
                         let (mut best, mut sum, mut valid, mut padded) =
-                            (T::F::LOWEST, T::F::ZERO, 0usize, 0usize);
+                            (T::F::NEG_INFINITY, T::F::ZERO, 0usize, 0usize);
                         for kh in 0..win.kernel[0] {
                             let ih = (oh * win.strides[0] + kh * win.dilations[0]) as i64
                                 - win.pads[0] as i64;
@@ -123,7 +123,8 @@ pub fn eval<T: Host>(op: &ConvOp, x: &T, params: &[&T], out: &[usize]) -> Result
                                 padded += usize::from(in_pad);
                                 if ih >= 0 && ih < h as i64 && iw >= 0 && iw < w as i64 {
                                     let a = v[(plane * h + ih as usize) * w + iw as usize];
-                                    best = best.max(a);
+                                    // NaN-propagating, as onnxruntime's and PyTorch's.
+                                    best = best.maximum(a);
                                     sum += a;
                                     valid += 1;
                                 }

@@ -4,7 +4,7 @@
 use super::{unravel, Float, Host};
 use crate::dtype::DType;
 use crate::ops::convert::{
-    dropout_keeps, dropout_scale, dropout_threshold, Comparison, ConvertOp, Logic,
+    dropout_keeps, dropout_scale, dropout_threshold, Comparison, ConvertOp, HalfFormat, Logic,
 };
 use crate::shape::{broadcast_strides, numel};
 
@@ -17,7 +17,13 @@ pub fn eval<T: Host>(op: &ConvertOp, inputs: &[&T], out: &[usize]) -> Result<T, 
             T::from_bools(out.to_vec(), compare(*c, *x, *b, out)?)
         }
         ConvertOp::Logic(l) => T::from_bools(out.to_vec(), logic(*l, inputs, out)?),
-        ConvertOp::Cast { to } => cast(*x, *to, out.to_vec()),
+        ConvertOp::Cast { to, round_to } => {
+            let y = cast(*x, *to, out.to_vec());
+            match round_to {
+                Some(half) => round(&y, *half)?,
+                None => y,
+            }
+        }
         ConvertOp::OneHot { depth } => {
             let Some(idx) = x.ints() else {
                 return Err("one_hot indices must be i32".into());
@@ -141,6 +147,16 @@ pub fn cast<T: Host>(x: &T, to: DType, shape: Vec<usize>) -> T {
         ),
         _ => x.reshaped(shape),
     }
+}
+
+/// Float elements rounded to a 16-bit format (and kept as floats).
+fn round<T: Host>(x: &T, half: HalfFormat) -> Result<T, String> {
+    let v = x.floats().ok_or("a rounding cast needs float values")?;
+    let rounded = v
+        .iter()
+        .map(|&f| T::F::from_f64(half.round(f.to_f64())))
+        .collect();
+    Ok(T::from_floats(x.shape().to_vec(), rounded))
 }
 
 /// `dropout_train`: x scaled where [`dropout_keeps`] keeps it, else 0.

@@ -1,6 +1,9 @@
 //! CPU reference of the elementwise family, with numpy broadcasting. i32 operands are
 //! computed as integers (wrapping on overflow; a division or remainder by 0 gives 0, as
-//! the WGSL kernel does), and `where` picks values of any dtype as they are.
+//! the WGSL kernel does), and `where` picks values of any dtype as they are. Floats follow
+//! IEEE: `pow` is C99's, and every operator built on a maximum or minimum (relu, clip,
+//! hard_sigmoid, hard_swish, max, min) gives NaN for a NaN operand, as PyTorch and
+//! onnxruntime do.
 
 use super::{floats, unravel, Float, Host};
 use crate::ops::elementwise::{Binary, ElementwiseOp, Unary, HARD_SWISH_ALPHA};
@@ -22,7 +25,7 @@ pub fn erf<F: Float>(x: F) -> F {
 pub fn unary<F: Float>(u: Unary, x: F) -> F {
     let (half, one) = (F::from_f32(0.5), F::ONE);
     match u {
-        Unary::Relu => x.max(F::ZERO),
+        Unary::Relu => x.maximum(F::ZERO),
         Unary::Sigmoid => sigmoid(x),
         Unary::Tanh => x.tanh(),
         Unary::Gelu { tanh: false } => half * x * (one + erf(x / F::SQRT_2)),
@@ -37,10 +40,10 @@ pub fn unary<F: Float>(u: Unary, x: F) -> F {
         Unary::Clip { min, max } => {
             let mut v = x;
             if let Some(lo) = min {
-                v = v.max(F::from_f32(lo));
+                v = v.maximum(F::from_f32(lo));
             }
             if let Some(hi) = max {
-                v = v.min(F::from_f32(hi));
+                v = v.minimum(F::from_f32(hi));
             }
             v
         }
@@ -103,12 +106,12 @@ pub fn sigmoid<F: Float>(x: F) -> F {
 
 /// ln(1 + eˣ) as max(x, 0) + ln(1 + e^−|x|), which never overflows.
 pub fn softplus<F: Float>(x: F) -> F {
-    x.max(F::ZERO) + (-x.abs()).exp().ln_1p()
+    x.maximum(F::ZERO) + (-x.abs()).exp().ln_1p()
 }
 
-/// max(0, min(1, alpha·x + beta)).
+/// max(0, min(1, alpha·x + beta)), NaN for NaN.
 pub fn hard_sigmoid<F: Float>(x: F, alpha: F, beta: F) -> F {
-    (alpha * x + beta).min(F::ONE).max(F::ZERO)
+    (alpha * x + beta).minimum(F::ONE).maximum(F::ZERO)
 }
 
 /// numpy's mod (`fmod` false: the divisor's sign) or C's fmod (the dividend's sign).
@@ -163,8 +166,8 @@ pub fn binary<F: Float>(b: Binary, x: F, y: F) -> F {
         Binary::Mul => x * y,
         Binary::Div => x / y,
         Binary::Pow => x.powf(y),
-        Binary::Max => x.max(y),
-        Binary::Min => x.min(y),
+        Binary::Max => x.maximum(y),
+        Binary::Min => x.minimum(y),
         Binary::Mod { fmod } => modulo(x, y, fmod),
         Binary::Prelu => {
             if x < F::ZERO {

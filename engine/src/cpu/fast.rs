@@ -406,7 +406,7 @@ fn evaluate(steps: &[Step], slot_of: &[usize], start: usize, chunk: &mut [f32]) 
             Step::Unary(u, x) => {
                 let x = at.values(x, row_x);
                 match u {
-                    Unary::Relu => map1(&mut dst, x, |v| v.max(0.0)),
+                    Unary::Relu => map1(&mut dst, x, relu),
                     Unary::Neg => map1(&mut dst, x, |v| -v),
                     Unary::Exp => map1(&mut dst, x, f32::exp),
                     _ => map1(&mut dst, x, |v| unary(u, v)),
@@ -427,6 +427,16 @@ fn evaluate(steps: &[Step], slot_of: &[usize], start: usize, chunk: &mut [f32]) 
     }
     chunk.copy_from_slice(&buffers[slot_of[steps.len() - 1]]);
     TERM_BUFFERS.set(buffers);
+}
+
+/// max(x, 0) with NaN staying NaN, as the reference's relu.
+#[inline(always)]
+fn relu(v: f32) -> f32 {
+    if v.is_nan() {
+        v
+    } else {
+        v.max(0.0)
+    }
 }
 
 /// `dst[i] = f(x[i])`, the loop monomorphised per operator so it vectorises.

@@ -27,8 +27,6 @@ pub trait Float:
     const ZERO: Self;
     /// 1.
     const ONE: Self;
-    /// The lowest finite value.
-    const LOWEST: Self;
     /// −∞.
     const NEG_INFINITY: Self;
     /// √2.
@@ -55,12 +53,35 @@ pub trait Float:
     fn tanh(self) -> Self;
     /// Square root.
     fn sqrt(self) -> Self;
-    /// `self` to the power `y`.
+    /// `self` to the power `y`, with C99's special cases (Annex F.9.4.4: `pow(x, ±0)` is
+    /// 1 even for NaN x, `pow(±0, y < 0)` is ±∞, a negative base needs an integer
+    /// exponent, ...), which Rust's `powf` follows.
     fn powf(self, y: Self) -> Self;
     /// The larger (a NaN operand gives the other).
     fn max(self, y: Self) -> Self;
     /// The smaller (a NaN operand gives the other).
     fn min(self, y: Self) -> Self;
+    /// The larger, NaN when either is (IEEE 754-2019 `maximum`, PyTorch's `maximum`):
+    /// what every operator built on a maximum computes.
+    fn maximum(self, y: Self) -> Self {
+        if self.is_nan() {
+            self
+        } else if y.is_nan() {
+            y
+        } else {
+            self.max(y)
+        }
+    }
+    /// The smaller, NaN when either is (IEEE 754-2019 `minimum`).
+    fn minimum(self, y: Self) -> Self {
+        if self.is_nan() {
+            self
+        } else if y.is_nan() {
+            y
+        } else {
+            self.min(y)
+        }
+    }
     /// Whether this is NaN.
     fn is_nan(self) -> bool;
     /// |x|.
@@ -84,7 +105,6 @@ macro_rules! float {
         impl Float for $t {
             const ZERO: $t = 0.0;
             const ONE: $t = 1.0;
-            const LOWEST: $t = $t::MIN;
             const NEG_INFINITY: $t = $t::NEG_INFINITY;
             const SQRT_2: $t = std::$t::consts::SQRT_2;
             const FRAC_2_SQRT_PI: $t = std::$t::consts::FRAC_2_SQRT_PI;

@@ -1,8 +1,9 @@
 //! Convert family: operators whose output dtype differs from their inputs' or is bool.
 //! Comparisons (`equal`, `less`, `greater`, `less_or_equal`, `greater_or_equal`: f32 or
 //! i32 operands of one dtype, numpy broadcasting, bool output), logic on bools (`not`, and
-//! `and`, `or`, `xor` with numpy broadcasting), `cast` between f32, i32 and bool, and
-//! `one_hot` (i32 indices → f32 rows).
+//! `and`, `or`, `xor` with numpy broadcasting), `cast` between f32, i32 and bool (and to
+//! the 16-bit floats `f16` and `bf16`, whose values stay f32), and `one_hot` (i32 indices
+//! → f32 rows).
 //! Kernels: `shaders/convert.wgsl`.
 //!
 //! They are not fused with pointwise neighbours: fused units compose f32 expressions, and
@@ -11,8 +12,11 @@
 //!
 //! Conversions: f32 → i32 truncates toward zero and saturates at i32's range, NaN giving 0
 //! (Rust's `as`); i32 → f32 rounds to nearest; bool → number is 1 or 0; number → bool is
-//! `x != 0` (so NaN is true, as in PyTorch). Comparisons follow IEEE: NaN is neither equal
-//! to, less than nor greater than anything.
+//! `x != 0` (so NaN is true, as in PyTorch); f32, i32 or bool → `f16` or `bf16` rounds
+//! the value to that format, to nearest with ties to even, overflowing to ±∞, NaN staying
+//! NaN (ONNX's and PyTorch's rounding), and keeps it as an f32 (every later operator
+//! computes in f32). Comparisons follow IEEE: NaN is neither equal to, less than nor
+//! greater than anything.
 //!
 //! `dropout_train` is dropout in training (the graph file's `dropout` is the identity;
 //! the trainer puts this in its place in the joint graph): it keeps an element with
@@ -31,8 +35,8 @@ pub const FAMILY: &str = "convert";
 
 const CAST_ATTRS: &[AttrSpec] = &[required(
     "to",
-    AttrKind::Choice(&["f32", "i32", "bool"]),
-    "Target dtype: f32 → i32 truncates toward zero, saturating, NaN → 0; bool → number is 1/0; number → bool is x != 0.",
+    AttrKind::Choice(&["f32", "i32", "bool", "f16", "bf16"]),
+    "Target dtype: f32 → i32 truncates toward zero, saturating, NaN → 0; bool → number is 1/0; number → bool is x != 0; f16 and bf16 round to that 16-bit float (nearest, ties to even, overflow to ±inf) and keep the value as f32.",
 )];
 
 const ONE_HOT_ATTRS: &[AttrSpec] = &[required(
@@ -210,6 +214,9 @@ pub enum ConvertOp {
     Cast {
         /// Target dtype.
         to: DType,
+        /// With `to` f32: the 16-bit float each value is first rounded to (`f16`, `bf16`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        round_to: Option<HalfFormat>,
     },
     /// `one_hot` with `depth` classes.
     OneHot {
@@ -225,6 +232,42 @@ pub enum ConvertOp {
     },
 }
 
+/// A 16-bit float format `cast` rounds to; the rounded value stays an f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HalfFormat {
+    /// IEEE binary16: 5 exponent bits, 10 fraction bits, largest finite 65504.
+    F16,
+    /// bfloat16: f32's 8 exponent bits, 7 fraction bits.
+    Bf16,
+}
+
+impl HalfFormat {
+    /// The `cast` target naming it (`f16`, `bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HalfFormat::F16 => "f16",
+            HalfFormat::Bf16 => "bf16",
+        }
+    }
+
+    /// The format a `cast` target names, if it names one.
+    pub fn parse(name: &str) -> Option<HalfFormat> {
+        [HalfFormat::F16, HalfFormat::Bf16]
+            .into_iter()
+            .find(|h| h.name() == name)
+    }
+
+    /// `x` rounded to this format (to nearest, ties to even; beyond the largest finite
+    /// value to ±∞; NaN stays NaN) and widened back, exactly.
+    pub fn round(self, x: f64) -> f64 {
+        match self {
+            HalfFormat::F16 => half::f16::from_f64(x).to_f64(),
+            HalfFormat::Bf16 => half::bf16::from_f64(x).to_f64(),
+        }
+    }
+}
+
 /// Parses attributes; `None` for a name outside the family.
 pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvertOp> {
     Some(match name {
@@ -237,9 +280,19 @@ pub fn parse(name: &str, r: &mut AttrReader) -> Option<ConvertOp> {
         "and" => ConvertOp::Logic(Logic::And),
         "or" => ConvertOp::Logic(Logic::Or),
         "xor" => ConvertOp::Logic(Logic::Xor),
-        "cast" => ConvertOp::Cast {
-            to: DType::parse(&r.choice("to")).unwrap_or(DType::F32),
-        },
+        "cast" => {
+            let to = r.choice("to");
+            match HalfFormat::parse(&to) {
+                Some(half) => ConvertOp::Cast {
+                    to: DType::F32,
+                    round_to: Some(half),
+                },
+                None => ConvertOp::Cast {
+                    to: DType::parse(&to).unwrap_or(DType::F32),
+                    round_to: None,
+                },
+            }
+        }
         "one_hot" => ConvertOp::OneHot {
             depth: r.size("depth", 1),
         },
@@ -288,7 +341,7 @@ impl ConvertOp {
             let dx = g.emit("dropout_train", attrs, &[&dy, &stream])?;
             return g.input_grad(0, dx);
         }
-        if matches!(self, ConvertOp::Cast { to: DType::F32 }) && g.needs(0) {
+        if matches!(self, ConvertOp::Cast { to: DType::F32, .. }) && g.needs(0) {
             let dy = g.dy()?;
             let x = g.input(0)?;
             let xs = g.shape(&x)?;
@@ -314,7 +367,7 @@ impl ConvertOp {
         Capabilities::default()
     }
 
-    /// Checks what parsing guarantees (`one_hot`'s depth in range).
+    /// Checks what parsing guarantees (`one_hot`'s depth in range, a rounding cast giving f32).
     pub fn validate(&self) -> Result<(), String> {
         match self {
             ConvertOp::OneHot { depth } => {
@@ -327,6 +380,13 @@ impl ConvertOp {
             ConvertOp::DropoutTrain { ratio, .. } if !(0.0..1.0).contains(ratio) => {
                 Err(format!("dropout_train: ratio {ratio} is not in [0, 1)"))
             }
+            ConvertOp::Cast {
+                to,
+                round_to: Some(half),
+            } if *to != DType::F32 => Err(format!(
+                "cast: a rounding to {} gives f32 values, not {to}",
+                half.name()
+            )),
             _ => Ok(()),
         }
     }
@@ -370,7 +430,7 @@ impl ConvertOp {
                     dtype: DType::Bool,
                 }])
             }
-            ConvertOp::Cast { to } => Ok(vec![TensorType {
+            ConvertOp::Cast { to, .. } => Ok(vec![TensorType {
                 shape: inputs[0].shape.clone(),
                 dtype: *to,
             }]),
@@ -466,7 +526,12 @@ mod tests {
         assert_eq!(y[0], tensor("i32:N,3"));
         let y = infer("cast", json!({ "to": "bool" }), &["i32:"]).unwrap();
         assert_eq!(y[0], tensor("bool:"));
-        assert!(infer("cast", json!({ "to": "f16" }), &["3"]).is_err());
+        // f16 and bf16 round and stay f32.
+        for half in ["f16", "bf16"] {
+            let y = infer("cast", json!({ "to": half }), &["i32:N,3"]).unwrap();
+            assert_eq!(y[0], tensor("N,3"));
+        }
+        assert!(infer("cast", json!({ "to": "f64" }), &["3"]).is_err());
         assert!(infer("cast", json!({}), &["3"]).is_err());
         let y = infer("one_hot", json!({ "depth": 5 }), &["i32:N,2"]).unwrap();
         assert_eq!(y[0], tensor("N,2,5"));

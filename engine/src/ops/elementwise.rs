@@ -2,11 +2,13 @@
 //! `where`. One generated kernel per expression (`shaders/elementwise.wgsl`); the same
 //! expressions are what fusion composes.
 //!
-//! Arithmetic is f32, except that add, sub, mul, div, max, min, mod, abs, neg and sign
-//! also take i32 operands (both of one dtype) and give i32, computed as integers (wrapping
-//! on overflow; division truncates toward zero; a division or remainder by 0 gives 0, as
-//! ONNX leaves it undefined), and `where` picks between values of any one dtype. Fusion
-//! composes f32 expressions only, so integer and bool results run as kernels of their own.
+//! Arithmetic is f32 with IEEE results on every device (`pow` is C's; the operators built
+//! on a maximum or minimum give NaN for NaN, as PyTorch's do), except that add, sub, mul,
+//! div, max, min, mod, abs, neg and sign also take i32 operands (both of one dtype) and
+//! give i32, computed as integers (wrapping on overflow; division truncates toward zero; a
+//! division or remainder by 0 gives 0, as ONNX leaves it undefined), and `where` picks
+//! between values of any one dtype. Fusion composes f32 expressions only, so integer and
+//! bool results run as kernels of their own.
 
 use super::attrs::{optional, AttrKind, AttrReader, AttrSpec};
 use super::backward::GradContext;
@@ -112,9 +114,18 @@ pub const SCHEMAS: &[OpSchema] = &[
         "div",
         "a / b, broadcasting; f32, or i32 truncating toward zero (a divisor of 0 gives 0).",
     ),
-    binary("pow", "a raised to b, broadcasting (f32)."),
-    binary("max", "Elementwise maximum, broadcasting; f32 or i32."),
-    binary("min", "Elementwise minimum, broadcasting; f32 or i32."),
+    binary(
+        "pow",
+        "a raised to b, broadcasting (f32); C's pow special cases (pow(0, y < 0) = inf, pow(x, 0) = 1, a negative base needs an integer exponent).",
+    ),
+    binary(
+        "max",
+        "Elementwise maximum, broadcasting; f32 or i32; NaN if either operand is.",
+    ),
+    binary(
+        "min",
+        "Elementwise minimum, broadcasting; f32 or i32; NaN if either operand is.",
+    ),
     OpSchema {
         attrs: MOD_ATTRS,
         ..binary(
@@ -129,7 +140,7 @@ pub const SCHEMAS: &[OpSchema] = &[
             "x for x ≥ 0, slope × x below; slope broadcasts to x's shape (one way, as ONNX).",
         )
     },
-    unary("relu", "max(x, 0)."),
+    unary("relu", "max(x, 0); NaN stays NaN."),
     unary("sigmoid", "1 / (1 + exp(-x))."),
     unary("tanh", "Hyperbolic tangent."),
     OpSchema {
@@ -142,7 +153,7 @@ pub const SCHEMAS: &[OpSchema] = &[
     unary("erf", "Gauss error function."),
     OpSchema {
         attrs: CLIP_ATTRS,
-        ..unary("clip", "Clamps x to [min, max].")
+        ..unary("clip", "Clamps x to [min, max]; NaN stays NaN.")
     },
     OpSchema {
         attrs: LEAKY_RELU_ATTRS,
@@ -163,7 +174,7 @@ pub const SCHEMAS: &[OpSchema] = &[
     unary("softsign", "x / (1 + |x|)."),
     OpSchema {
         attrs: HARD_SIGMOID_ATTRS,
-        ..unary("hard_sigmoid", "max(0, min(1, alpha × x + beta)).")
+        ..unary("hard_sigmoid", "max(0, min(1, alpha × x + beta)); NaN stays NaN.")
     },
     unary("hard_swish", "x × max(0, min(1, x / 6 + 1/2))."),
     unary("silu", "x × sigmoid(x) (swish with alpha 1)."),

@@ -79,7 +79,7 @@ impl Lower for ConvertOp {
                 };
                 format!("{}\n{word_fn}\n{}", variant(SHADER, "offset"), words_main())
             }
-            ConvertOp::Cast { to } => {
+            ConvertOp::Cast { to, round_to } => {
                 b.add("src", Slot::Input(0), input.storage, false);
                 let x = read("src", input, "i");
                 let (name, expr) = match (input.dtype, to) {
@@ -95,7 +95,18 @@ impl Lower for ConvertOp {
                     (DType::F32, DType::F32) => ("to_f32", x),
                     (_, DType::F32) => ("to_f32", format!("f32({x})")),
                 };
-                let f = fill(variant(SHADER, name), &[("EXPR", expr)]);
+                let f = match round_to {
+                    // The value rounded to the 16-bit float on its bits, then kept as f32.
+                    Some(half) => {
+                        let rounded = match half {
+                            HalfFormat::F16 => format!("sl_round_f16({expr})"),
+                            HalfFormat::Bf16 => format!("sl_round_bf16({expr})"),
+                        };
+                        let f = fill(variant(SHADER, name), &[("EXPR", rounded)]);
+                        format!("{}\n{f}", variant(SHADER, "round_half"))
+                    }
+                    None => fill(variant(SHADER, name), &[("EXPR", expr)]),
+                };
                 if *to == DType::F32 {
                     per_element(&f, out.storage, n)?
                 } else {

@@ -9,10 +9,13 @@ use crate::shape::broadcast_strides;
 
 const SHADER: &str = include_str!("../../../../shaders/elementwise.wgsl");
 
-/// The WGSL expression of a unary operator applied to `x` (an f32 expression).
+/// The WGSL expression of a unary operator applied to `x` (an f32 expression). Results
+/// are the CPU reference's IEEE ones: WGSL leaves NaN through `max`, `min` and `clamp`
+/// and `pow` of a negative or zero base undefined, so the helpers (`sl_maximum`,
+/// `sl_pow`, ...) spell those cases out.
 pub fn unary_wgsl(u: Unary, x: &str) -> String {
     match u {
-        Unary::Relu => format!("max({x}, 0.0)"),
+        Unary::Relu => format!("sl_maximum({x}, 0.0)"),
         Unary::Sigmoid => format!("sl_sigmoid({x})"),
         Unary::Tanh => format!("sl_tanh({x})"),
         Unary::Gelu { tanh: false } => format!("(0.5 * ({x}) * (1.0 + sl_erf(({x}) * 0.70710678118654752)))"),
@@ -26,10 +29,10 @@ pub fn unary_wgsl(u: Unary, x: &str) -> String {
         Unary::Clip { min, max } => {
             let mut e = x.to_string();
             if let Some(lo) = min {
-                e = format!("max({e}, {})", f32_literal(lo));
+                e = format!("sl_maximum({e}, {})", f32_literal(lo));
             }
             if let Some(hi) = max {
-                e = format!("min({e}, {})", f32_literal(hi));
+                e = format!("sl_minimum({e}, {})", f32_literal(hi));
             }
             e
         }
@@ -84,8 +87,8 @@ pub fn binary_wgsl(op: Binary, a: &str, b: &str) -> String {
         Binary::Mul => format!("({a} * {b})"),
         Binary::Div => format!("({a} / {b})"),
         Binary::Pow => format!("sl_pow({a}, {b})"),
-        Binary::Max => format!("max({a}, {b})"),
-        Binary::Min => format!("min({a}, {b})"),
+        Binary::Max => format!("sl_maximum({a}, {b})"),
+        Binary::Min => format!("sl_minimum({a}, {b})"),
         Binary::Mod { fmod: true } => format!("sl_fmod({a}, {b})"),
         Binary::Mod { fmod: false } => format!("sl_mod({a}, {b})"),
         Binary::Prelu => format!("select({a}, ({b}) * ({a}), ({a}) < 0.0)"),
