@@ -108,16 +108,14 @@ fn roots(ca: Option<&Path>) -> Result<rustls::RootCertStore> {
     let mut roots = rustls::RootCertStore::empty();
     match ca {
         Some(path) => {
-            let meta = std::fs::metadata(path)
-                .with_context(|| format!("--tls-ca {}: cannot read it", path.display()))?;
-            if !meta.is_file() || meta.len() > MAX_PEM_BYTES {
-                bail!(
+            // Checked on the opened file too: a FIFO swapped in after a check is never
+            // waited on.
+            let pem = crate::files::read_bounded(path, MAX_PEM_BYTES).with_context(|| {
+                format!(
                     "--tls-ca {}: not a PEM file of at most {MAX_PEM_BYTES} bytes",
                     path.display()
-                );
-            }
-            let pem = std::fs::read(path)
-                .with_context(|| format!("--tls-ca {}: cannot read it", path.display()))?;
+                )
+            })?;
             for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert =
                     cert.with_context(|| format!("--tls-ca {}: not a PEM file", path.display()))?;

@@ -113,13 +113,26 @@ limits! {
     /// Most elements of any one tensor: inputs, weights, constants, every value a node
     /// computes, with the batch bound (2^28, 1 GiB of f32).
     max_tensor_elements: u64 = 1 << 28, MaxTensorElements, "--max-tensor-elements";
-    /// Most elements of a constant written in a graph file (2^20).
-    max_constant_elements: u64 = 1 << 20, MaxConstantElements, "--max-constant-elements";
+    /// Most elements of a constant: one written in a graph file, an ONNX model's
+    /// `Constant` node, or any value the ONNX importer computes at import
+    /// (`ConstantOfShape`, `Range`, `Concat` and the rest of the folded arithmetic)
+    /// (2^27: the largest `ConstantOfShape` weight fill of the `onnx` package's VGG-19 is
+    /// 102,760,448 elements).
+    max_constant_elements: u64 = 1 << 27, MaxConstantElements, "--max-constant-elements";
+    /// Most bytes the ONNX importer makes for a model beyond its initialisers, at their
+    /// size in memory (int64 at 8 bytes): the `Constant`s it decodes, every value it
+    /// folds, and the weights and constants it writes from them (768 MiB: VGG-19's weight
+    /// fills are 548 MiB). The
+    /// initialisers, and the weights written from them, count against
+    /// `max_host_bytes`.
+    max_import_bytes: u64 = 768 << 20, MaxImportBytes, "--max-import-bytes";
     /// Most bytes a run may allocate on one device: its weights, inputs and activations
     /// (2 GiB).
     max_device_bytes: u64 = 2 << 30, MaxDeviceBytes, "--max-device-bytes";
     /// Most bytes a run may allocate on the host: weights, the dataset's inputs and
-    /// outputs, and the values of the micro-batches in flight (2 GiB).
+    /// outputs, and the values of the micro-batches in flight; also what the ONNX
+    /// importer holds of a model's initialisers and the weights written from them
+    /// (2 GiB).
     max_host_bytes: u64 = 2 << 30, MaxHostBytes, "--max-host-bytes";
     /// Largest batch a run may ask for (65,536).
     max_batch: usize = MAX_BATCH, MaxBatch, "--max-batch";

@@ -481,18 +481,33 @@ impl Writer<'_> {
             }
             "batch_norm" => out_attrs.retain(|a| a.name != "momentum"),
             "cast" => {
-                let to = match attrs.get("to").and_then(Json::as_str) {
-                    Some("i32") => data_type::INT32,
-                    Some("bool") => data_type::BOOL,
-                    _ => data_type::FLOAT,
-                };
-                out_attrs.retain(|a| a.name != "to");
-                out_attrs.push(AttributeProto {
+                let to_attr = |to: i32| AttributeProto {
                     name: "to".into(),
                     r#type: attribute_type::INT,
                     i: i64::from(to),
                     ..Default::default()
-                });
+                };
+                let to = match attrs.get("to").and_then(Json::as_str) {
+                    Some("i32") => data_type::INT32,
+                    Some("bool") => data_type::BOOL,
+                    // A rounding to a 16-bit float kept as f32: a Cast to it, then one
+                    // back to FLOAT.
+                    Some(half @ ("f16" | "bf16")) => {
+                        let t = if half == "f16" {
+                            data_type::FLOAT16
+                        } else {
+                            data_type::BFLOAT16
+                        };
+                        let rounded = format!("{id}.{half}");
+                        let x = std::mem::take(&mut onnx_inputs);
+                        self.push("Cast", x, vec![rounded.clone()], vec![to_attr(t)]);
+                        onnx_inputs = vec![rounded];
+                        data_type::FLOAT
+                    }
+                    _ => data_type::FLOAT,
+                };
+                out_attrs.retain(|a| a.name != "to");
+                out_attrs.push(to_attr(to));
             }
             "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" | "reduce_prod"
             | "reduce_l2"

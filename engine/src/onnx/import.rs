@@ -11,14 +11,16 @@ use super::proto::{self, attribute_type, data_type, AttributeProto, GraphProto, 
 use super::tensor::{self, Elements, ExternalData, HostTensor};
 use super::{ImportError, Imported, Unsupported};
 use crate::dtype::DType;
+use crate::error::LimitError;
 use crate::graph::doc::{GraphDoc, InputDecl, NodeDoc, ParamsDoc};
-use crate::graph::{Limits, FORMAT};
+use crate::graph::{Limit, Limits, FORMAT};
 use crate::ops::attrs::AttrKind;
 use crate::ops::{self, TensorType};
 use crate::shape::Dim;
 use crate::weights::Weights;
 use serde_json::{json, Map, Value as Json};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 
 /// Oldest and newest standard opsets the importer reads. Operators follow their newest
 /// versions; where an older version means something else, the importer translates it
@@ -172,13 +174,51 @@ pub fn sluice_name(op_type: &str) -> String {
     out
 }
 
+/// Bytes an entry of a folded integer vector takes in memory.
+const SYM_INT_BYTES: u64 = std::mem::size_of::<SymInt>() as u64;
+
+/// Bytes a number of a constant written into the graph document takes in memory.
+const JSON_NUMBER_BYTES: u64 = std::mem::size_of::<Json>() as u64;
+
+/// Most inputs of the ONNX operators the importer folds or translates by its own code
+/// (the rest are checked against the Sluice operator's arity): an input past these
+/// would be ignored, so it is refused.
+const MAX_INPUTS: &[(&str, usize)] = &[
+    ("Constant", 0),
+    ("Shape", 1),
+    ("Identity", 1),
+    ("Cast", 1),
+    ("Gather", 2),
+    ("Unsqueeze", 2),
+    ("Squeeze", 2),
+    ("Slice", 5),
+    ("Add", 2),
+    ("Sub", 2),
+    ("Mul", 2),
+    ("Div", 2),
+    ("Mod", 2),
+    ("Equal", 2),
+    ("Where", 3),
+    ("Range", 3),
+    ("ConstantOfShape", 1),
+    ("Reshape", 2),
+    ("Dropout", 3),
+    ("Gemm", 3),
+    ("LRN", 1),
+    ("GlobalMaxPool", 1),
+    ("Softmax", 1),
+    ("LogSoftmax", 1),
+    ("Clip", 3),
+];
+
 /// What an ONNX value is during the import.
 #[derive(Debug, Clone)]
 enum Value {
-    /// Known now (an initialiser, a `Constant`, a folded computation).
-    Known(HostTensor),
+    /// Known now (an initialiser, a `Constant`, a folded computation), shared by the
+    /// names that pass it on unchanged (`Identity`, inference `Dropout`).
+    Known(Rc<HostTensor>),
     /// An integer vector with symbolic entries (folded shape arithmetic).
-    Shape(SymInts),
+    Shape(Rc<SymInts>),
     /// `ConstantOfShape` of a shape holding the symbolic batch size: one value over a
     /// shape known only at run time (written as a broadcast scalar where that is exact).
     Fill(Vec<Dim>, HostTensor),
@@ -210,6 +250,18 @@ struct Importer<'a> {
     types: HashMap<String, TensorType>,
     unsupported: Vec<Unsupported>,
     folded: usize,
+    /// Bytes of what the import makes beyond the model's initialisers (decoded
+    /// `Constant`s, folded values, the weights and constants written from them), against
+    /// `max_import_bytes`.
+    held: u64,
+    /// Bytes of the decoded initialisers and the weights written from them, against
+    /// `max_host_bytes` (a run holds those weights on the host too).
+    held_initialisers: u64,
+    /// The decoded initialisers (shared, never dropped during the import), by address:
+    /// the weights written from them are counted with them.
+    initialisers: HashSet<*const HostTensor>,
+    /// The first limit the model went over: the import stops there.
+    over_limit: Option<LimitError>,
 }
 
 /// Imports a decoded model.
@@ -264,13 +316,23 @@ pub fn import_model(
         types: HashMap::new(),
         unsupported: Vec::new(),
         folded: 0,
+        held: 0,
+        held_initialisers: 0,
+        initialisers: HashSet::new(),
+        over_limit: None,
     };
     im.read_initialisers(graph)?;
     im.read_inputs(graph);
     for node in &graph.node {
         im.node(node);
+        if let Some(e) = im.over_limit.take() {
+            return Err(ImportError::Limit(e));
+        }
     }
     let outputs = im.outputs(graph);
+    if let Some(e) = im.over_limit.take() {
+        return Err(ImportError::Limit(e));
+    }
     if !im.unsupported.is_empty() {
         return Err(ImportError::Unsupported(im.unsupported));
     }
@@ -301,17 +363,96 @@ pub fn import_model(
 }
 
 impl Importer<'_> {
-    fn read_initialisers(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
-        let mut bytes: u64 = 0;
-        for t in &graph.initializer {
-            let host = tensor::decode(t, &t.name, self.external, self.limits)?;
-            bytes = bytes.saturating_add(host.len() as u64 * 4);
-            if bytes > self.limits.max_host_bytes {
-                return Err(ImportError::Model(format!(
-                    "the initialisers need more than {} bytes (--max-host-bytes)",
-                    self.limits.max_host_bytes
-                )));
+    /// Counts `bytes` more held by the import, refusing (and stopping the import) past
+    /// `max_import_bytes`; `at` says where, for the message.
+    fn hold(&mut self, at: &str, bytes: Option<u64>) -> Result<(), String> {
+        match self.held_with(at, bytes) {
+            Ok(total) => {
+                self.held = total;
+                Ok(())
             }
+            Err(e) => Err(self.stop(e)),
+        }
+    }
+
+    /// What the import would hold with `bytes` more, if that is within
+    /// `max_import_bytes`.
+    fn held_with(&self, at: &str, bytes: Option<u64>) -> Result<u64, LimitError> {
+        let total = bytes.and_then(|b| self.held.checked_add(b));
+        self.limits
+            .check(
+                Limit::MaxImportBytes,
+                format!("what the import holds, up to {at},"),
+                "bytes",
+                total,
+            )
+            .map(|()| total.unwrap_or(self.held))
+    }
+
+    /// What the initialisers and their weights would hold with `bytes` more, if that is
+    /// within `max_host_bytes`.
+    fn initialisers_with(&self, at: &str, bytes: Option<u64>) -> Result<u64, LimitError> {
+        let total = bytes.and_then(|b| self.held_initialisers.checked_add(b));
+        self.limits
+            .check(
+                Limit::MaxHostBytes,
+                format!("the model's initialisers and their weights, up to {at},"),
+                "bytes",
+                total,
+            )
+            .map(|()| total.unwrap_or(self.held_initialisers))
+    }
+
+    /// Holds `bytes` of a weight (or weights) written from `source`: with the
+    /// initialisers when it is one, else with what the import makes.
+    fn hold_weight(
+        &mut self,
+        at: &str,
+        source: &HostTensor,
+        bytes: Option<u64>,
+    ) -> Result<(), String> {
+        if !self.initialisers.contains(&(source as *const HostTensor)) {
+            return self.hold(at, bytes);
+        }
+        match self.initialisers_with(at, bytes) {
+            Ok(total) => {
+                self.held_initialisers = total;
+                Ok(())
+            }
+            Err(e) => Err(self.stop(e)),
+        }
+    }
+
+    /// Checks a constant the import makes of `elements` (each `width` bytes in memory)
+    /// against `max_constant_elements`, then holds its bytes; both before it is made.
+    fn hold_constant(&mut self, at: &str, elements: Option<u64>, width: u64) -> Result<(), String> {
+        if let Err(e) = self.limits.check(
+            Limit::MaxConstantElements,
+            format!("the value of {at}"),
+            "elements",
+            elements,
+        ) {
+            return Err(self.stop(e));
+        }
+        self.hold(at, elements.and_then(|n| n.checked_mul(width)))
+    }
+
+    /// Records the first limit the model went over (the import stops after the node
+    /// that met it) and gives its message.
+    fn stop(&mut self, e: LimitError) -> String {
+        let message = e.to_string();
+        self.over_limit.get_or_insert(e);
+        message
+    }
+
+    fn read_initialisers(&mut self, graph: &GraphProto) -> Result<(), ImportError> {
+        for t in &graph.initializer {
+            let (_, bytes) = tensor::decoded_size(t, &t.name, self.limits)?;
+            self.held_initialisers = self
+                .initialisers_with(&format!("initialiser '{}'", t.name), Some(bytes))
+                .map_err(ImportError::Limit)?;
+            let host = Rc::new(tensor::decode(t, &t.name, self.external, self.limits)?);
+            self.initialisers.insert(Rc::as_ptr(&host));
             self.values.insert(t.name.clone(), Value::Known(host));
         }
         Ok(())
@@ -449,6 +590,24 @@ impl Importer<'_> {
             );
             return self.fail_outputs(node);
         }
+        if let Some((_, max)) = MAX_INPUTS.iter().find(|(op, _)| *op == node.op_type) {
+            if let Some((i, name)) = node
+                .input
+                .iter()
+                .enumerate()
+                .skip(*max)
+                .find(|(_, n)| !n.is_empty())
+            {
+                self.report(
+                    node,
+                    format!(
+                        "{} takes at most {max} input(s); input {i} '{name}' is not one of them",
+                        node.op_type
+                    ),
+                );
+                return self.fail_outputs(node);
+            }
+        }
         for (i, name) in node.input.iter().enumerate() {
             if name.is_empty() {
                 continue;
@@ -484,29 +643,35 @@ impl Importer<'_> {
     }
 
     /// Host folding: `Some` when every input is known (or a folded shape) and the
-    /// operator folds.
+    /// operator folds. Every value it makes is checked before it is made: what folding
+    /// computes against `max_constant_elements`, everything against `max_import_bytes`.
     fn fold(&mut self, node: &NodeProto) -> Option<Result<Vec<Value>, Vec<String>>> {
         let attrs = Attrs(&node.attribute);
+        let at = format!("node '{}' ({})", node_label(node), node.op_type);
         if node.op_type == "Constant" {
-            return Some(self.constant(&attrs).map(|v| vec![v]).map_err(|e| vec![e]));
+            return Some(
+                self.constant(&at, &attrs)
+                    .map(|v| vec![v])
+                    .map_err(|e| vec![e]),
+            );
         }
         if node.op_type == "Shape" {
             let start = attrs.int("start").unwrap_or(0);
             let end = attrs.int("end");
-            return match self.input(node, 0)? {
-                Value::Graph(_, ty) => {
-                    let s = fold::shape_of(&ty.shape, start, end);
-                    Some(Ok(vec![sym_value(s)]))
-                }
-                Value::Known(t) => {
-                    let dims: Vec<Dim> = t.dims.iter().map(|&d| Dim::Known(d)).collect();
-                    Some(Ok(vec![sym_value(fold::shape_of(&dims, start, end))]))
-                }
-                _ => None,
+            let dims: Vec<Dim> = match self.input(node, 0)? {
+                Value::Graph(_, ty) => ty.shape.clone(),
+                Value::Known(t) => t.dims.iter().map(|&d| Dim::Known(d)).collect(),
+                _ => return None,
             };
+            return Some(Ok(vec![sym_value(fold::shape_of(&dims, start, end))]));
         }
-        let inputs: Vec<Option<&Value>> =
-            (0..node.input.len()).map(|i| self.input(node, i)).collect();
+        let op = node.op_type.as_str();
+        if matches!(op, "Max" | "Min") && node.input.len() != 2 {
+            return None; // variadic: a chain of graph nodes
+        }
+        let inputs: Vec<Option<Value>> = (0..node.input.len())
+            .map(|i| self.input(node, i).cloned())
+            .collect();
         if inputs
             .iter()
             .flatten()
@@ -514,49 +679,85 @@ impl Importer<'_> {
         {
             return None;
         }
+        let get = |i: usize| inputs.get(i).and_then(Option::as_ref);
+        let first = get(0)?.clone();
+        if SYM_FOLDS.contains(&op) {
+            // Integer vectors folded entry by entry: none longer than the limit, and
+            // the result (at most the longest input, or for Concat their sum) held
+            // before it is made.
+            if !inputs.iter().flatten().all(sym_foldable) {
+                return None;
+            }
+            let mut sizes = inputs.iter().flatten().map(value_len);
+            let bound = if op == "Concat" {
+                sizes.try_fold(0u64, u64::checked_add)
+            } else {
+                sizes.max()
+            };
+            if let Err(e) = self.hold_constant(&at, bound, SYM_INT_BYTES) {
+                return Some(Err(vec![e]));
+            }
+        }
         let known_or_sym = |v: &Value| -> Option<SymInts> {
             match v {
                 Value::Known(t) => SymInts::from_host(t),
-                Value::Shape(s) => Some(s.clone()),
+                Value::Shape(s) => Some((**s).clone()),
                 _ => None,
             }
         };
-        let host = |v: &Value| -> Option<HostTensor> {
+        let host = |v: &Value| -> Option<Rc<HostTensor>> {
             match v {
                 Value::Known(t) => Some(t.clone()),
-                Value::Shape(s) => s.to_host(),
+                Value::Shape(s) => s.to_host().map(Rc::new),
                 _ => None,
             }
         };
-        let first = inputs.first().copied().flatten()?;
-        let folded: Result<Value, String> = match node.op_type.as_str() {
-            "Identity" => Ok(first.clone()),
+        let folded: Result<Value, String> = match op {
+            "Identity" => Ok(first),
             "Cast" => {
                 let to = attrs.int("to").map_or(data_type::FLOAT, |t| t as i32);
-                match (first, to) {
-                    (Value::Shape(s), data_type::INT64 | data_type::INT32) => {
-                        Ok(Value::Shape(s.clone()))
+                match (&first, to) {
+                    (Value::Shape(_), data_type::INT64 | data_type::INT32) => Ok(first.clone()),
+                    (Value::Known(t), _) => {
+                        let width = match to {
+                            data_type::BOOL => 1,
+                            data_type::FLOAT
+                            | data_type::DOUBLE
+                            | data_type::FLOAT16
+                            | data_type::BFLOAT16 => tensor::F32_BYTES,
+                            _ => tensor::I64_BYTES,
+                        };
+                        let bytes = (t.len() as u64).checked_mul(width);
+                        self.hold(&at, bytes).and_then(|()| cast(t, to)).map(known)
                     }
-                    (Value::Known(t), _) => cast(t, to).map(Value::Known),
                     _ => return None,
                 }
             }
             "Gather" => {
-                let (data, idx) = (known_or_sym(first)?, host(inputs.get(1)?.as_ref()?)?);
+                let (data, idx) = (known_or_sym(&first)?, host(get(1)?)?);
                 if attrs.int("axis").unwrap_or(0) != 0 {
                     return None;
                 }
                 fold::gather(&data, &idx).map(sym_value)
             }
             "Concat" => {
-                let parts: Option<Vec<SymInts>> =
-                    inputs.iter().map(|v| v.and_then(known_or_sym)).collect();
+                let parts: Option<Vec<SymInts>> = inputs
+                    .iter()
+                    .map(|v| v.as_ref().and_then(known_or_sym))
+                    .collect();
                 Ok(sym_value(fold::concat(&parts?)))
             }
             "Unsqueeze" | "Squeeze" => {
-                let data = known_or_sym(first)?;
-                let to_vector = node.op_type == "Unsqueeze";
-                if data.scalar != to_vector {
+                let data = known_or_sym(&first)?;
+                let to_vector = op == "Unsqueeze";
+                // A scalar becomes a vector of one entry, or a vector of one entry a
+                // scalar, along axis 0 only; anything else is the graph's to compute.
+                let axes = match get(1) {
+                    Some(v) => Some(host(v)?.as_i64()),
+                    None => attrs.ints("axes"),
+                };
+                let axis_zero = axes.is_none_or(|a| a == [0] || a == [-1]);
+                if data.scalar != to_vector || !axis_zero || (!to_vector && data.items.len() != 1) {
                     return None;
                 }
                 Ok(sym_value(SymInts {
@@ -565,51 +766,76 @@ impl Importer<'_> {
                 }))
             }
             "Slice" => {
-                let data = known_or_sym(first)?;
-                let get = |i: usize, default: i64| -> Option<i64> {
-                    match inputs.get(i).copied().flatten() {
-                        Some(v) => host(v).and_then(|t| t.as_i64().first().copied()),
-                        None => Some(default),
+                let data = known_or_sym(&first)?;
+                // One axis (the vector's): every given start, end, axis and step has
+                // exactly one entry, and the axis is 0.
+                let one = |i: usize, default: i64| -> Option<Result<i64, String>> {
+                    match get(i) {
+                        None => Some(Ok(default)),
+                        Some(v) => {
+                            let values = host(v)?.as_i64();
+                            Some(match values.as_slice() {
+                                [x] => Ok(*x),
+                                _ => Err(format!(
+                                    "Slice of a vector takes one entry per input; input {i} has {}",
+                                    values.len()
+                                )),
+                            })
+                        }
                     }
                 };
-                let (starts, ends) = if self.opset < 10 {
-                    (
-                        attrs.ints("starts")?.first().copied()?,
-                        attrs.ints("ends")?.first().copied()?,
-                    )
-                } else {
-                    (get(1, 0)?, get(2, i64::MAX)?)
-                };
-                fold::slice(&data, starts, ends, get(4, 1)?).map(sym_value)
+                let sliced = (|| -> Option<Result<SymInts, String>> {
+                    let (starts, ends, axis, step) = if self.opset < 10 {
+                        // Before opset 10, starts, ends and axes are attributes.
+                        let attr = |name: &str, default: Option<i64>| match attrs.ints(name) {
+                            Some(v) if v.len() == 1 => Some(Ok(v[0])),
+                            Some(v) => Some(Err(format!(
+                                "Slice of a vector takes one entry per attribute; '{name}' has {}",
+                                v.len()
+                            ))),
+                            None => default.map(Ok),
+                        };
+                        (
+                            attr("starts", None)?,
+                            attr("ends", None)?,
+                            attr("axes", Some(0))?,
+                            Ok(1),
+                        )
+                    } else {
+                        (one(1, 0)?, one(2, i64::MAX)?, one(3, 0)?, one(4, 1)?)
+                    };
+                    Some((|| {
+                        let axis = axis?;
+                        if axis != 0 && axis != -1 {
+                            return Err(format!("Slice axis {axis} of a vector"));
+                        }
+                        fold::slice(&data, starts?, ends?, step?)
+                    })())
+                })()?;
+                sliced.map(sym_value)
             }
             "Add" | "Sub" | "Mul" | "Div" | "Max" | "Min" | "Mod"
                 if attrs.int("fmod").unwrap_or(0) == 0 =>
             {
-                let (a, b) = (
-                    known_or_sym(first)?,
-                    known_or_sym(inputs.get(1).copied().flatten()?)?,
-                );
-                fold::arithmetic(&node.op_type, &a, &b).map(sym_value)
+                let (a, b) = (known_or_sym(&first)?, known_or_sym(get(1)?)?);
+                fold::arithmetic(op, &a, &b).map(sym_value)
             }
             "Equal" => {
-                let (a, b) = (
-                    known_or_sym(first)?,
-                    known_or_sym(inputs.get(1).copied().flatten()?)?,
-                );
+                let (a, b) = (known_or_sym(&first)?, known_or_sym(get(1)?)?);
                 fold::equal(&a, &b).map(|v| {
                     let dims = if a.scalar && b.scalar {
                         vec![]
                     } else {
                         vec![v.len()]
                     };
-                    Value::Known(HostTensor {
+                    known(HostTensor {
                         dims,
                         elements: Elements::Bool(v),
                     })
                 })
             }
             "Where" => {
-                let Value::Known(cond) = first else {
+                let Value::Known(cond) = &first else {
                     return None;
                 };
                 let Elements::Bool(c) = &cond.elements else {
@@ -618,54 +844,110 @@ impl Importer<'_> {
                 if cond.dims.len() > 1 {
                     return None;
                 }
-                let (a, b) = (
-                    known_or_sym(inputs.get(1).copied().flatten()?)?,
-                    known_or_sym(inputs.get(2).copied().flatten()?)?,
-                );
+                let (a, b) = (known_or_sym(get(1)?)?, known_or_sym(get(2)?)?);
                 fold::select(c, &a, &b).map(sym_value)
             }
             "Range" => {
-                let get = |i: usize| inputs.get(i).copied().flatten().and_then(host);
-                range(&get(0)?, &get(1)?, &get(2)?, self.limits).map(Value::Known)
-            }
-            "ConstantOfShape" => match (host(first), first) {
-                (Some(shape), _) => {
-                    constant_of_shape(&shape, &attrs, self.limits).map(Value::Known)
-                }
-                (None, Value::Shape(s)) => {
-                    let scalar = HostTensor::ints(vec![0], vec![]);
-                    constant_of_shape(&scalar, &attrs, self.limits).map(|one| {
-                        let shape = s
-                            .items
-                            .iter()
-                            .map(|d| match d {
-                                SymInt::Known(v) => Dim::Known((*v).max(0) as usize),
-                                SymInt::Dim(d) => d.clone(),
-                            })
-                            .collect();
-                        Value::Fill(shape, one)
+                let (start, limit, delta) = (host(get(0)?)?, host(get(1)?)?, host(get(2)?)?);
+                let width = match start.elements {
+                    Elements::F32(_) => tensor::F32_BYTES,
+                    _ => tensor::I64_BYTES,
+                };
+                range_len(&start, &limit, &delta)
+                    .and_then(|n| {
+                        self.hold_constant(&at, n, width)?;
+                        range(&start, &delta, n.unwrap_or(0))
                     })
-                }
-                _ => return None,
-            },
+                    .map(known)
+            }
+            "ConstantOfShape" => self.fold_constant_of_shape(&at, &attrs, &first, &host)?,
             "Reshape" => {
-                let (Value::Known(t), Some(target)) = (first, inputs.get(1).copied().flatten())
-                else {
+                let (Value::Known(t), Some(target)) = (&first, get(1)) else {
                     return None;
                 };
                 let target = host(target)?.as_i64();
-                reshape_known(t, &target).map(Value::Known)
+                let allow_zero = attrs.int("allowzero").unwrap_or(0) != 0;
+                self.hold(&at, Some(t.bytes()))
+                    .and_then(|()| reshape_known(t, &target, allow_zero))
+                    .map(known)
             }
             _ => return None,
         };
         Some(folded.map(|v| vec![v]).map_err(|e| vec![e]))
     }
 
-    fn constant(&self, attrs: &Attrs) -> Result<Value, String> {
+    /// `ConstantOfShape` of a known shape (its values made once they are held), or of a
+    /// shape holding the symbolic batch (one value, [`Value::Fill`]); `None` when the
+    /// shape is not an integer vector.
+    fn fold_constant_of_shape(
+        &mut self,
+        at: &str,
+        attrs: &Attrs,
+        shape: &Value,
+        host: &dyn Fn(&Value) -> Option<Rc<HostTensor>>,
+    ) -> Option<Result<Value, String>> {
+        let one = match fill_value(attrs) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        };
+        if let (None, Value::Shape(s)) = (host(shape), shape) {
+            let dims = s
+                .items
+                .iter()
+                .map(|d| match d {
+                    SymInt::Known(v) => Dim::Known((*v).max(0) as usize),
+                    SymInt::Dim(d) => d.clone(),
+                })
+                .collect();
+            return Some(Ok(Value::Fill(dims, one)));
+        }
+        let shape = host(shape)?;
+        Some((|| {
+            if shape.len() > self.limits.max_rank {
+                return Err(format!(
+                    "a shape of {} axes is over the limit of {} axes (--max-rank)",
+                    shape.len(),
+                    self.limits.max_rank
+                ));
+            }
+            let dims: Vec<usize> = shape
+                .as_i64()
+                .iter()
+                .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
+                .collect::<Result<_, _>>()?;
+            let n = dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+            let width = (one.bytes() / one.len().max(1) as u64).max(1);
+            self.hold_constant(at, n, width)?;
+            let n = n.unwrap_or(0) as usize;
+            let elements = match &one.elements {
+                Elements::F32(v) => Elements::F32(vec![v[0]; n]),
+                Elements::I64(v) => Elements::I64(vec![v[0]; n]),
+                Elements::Bool(v) => Elements::Bool(vec![v[0]; n]),
+            };
+            Ok(known(HostTensor { dims, elements }))
+        })())
+    }
+
+    /// A `Constant` node's value, checked against `max_constant_elements` and held
+    /// before it is decoded or copied.
+    fn constant(&mut self, at: &str, attrs: &Attrs) -> Result<Value, String> {
         let a = attrs
             .0
             .first()
             .ok_or("a Constant without a value attribute")?;
+        let (elements, width) = match a.name.as_str() {
+            "value" => {
+                let t = a.t.as_ref().ok_or("value is not a tensor")?;
+                let (n, bytes) = tensor::decoded_size(t, "Constant value", self.limits)
+                    .map_err(|e| e.to_string())?;
+                (n, bytes / n.max(1))
+            }
+            "value_float" | "value_int" => (1, tensor::I64_BYTES),
+            "value_floats" => (a.floats.len() as u64, tensor::F32_BYTES),
+            "value_ints" => (a.ints.len() as u64, tensor::I64_BYTES),
+            other => return Err(format!("Constant attribute '{other}' is not supported")),
+        };
+        self.hold_constant(at, Some(elements), width)?;
         let t = match a.name.as_str() {
             "value" => tensor::decode(
                 a.t.as_ref().ok_or("value is not a tensor")?,
@@ -683,10 +965,9 @@ impl Importer<'_> {
                 elements: Elements::F32(a.floats.clone()),
             },
             "value_int" => HostTensor::ints(vec![], vec![a.i]),
-            "value_ints" => HostTensor::ints(vec![a.ints.len()], a.ints.clone()),
-            other => return Err(format!("Constant attribute '{other}' is not supported")),
+            _ => HostTensor::ints(vec![a.ints.len()], a.ints.clone()),
         };
-        Ok(Value::Known(t))
+        Ok(known(t))
     }
 
     /// A value as a reference in the Sluice graph: a computed value as is, a known one
@@ -714,9 +995,11 @@ impl Importer<'_> {
     fn materialise(&mut self, name: &str, t: &HostTensor) -> Result<(String, TensorType), String> {
         let shape_json = json!(t.dims);
         let id = self.fresh_id(name);
+        let count = t.len() as u64;
         if let Elements::F32(values) = &t.elements {
             if t.len() > INLINE_ELEMENTS || values.iter().any(|v| !v.is_finite()) {
                 let key = format!("{id}.value");
+                self.hold_weight(&format!("weight '{key}'"), t, Some(t.bytes()))?;
                 self.weights.insert(key.clone(), t.to_tensor()?);
                 return self
                     .emit(
@@ -727,19 +1010,31 @@ impl Importer<'_> {
                     )
                     .map(|(r, mut tys)| (r, tys.remove(0)));
             }
+            self.hold(
+                &format!("constant '{id}'"),
+                count.checked_mul(JSON_NUMBER_BYTES),
+            )?;
             let attrs = json!({ "value": values, "shape": shape_json });
             return self
                 .emit(&id, "constant", vec![], attrs)
                 .map(|(r, mut tys)| (r, tys.remove(0)));
         }
-        let values = t.as_f32();
         let exact = (1i64 << 24) as f32;
-        if values.iter().any(|v| v.abs() > exact)
-            || t.len() as u64 > self.limits.max_constant_elements
-        {
-            return Err(format!(
+        let too_large = || {
+            format!(
                 "the integer constant '{name}' is too large to write into the graph (values beyond ±2^24 or too many elements)"
-            ));
+            )
+        };
+        if count > self.limits.max_constant_elements {
+            return Err(too_large());
+        }
+        self.hold(
+            &format!("constant '{id}'"),
+            count.checked_mul(JSON_NUMBER_BYTES + tensor::F32_BYTES),
+        )?;
+        let values = t.as_f32();
+        if values.iter().any(|v| v.abs() > exact) {
+            return Err(too_large());
         }
         let raw = format!("{id}_f32");
         let raw = self.fresh_id(&raw);
@@ -852,9 +1147,23 @@ impl Importer<'_> {
                 if node.output.get(1).is_some_and(|m| self.used.contains(m)) {
                     return Err(one("the mask output is produced only in training"));
                 }
-                if let Some(Value::Known(t)) = self.input(node, 2) {
-                    if t.as_i64().first() == Some(&1) {
+                // Inference (the output is the input) only where training_mode is known
+                // to be false: a flag known only at run time could ask for either.
+                let training = |t: &HostTensor| t.as_i64().iter().any(|&v| v != 0);
+                match (
+                    node.input.get(2).filter(|n| !n.is_empty()),
+                    self.input(node, 2),
+                ) {
+                    (None, _) => {}
+                    (Some(_), Some(Value::Known(t))) if !training(t) => {}
+                    (Some(_), Some(Value::Fill(_, t))) if !training(t) => {}
+                    (Some(_), Some(Value::Known(_) | Value::Fill(..))) => {
                         return Err(one("training_mode=1 (random dropping) is not imported"));
+                    }
+                    (Some(name), _) => {
+                        return Err(vec![format!(
+                            "input 2 '{name}' (training_mode) is known only at run time: Sluice cannot choose at run time between inference (the output is the input) and training (random dropping); give it as an initialiser or a constant"
+                        )]);
                     }
                 }
                 Ok(vec![self.values[&node.input[0]].clone()])
@@ -1022,11 +1331,16 @@ impl Importer<'_> {
                 continue;
             }
             if let Some(Some(w)) = weights.and_then(|w| w.get(i)) {
-                match self.values.get(name) {
-                    Some(Value::Known(t)) => match t.to_tensor() {
-                        Ok(t) => pending_weights.push(((*w).to_string(), t)),
-                        Err(e) => problems.push(format!("weight '{name}': {e}")),
-                    },
+                match self.values.get(name).cloned() {
+                    Some(Value::Known(t)) => {
+                        let converted = self
+                            .hold_weight(&format!("weight '{name}'"), &t, Some(weight_bytes(&t)))
+                            .and_then(|()| t.to_tensor());
+                        match converted {
+                            Ok(t) => pending_weights.push(((*w).to_string(), t)),
+                            Err(e) => problems.push(format!("weight '{name}': {e}")),
+                        }
+                    }
                     _ => problems.push(format!(
                         "input {i} '{name}' ({w}) must be an initialiser: Sluice keeps it as a weight"
                     )),
@@ -1062,7 +1376,11 @@ impl Importer<'_> {
         if op == "layer_norm" && !pending_weights.iter().any(|(n, _)| n == "bias") {
             // ONNX's bias is optional; Sluice's layer_norm always adds one: zeros.
             if let Some((_, scale)) = pending_weights.iter().find(|(n, _)| n == "scale") {
-                let zeros = crate::tensor::Tensor::full(scale.shape.clone(), 0.0);
+                let shape = scale.shape.clone();
+                let bytes = (scale.len() as u64).checked_mul(tensor::F32_BYTES);
+                self.hold("a layer_norm's zero bias", bytes)
+                    .map_err(|e| vec![e])?;
+                let zeros = crate::tensor::Tensor::full(shape, 0.0);
                 pending_weights.push(("bias".to_string(), zeros));
             }
         }
@@ -1145,7 +1463,7 @@ impl Importer<'_> {
         }
         let t = match value {
             Some(Value::Known(t)) => t.clone(),
-            Some(Value::Shape(s)) => s.to_host().ok_or_else(|| {
+            Some(Value::Shape(s)) => s.to_host().map(Rc::new).ok_or_else(|| {
                 format!("input {i} '{name}' ({attr}) depends on the symbolic batch size")
             })?,
             _ => {
@@ -1158,6 +1476,16 @@ impl Importer<'_> {
             return Ok(None); // an empty tensor stands for an absent input (Resize's roi, scales)
         }
         let kind = kind.ok_or_else(|| format!("input {i} '{name}' ({attr}) is not supported"))?;
+        if !matches!(kind, AttrKind::Int | AttrKind::Float | AttrKind::Bool) {
+            self.limits
+                .check(
+                    Limit::MaxListLen,
+                    format!("input {i} '{name}' ({attr})"),
+                    "values",
+                    Some(t.len() as u64),
+                )
+                .map_err(|e| e.to_string())?;
+        }
         Ok(Some(match kind {
             AttrKind::Int => json!(t.as_i64().first().copied().unwrap_or(0)),
             AttrKind::Float => json!(t.as_f32().first().copied().unwrap_or(0.0)),
@@ -1206,10 +1534,10 @@ impl Importer<'_> {
             "cast" => {
                 let to = attrs.get("to").and_then(Json::as_i64).unwrap_or(1) as i32;
                 let name = match to {
-                    data_type::FLOAT
-                    | data_type::DOUBLE
-                    | data_type::FLOAT16
-                    | data_type::BFLOAT16 => "f32",
+                    data_type::FLOAT | data_type::DOUBLE => "f32",
+                    // Rounded to the 16-bit float, the value kept as f32.
+                    data_type::FLOAT16 => "f16",
+                    data_type::BFLOAT16 => "bf16",
                     data_type::BOOL => "bool",
                     data_type::INT64
                     | data_type::INT32
@@ -1247,10 +1575,7 @@ impl Importer<'_> {
             "range" => {
                 let int = matches!(
                     self.input(node, 0),
-                    Some(Value::Known(HostTensor {
-                        elements: Elements::I64(_),
-                        ..
-                    }))
+                    Some(Value::Known(t)) if matches!(t.elements, Elements::I64(_))
                 );
                 attrs.insert("dtype".into(), json!(if int { "i32" } else { "f32" }));
             }
@@ -1312,6 +1637,11 @@ impl Importer<'_> {
                 _ => None,
             };
             if c.is_none() || bias.is_some() {
+                let bytes = (b.len() as u64)
+                    .checked_add(n as u64)
+                    .and_then(|e| e.checked_mul(tensor::F32_BYTES));
+                self.hold_weight(&format!("the weights of '{}'", node_label(node)), b, bytes)
+                    .map_err(|e| vec![e])?;
                 let wv = b.as_f32();
                 let weight: Vec<f32> = if trans_b {
                     (0..k)
@@ -1620,9 +1950,84 @@ fn symbol(p: &str) -> String {
 
 fn sym_value(s: SymInts) -> Value {
     match s.to_host() {
-        Some(t) => Value::Known(t),
-        None => Value::Shape(s),
+        Some(t) => known(t),
+        None => Value::Shape(Rc::new(s)),
     }
+}
+
+/// Bytes a known tensor takes as a weight (f32 and i32 at 4 bytes, bool at 1).
+fn weight_bytes(t: &HostTensor) -> u64 {
+    let width = match t.elements {
+        Elements::Bool(_) => 1,
+        _ => tensor::F32_BYTES,
+    };
+    (t.len() as u64).saturating_mul(width)
+}
+
+/// A known value.
+fn known(t: HostTensor) -> Value {
+    Value::Known(Rc::new(t))
+}
+
+/// Operators folded entry by entry over integer vectors ([`SymInts`]).
+const SYM_FOLDS: &[&str] = &[
+    "Gather",
+    "Concat",
+    "Unsqueeze",
+    "Squeeze",
+    "Slice",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Max",
+    "Min",
+    "Mod",
+    "Equal",
+    "Where",
+];
+
+/// Whether a value can take part in folding entry by entry: a folded shape, or a known
+/// integer or boolean tensor of rank 0 or 1.
+fn sym_foldable(v: &Value) -> bool {
+    match v {
+        Value::Shape(_) => true,
+        Value::Known(t) => t.dims.len() <= 1 && !matches!(t.elements, Elements::F32(_)),
+        _ => false,
+    }
+}
+
+/// Entries of a known value or a folded shape.
+fn value_len(v: &Value) -> u64 {
+    match v {
+        Value::Known(t) => t.len() as u64,
+        Value::Shape(s) => s.items.len() as u64,
+        _ => 0,
+    }
+}
+
+/// The one value a `ConstantOfShape` fills with (0.0 when it gives none), checked to be
+/// one element before it is decoded.
+fn fill_value(attrs: &Attrs) -> Result<HostTensor, String> {
+    let Some(t) = attrs.get("value").and_then(|a| a.t.as_ref()) else {
+        return Ok(HostTensor {
+            dims: vec![1],
+            elements: Elements::F32(vec![0.0]),
+        });
+    };
+    if tensor::elements(t) != Some(1) {
+        return Err(format!(
+            "the value attribute must be a one-element tensor; it has shape {:?}",
+            t.dims
+        ));
+    }
+    tensor::decode(
+        t,
+        "ConstantOfShape value",
+        &tensor::NoExternalData,
+        &Limits::default(),
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// A node's attributes.
@@ -1675,6 +2080,9 @@ fn attr_json(a: &AttributeProto, kind: AttrKind) -> Result<Json, String> {
             let t =
                 a.t.as_ref()
                     .ok_or("a tensor attribute without its tensor")?;
+            if tensor::elements(t) != Some(1) {
+                return Err("tensor-valued attributes are supported only as one number".into());
+            }
             let v = tensor::decode(t, &a.name, &tensor::NoExternalData, &Limits::default())
                 .map_err(|e| e.to_string())?;
             match (v.len(), kind) {
@@ -1771,12 +2179,20 @@ fn explicit_pads(node: &NodeProto, x: &[Dim], attrs: &mut Map<String, Json>) -> 
     }
 }
 
-/// `Cast` of a known tensor.
+/// `Cast` of a known tensor (to FLOAT16 or BFLOAT16: rounded as the `cast` operator
+/// rounds, the value kept as f32).
 fn cast(t: &HostTensor, to: i32) -> Result<HostTensor, String> {
+    use crate::ops::convert::HalfFormat;
+    let rounded = |half: HalfFormat| -> Vec<f32> {
+        t.as_f32()
+            .into_iter()
+            .map(|x| half.round(f64::from(x)) as f32)
+            .collect()
+    };
     let elements = match to {
-        data_type::FLOAT | data_type::DOUBLE | data_type::FLOAT16 | data_type::BFLOAT16 => {
-            Elements::F32(t.as_f32())
-        }
+        data_type::FLOAT | data_type::DOUBLE => Elements::F32(t.as_f32()),
+        data_type::FLOAT16 => Elements::F32(rounded(HalfFormat::F16)),
+        data_type::BFLOAT16 => Elements::F32(rounded(HalfFormat::Bf16)),
         data_type::BOOL => Elements::Bool(t.as_f32().iter().map(|&x| x != 0.0).collect()),
         data_type::INT64
         | data_type::INT32
@@ -1799,78 +2215,60 @@ fn cast(t: &HostTensor, to: i32) -> Result<HostTensor, String> {
     })
 }
 
-/// `Range` of known scalars, its length bounded by the limits.
-fn range(
+/// The length of `Range(start, limit, delta)` of known scalars (`None`: too long to
+/// count), worked out before any element is made.
+fn range_len(
     start: &HostTensor,
     limit: &HostTensor,
     delta: &HostTensor,
-    limits: &Limits,
-) -> Result<HostTensor, String> {
-    let float = matches!(start.elements, Elements::F32(_));
+) -> Result<Option<u64>, String> {
+    let first = |t: &HostTensor, what: &str| -> Result<f64, String> {
+        if t.len() != 1 {
+            return Err(format!(
+                "Range's {what} must be a scalar; it has {} elements",
+                t.len()
+            ));
+        }
+        Ok(f64::from(t.as_f32()[0]))
+    };
     let (s, l, d) = (
-        f64::from(*start.as_f32().first().ok_or("empty start")?),
-        f64::from(*limit.as_f32().first().ok_or("empty limit")?),
-        f64::from(*delta.as_f32().first().ok_or("empty delta")?),
+        first(start, "start")?,
+        first(limit, "limit")?,
+        first(delta, "delta")?,
     );
     if d == 0.0 {
         return Err("Range with delta 0".into());
     }
     let n = ((l - s) / d).ceil().max(0.0);
-    if n > limits.max_constant_elements as f64 {
-        return Err(format!(
-            "Range of {n} elements is over --max-constant-elements"
-        ));
-    }
-    let n = n as usize;
-    Ok(if float {
-        HostTensor {
-            dims: vec![n],
-            elements: Elements::F32((0..n).map(|i| (s + i as f64 * d) as f32).collect()),
+    // Below 2^63 the length converts exactly enough; beyond it, it is uncountable.
+    Ok((n.is_finite() && n < 9.2e18).then_some(n as u64))
+}
+
+/// `Range` of known scalars, `n` elements long (its length, already held).
+fn range(start: &HostTensor, delta: &HostTensor, n: u64) -> Result<HostTensor, String> {
+    let n = usize::try_from(n).map_err(|_| "Range is too long for this machine".to_string())?;
+    Ok(match start.elements {
+        Elements::F32(_) => {
+            let (s, d) = (f64::from(start.as_f32()[0]), f64::from(delta.as_f32()[0]));
+            HostTensor {
+                dims: vec![n],
+                elements: Elements::F32((0..n).map(|i| (s + i as f64 * d) as f32).collect()),
+            }
         }
-    } else {
-        let (s, d) = (start.as_i64()[0], delta.as_i64()[0]);
-        let values = (0..n as i64)
-            .map(|i| i.checked_mul(d).and_then(|x| x.checked_add(s)))
-            .collect::<Option<Vec<_>>>()
-            .ok_or("Range overflows 64-bit integers")?;
-        HostTensor::ints(vec![n], values)
+        _ => {
+            let (s, d) = (start.as_i64()[0], delta.as_i64()[0]);
+            let values = (0..n as i64)
+                .map(|i| i.checked_mul(d).and_then(|x| x.checked_add(s)))
+                .collect::<Option<Vec<_>>>()
+                .ok_or("Range overflows 64-bit integers")?;
+            HostTensor::ints(vec![n], values)
+        }
     })
 }
 
-/// `ConstantOfShape` with a known shape.
-fn constant_of_shape(
-    shape: &HostTensor,
-    attrs: &Attrs,
-    limits: &Limits,
-) -> Result<HostTensor, String> {
-    let dims: Vec<usize> = shape
-        .as_i64()
-        .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
-        .collect::<Result<_, _>>()?;
-    let n = dims
-        .iter()
-        .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
-        .filter(|&n| n <= limits.max_tensor_elements)
-        .ok_or("ConstantOfShape is over --max-tensor-elements")? as usize;
-    let value = match attrs.get("value").and_then(|a| a.t.as_ref()) {
-        Some(t) => tensor::decode(t, "ConstantOfShape value", &tensor::NoExternalData, limits)
-            .map_err(|e| e.to_string())?,
-        None => HostTensor {
-            dims: vec![1],
-            elements: Elements::F32(vec![0.0]),
-        },
-    };
-    let elements = match value.elements {
-        Elements::F32(v) => Elements::F32(vec![*v.first().unwrap_or(&0.0); n]),
-        Elements::I64(v) => Elements::I64(vec![*v.first().unwrap_or(&0); n]),
-        Elements::Bool(v) => Elements::Bool(vec![*v.first().unwrap_or(&false); n]),
-    };
-    Ok(HostTensor { dims, elements })
-}
-
-/// `Reshape` of a known tensor.
-fn reshape_known(t: &HostTensor, target: &[i64]) -> Result<HostTensor, String> {
+/// `Reshape` of a known tensor; with `allow_zero` (ONNX's `allowzero`), a 0 in the
+/// target is a size of 0, else it copies the input's size.
+fn reshape_known(t: &HostTensor, target: &[i64], allow_zero: bool) -> Result<HostTensor, String> {
     let n = t.len();
     let mut dims = Vec::with_capacity(target.len());
     let mut infer = None;
@@ -1880,6 +2278,7 @@ fn reshape_known(t: &HostTensor, target: &[i64]) -> Result<HostTensor, String> {
                 infer = Some(i);
                 dims.push(1);
             }
+            0 if allow_zero => dims.push(0),
             0 => dims.push(*t.dims.get(i).ok_or("reshape copies a missing dimension")?),
             d if d > 0 => dims.push(d as usize),
             _ => return Err(format!("reshape target {target:?} is not valid")),
@@ -1905,7 +2304,279 @@ fn reshape_known(t: &HostTensor, target: &[i64]) -> Result<HostTensor, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tensor::NoExternalData;
     use super::*;
+    use proto::*;
+
+    fn ints(dims: &[i64], values: &[i64]) -> TensorProto {
+        TensorProto {
+            dims: dims.to_vec(),
+            data_type: data_type::INT64,
+            int64_data: values.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    fn named(name: &str, mut t: TensorProto) -> TensorProto {
+        t.name = name.into();
+        t
+    }
+
+    fn node(op: &str, inputs: &[&str], output: &str) -> NodeProto {
+        NodeProto {
+            op_type: op.into(),
+            name: output.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: vec![output.into()],
+            ..Default::default()
+        }
+    }
+
+    fn with_value(mut n: NodeProto, t: TensorProto) -> NodeProto {
+        n.attribute.push(AttributeProto {
+            name: "value".into(),
+            r#type: attribute_type::TENSOR,
+            t: Some(t),
+            ..Default::default()
+        });
+        n
+    }
+
+    fn input(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
+        ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeTensor {
+                    elem_type: elem,
+                    shape: Some(TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .map(|&d| Dimension {
+                                dim_value: Some(d),
+                                dim_param: None,
+                            })
+                            .collect(),
+                    }),
+                }),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn import(
+        nodes: Vec<NodeProto>,
+        inputs: Vec<ValueInfoProto>,
+        initializer: Vec<TensorProto>,
+        output: &str,
+        limits: &Limits,
+    ) -> Result<Imported, ImportError> {
+        let model = ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
+            graph: Some(GraphProto {
+                node: nodes,
+                initializer,
+                input: inputs,
+                output: vec![ValueInfoProto {
+                    name: output.into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        import_model(&model, &NoExternalData, limits, &BTreeMap::new())
+    }
+
+    /// The first output of an imported model with no inputs, on the CPU reference.
+    fn output(m: &Imported) -> Vec<f32> {
+        let g = crate::Graph::build(m.doc.clone()).unwrap();
+        let out = crate::cpu::run(&g, &m.weights, &HashMap::new()).unwrap();
+        out[0].1.to_f32_vec()
+    }
+
+    #[test]
+    fn folded_constants_are_bounded_before_they_are_made() {
+        let fill = |elements: i64| {
+            vec![
+                with_value(node("Constant", &[], "shape"), ints(&[1], &[elements])),
+                with_value(
+                    node("ConstantOfShape", &["shape"], "bomb"),
+                    ints(&[1], &[1]),
+                ),
+            ]
+        };
+        let e = import(fill(1 << 28), vec![], vec![], "bomb", &Limits::default()).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, ImportError::Limit(_)), "{text}");
+        for part in [
+            "'bomb' (ConstantOfShape)",
+            "268435456",
+            "--max-constant-elements",
+        ] {
+            assert!(text.contains(part), "{text}");
+        }
+        // Under the element limit, int64 values count 8 bytes each against the budget.
+        let tight = Limits {
+            max_import_bytes: 8 * 1000,
+            ..Limits::default()
+        };
+        let e = import(fill(1001), vec![], vec![], "bomb", &tight).unwrap_err();
+        assert!(e.to_string().contains("--max-import-bytes"), "{e}");
+        // 100 int64 values (800 bytes), then written into the graph as a constant.
+        assert!(import(fill(100), vec![], vec![], "bomb", &tight).is_ok());
+        let range = vec![
+            with_value(node("Constant", &[], "a"), ints(&[], &[0])),
+            with_value(node("Constant", &[], "b"), ints(&[], &[i64::MAX])),
+            with_value(node("Constant", &[], "d"), ints(&[], &[1])),
+            node("Range", &["a", "b", "d"], "r"),
+        ];
+        let e = import(range, vec![], vec![], "r", &Limits::default()).unwrap_err();
+        assert!(e.to_string().contains("'r' (Range)"), "{e}");
+        assert!(e.to_string().contains("max_constant_elements"), "{e}");
+        // A Constant node is a constant like a graph file's.
+        let small = Limits {
+            max_constant_elements: 4,
+            ..Limits::default()
+        };
+        let big = vec![with_value(node("Constant", &[], "c"), ints(&[5], &[1; 5]))];
+        let e = import(big, vec![], vec![], "c", &small).unwrap_err();
+        assert!(e.to_string().contains("'c' (Constant)"), "{e}");
+    }
+
+    #[test]
+    fn initialisers_and_their_weights_are_held_against_the_host_limit() {
+        // Initialisers, and the weights written from them, count against the host limit.
+        let tight = Limits {
+            max_host_bytes: 1000,
+            ..Limits::default()
+        };
+        let w = named("w", ints(&[126], &[3; 126])); // 1008 bytes as int64
+        let e = import(vec![], vec![], vec![w], "w", &tight).unwrap_err();
+        assert!(e.to_string().contains("initialiser 'w'"), "{e}");
+        // 100 floats are 400 bytes, and 400 more as the weight written for them.
+        let f = |n: usize| TensorProto {
+            name: "f".into(),
+            dims: vec![n as i64],
+            data_type: data_type::FLOAT,
+            float_data: vec![1.0; n],
+            ..Default::default()
+        };
+        assert!(import(vec![], vec![], vec![f(100)], "f", &tight).is_ok());
+        let e = import(vec![], vec![], vec![f(200)], "f", &tight).unwrap_err();
+        assert!(e.to_string().contains("weight"), "{e}");
+    }
+
+    #[test]
+    fn a_run_time_training_mode_is_refused_by_name() {
+        let x = input("x", data_type::FLOAT, &[2, 3]);
+        let ratio = TensorProto {
+            name: "ratio".into(),
+            data_type: data_type::FLOAT,
+            float_data: vec![0.5],
+            ..Default::default()
+        };
+        let drop = node("Dropout", &["x", "ratio", "t"], "drop");
+        let t = input("t", data_type::BOOL, &[]);
+        let e = import(
+            vec![drop.clone()],
+            vec![x.clone(), t],
+            vec![ratio.clone()],
+            "drop",
+            &Limits::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("node 'drop' (Dropout)"), "{e}");
+        assert!(
+            e.contains("'t' (training_mode) is known only at run time"),
+            "{e}"
+        );
+        let flag = |v: i32| TensorProto {
+            name: "t".into(),
+            data_type: data_type::BOOL,
+            int32_data: vec![v],
+            ..Default::default()
+        };
+        let ok = import(
+            vec![drop.clone()],
+            vec![x.clone()],
+            vec![ratio.clone(), flag(0)],
+            "drop",
+            &Limits::default(),
+        );
+        assert!(ok.is_ok());
+        let e = import(
+            vec![drop],
+            vec![x],
+            vec![ratio, flag(1)],
+            "drop",
+            &Limits::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("training_mode=1"), "{e}");
+    }
+
+    #[test]
+    fn inputs_the_importer_would_ignore_are_refused() {
+        let x = input("x", data_type::FLOAT, &[2]);
+        let e = import(
+            vec![node("Identity", &["x", "x"], "y")],
+            vec![x],
+            vec![],
+            "y",
+            &Limits::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("input 1 'x' is not one of them"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn folding_keeps_every_input_and_attribute() {
+        let consts = |names: &[(&str, i64)]| -> Vec<NodeProto> {
+            names
+                .iter()
+                .map(|(n, v)| with_value(node("Constant", &[], n), ints(&[1], &[*v])))
+                .collect()
+        };
+        // Max of three: the third input counts.
+        let mut nodes = consts(&[("a", 1), ("b", 2), ("c", 5)]);
+        nodes.push(node("Max", &["a", "b", "c"], "m"));
+        let m = import(nodes, vec![], vec![], "m", &Limits::default()).unwrap();
+        assert_eq!(output(&m), vec![5.0]);
+        // Reshape with allowzero: a 0 in the target is a size of 0.
+        let mut nodes = vec![
+            with_value(node("Constant", &[], "e"), ints(&[0, 3], &[])),
+            with_value(node("Constant", &[], "t"), ints(&[2], &[3, 0])),
+        ];
+        let mut r = node("Reshape", &["e", "t"], "r");
+        r.attribute.push(AttributeProto {
+            name: "allowzero".into(),
+            r#type: attribute_type::INT,
+            i: 1,
+            ..Default::default()
+        });
+        nodes.push(r);
+        let m = import(nodes, vec![], vec![], "r", &Limits::default()).unwrap();
+        let g = crate::Graph::build(m.doc).unwrap();
+        let out = crate::cpu::run(&g, &m.weights, &HashMap::new()).unwrap();
+        assert_eq!(out[0].1.shape, vec![3, 0]);
+        // Slicing a vector along another axis is not a vector slice.
+        let mut nodes = vec![with_value(
+            node("Constant", &[], "v"),
+            ints(&[3], &[1, 2, 3]),
+        )];
+        nodes.extend(consts(&[("s", 0), ("e", 2), ("ax", 1)]));
+        nodes.push(node("Slice", &["v", "s", "e", "ax"], "y"));
+        let e = import(nodes, vec![], vec![], "y", &Limits::default()).unwrap_err();
+        assert!(e.to_string().contains("Slice axis 1"), "{e}");
+    }
 
     #[test]
     fn names_map_to_snake_case() {

@@ -65,6 +65,11 @@ pub enum ImportError {
         /// What is wrong.
         message: String,
     },
+    /// The model goes over one of the limits while it is imported (a folded constant
+    /// over `max_constant_elements`, or more than `max_import_bytes` held): the import
+    /// stops there, before anything more is allocated.
+    #[error("{0}")]
+    Limit(crate::error::LimitError),
     /// The model uses operators or attributes Sluice cannot run: every one of them.
     #[error("{}", render_unsupported(.0))]
     Unsupported(Vec<Unsupported>),

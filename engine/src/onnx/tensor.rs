@@ -28,6 +28,11 @@ impl ExternalData for NoExternalData {
     }
 }
 
+/// Bytes of an f32 element in memory.
+pub const F32_BYTES: u64 = 4;
+/// Bytes of an i64 element in memory (every ONNX integer type is held as i64).
+pub const I64_BYTES: u64 = 8;
+
 /// Elements of a decoded tensor.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Elements {
@@ -69,6 +74,16 @@ impl HostTensor {
     /// Whether it has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Bytes its elements take in memory.
+    pub fn bytes(&self) -> u64 {
+        let width = match &self.elements {
+            Elements::F32(_) => F32_BYTES,
+            Elements::I64(_) => I64_BYTES,
+            Elements::Bool(_) => 1,
+        };
+        (self.len() as u64).saturating_mul(width)
     }
 
     /// The elements as i64 (floats truncated, bools 0/1).
@@ -142,18 +157,43 @@ fn check_location(location: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Decodes a tensor, naming it as `what` in errors.
-pub fn decode(
+/// Elements of a tensor by its dimensions (`None`: a negative dimension, or too many to
+/// count), before anything is decoded.
+pub fn elements(t: &TensorProto) -> Option<u64> {
+    t.dims.iter().try_fold(1u64, |n, &d| {
+        u64::try_from(d).ok().and_then(|d| n.checked_mul(d))
+    })
+}
+
+/// What a tensor's shape and element type say, checked against the limits before
+/// anything is decoded.
+struct Layout {
+    dims: Vec<usize>,
+    count: u64,
+    /// Bytes of an element as stored in the model.
+    width: usize,
+    /// Bytes of an element as decoded.
+    host_width: u64,
+}
+
+/// A tensor's elements and the bytes they take once decoded (int64 at 8 bytes an
+/// element), checked against the limits as [`decode`] checks them: what an importer
+/// charges before decoding.
+pub fn decoded_size(
     t: &TensorProto,
     what: &str,
-    external: &dyn ExternalData,
     limits: &Limits,
-) -> Result<HostTensor, ImportError> {
+) -> Result<(u64, u64), ImportError> {
+    let l = layout(t, what, limits)?;
+    Ok((l.count, l.count.saturating_mul(l.host_width)))
+}
+
+fn layout(t: &TensorProto, what: &str, limits: &Limits) -> Result<Layout, ImportError> {
     let bad = |message: String| ImportError::Tensor {
         tensor: what.to_string(),
         message,
     };
-    let mut dims = Vec::with_capacity(t.dims.len());
+    let mut dims = Vec::with_capacity(t.dims.len().min(limits.max_rank));
     if t.dims.len() > limits.max_rank {
         return Err(bad(format!(
             "rank {} is over the limit of {} axes (--max-rank)",
@@ -175,7 +215,6 @@ pub fn decode(
             })?;
         dims.push(d as usize);
     }
-    let n = count as usize;
     let width = match t.data_type {
         data_type::FLOAT | data_type::INT32 | data_type::UINT32 => 4,
         data_type::INT64 | data_type::DOUBLE | data_type::UINT64 => 8,
@@ -188,6 +227,36 @@ pub fn decode(
             )))
         }
     };
+    let host_width = match t.data_type {
+        data_type::FLOAT | data_type::DOUBLE | data_type::FLOAT16 | data_type::BFLOAT16 => {
+            F32_BYTES
+        }
+        data_type::BOOL => 1,
+        _ => I64_BYTES,
+    };
+    Ok(Layout {
+        dims,
+        count,
+        width,
+        host_width,
+    })
+}
+
+/// Decodes a tensor, naming it as `what` in errors.
+pub fn decode(
+    t: &TensorProto,
+    what: &str,
+    external: &dyn ExternalData,
+    limits: &Limits,
+) -> Result<HostTensor, ImportError> {
+    let bad = |message: String| ImportError::Tensor {
+        tensor: what.to_string(),
+        message,
+    };
+    let Layout {
+        dims, count, width, ..
+    } = layout(t, what, limits)?;
+    let n = count as usize;
     let external_bytes;
     let raw: Option<&[u8]> = if t.data_location == 1 {
         external_bytes = read_external(t, n, width, external).map_err(bad)?;

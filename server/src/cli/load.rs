@@ -2,7 +2,7 @@
 //! regular files only, within a size limit, checked before reading. An `.onnx` model is
 //! imported in memory wherever a graph file is taken.
 
-use crate::files::{read_bounded, read_text_bounded};
+use crate::files::{read_bounded, read_range, read_text_bounded};
 use anyhow::{Context, Result};
 use sluice_engine::graph::Graph;
 use sluice_engine::limits::Limits;
@@ -29,7 +29,6 @@ pub struct ModelFolder<'a>(pub &'a Path);
 
 impl onnx::ExternalData for ModelFolder<'_> {
     fn read(&self, location: &str, offset: u64, length: Option<u64>) -> Result<Vec<u8>, String> {
-        use std::io::{Read, Seek, SeekFrom};
         let base = self.0.canonicalize().map_err(|e| e.to_string())?;
         let path = base
             .join(location)
@@ -40,19 +39,16 @@ impl onnx::ExternalData for ModelFolder<'_> {
                 "external data '{location}' lies outside the model's folder"
             ));
         }
-        let mut file = std::fs::File::open(&path).map_err(|e| format!("{location}: {e}"))?;
-        let size = file.metadata().map_err(|e| e.to_string())?.len();
-        let length = length.unwrap_or(size.saturating_sub(offset));
-        if offset.checked_add(length).is_none_or(|end| end > size) {
-            return Err(format!(
-                "external data '{location}' has {size} bytes; the model asks for {length} from {offset}"
-            ));
-        }
-        file.seek(SeekFrom::Start(offset))
-            .map_err(|e| e.to_string())?;
-        let mut bytes = vec![0; usize::try_from(length).map_err(|e| e.to_string())?];
-        file.read_exact(&mut bytes).map_err(|e| e.to_string())?;
-        Ok(bytes)
+        // Regular files only (a FIFO or a device would block or never end), the range
+        // checked against the file's size before anything is read.
+        let length = match length {
+            Some(length) => length,
+            None => std::fs::metadata(&path)
+                .map_err(|e| format!("external data '{location}': {e}"))?
+                .len()
+                .saturating_sub(offset),
+        };
+        read_range(&path, offset, length).map_err(|e| format!("external data '{location}': {e}"))
     }
 }
 
