@@ -162,6 +162,7 @@ fn examples_under_mixed_precision_stay_close_to_f32_on_1000_inputs() {
                     e.max_rel
                 );
                 assert_eq!(e.non_finite, 0);
+                assert_eq!(e.flag, None, "{name}: flagged");
                 if let Some(agree) = e.argmax_agreement {
                     // Any disagreement must be a genuine near-tie: the f32 top two differ by
                     // less than twice the largest error.
@@ -318,4 +319,226 @@ fn cli_precision_report_f16_npy_in_and_out() {
         out.status.success() && text.contains("side by side") && text.contains("planned peak MiB"),
         "{text}"
     );
+}
+
+/// A melspectrogram-like front end (issue 34): int16-scale samples squared (`pow` 2 or
+/// `mul` by themselves; about 1.07e9, far past f16's 65504), summed over 8 triangular
+/// frequency bands by a matmul, then 10·log10 floored at −100 dB. `square` picks the op.
+fn melspectrogram(square: &str) -> Graph {
+    let (bins, bands) = (64usize, 8usize);
+    let mut fb = vec![0.0f32; bins * bands];
+    for band in 0..bands {
+        let centre = 4 + band * 7;
+        for k in 0..bins {
+            let d = (k as f32 - centre as f32).abs();
+            fb[k * bands + band] = (1.0 - d / 4.0).max(0.0);
+        }
+    }
+    let squared = match square {
+        "pow" => json!({ "id": "power", "op": "pow", "inputs": ["x", "two"] }),
+        _ => json!({ "id": "power", "op": "mul", "inputs": ["x", "x"] }),
+    };
+    graph(&json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": ["N", bins] } },
+        "nodes": [
+            { "id": "two", "op": "constant", "attrs": { "value": [2.0], "shape": [] } },
+            squared,
+            { "id": "fb", "op": "constant", "attrs": { "value": fb, "shape": [bins, bands] } },
+            { "id": "mel", "op": "matmul", "inputs": ["power", "fb"] },
+            { "id": "eps", "op": "constant", "attrs": { "value": [1.0e-10], "shape": [] } },
+            { "id": "shifted", "op": "add", "inputs": ["mel", "eps"] },
+            { "id": "ln", "op": "log", "inputs": ["shifted"] },
+            { "id": "ten_over_ln10", "op": "constant", "attrs": { "value": [4.342_944_8], "shape": [] } },
+            { "id": "decibels", "op": "mul", "inputs": ["ln", "ten_over_ln10"] },
+            { "id": "floor", "op": "constant", "attrs": { "value": [-100.0], "shape": [] } },
+            { "id": "db", "op": "max", "inputs": ["decibels", "floor"] }
+        ],
+        "outputs": ["db"]
+    }))
+}
+
+/// Int16-scale audio samples: [n, 64] of a few tones, clipped to ±32767.
+fn int16_samples(n: usize) -> std::collections::HashMap<String, sluice_engine::Tensor> {
+    let v: Vec<f32> = (0..n * 64)
+        .map(|i| {
+            let t = i as f32;
+            (32767.0 * (0.9 * (t * 0.37).sin() + 0.3 * (t * 1.91).cos()))
+                .clamp(-32767.0, 32767.0)
+                .round()
+        })
+        .collect();
+    [("x".to_string(), sluice_engine::Tensor::f32(vec![n, 64], v))].into()
+}
+
+/// The melspectrogram under `precision` on a GPU or CPU session (batch `n`).
+fn melspectrogram_run(
+    g: &Graph,
+    n: usize,
+    precision: Precision,
+    half: Option<HalfStorage>,
+    on_gpu: bool,
+) -> sluice_engine::exec::RunReport {
+    let cfg = RunConfig {
+        batch: n,
+        precision,
+        half,
+        ..Default::default()
+    };
+    let weights = Default::default();
+    let mut s = if on_gpu {
+        sluice_engine::gpu::session(g, &weights, &cfg)
+    } else {
+        sluice_engine::cpu::session(g, &weights, &cfg)
+    }
+    .unwrap();
+    s.run_blocking(&int16_samples(n), &RunContext::new("melspectrogram"))
+        .unwrap()
+}
+
+#[test]
+fn melspectrogram_under_mixed_precision_matches_f32_on_gpu_and_cpu() {
+    let n = 16;
+    for square in ["pow", "mul"] {
+        let g = melspectrogram(square);
+        let bound = g.bind(&[("N".to_string(), n)].into()).unwrap();
+        let reference = run_cpu(&bound, &Default::default(), &int16_samples(n));
+        let mut runs = vec![
+            ("cpu", false, None),
+            ("gpu packed", true, Some(HalfStorage::Packed)),
+        ];
+        if gpu().adapter.shader_f16 {
+            runs.push(("gpu native", true, Some(HalfStorage::Native)));
+        }
+        for (label, on_gpu, half) in runs {
+            let report = melspectrogram_run(&g, n, Precision::Mixed, half, on_gpu);
+            let errors =
+                sluice_engine::precision::compare_at(&reference, &report.outputs, Precision::Mixed);
+            let e = &errors[0];
+            println!(
+                "{square} on {label}: max abs {:.3e}, max rel {:.3e}, non-finite {}",
+                e.max_abs, e.max_rel, e.non_finite
+            );
+            let db = report.outputs[0].1.as_f32().unwrap();
+            assert!(
+                db.iter().all(|&v| v > -100.0),
+                "{square} on {label}: floored at -100 dB: {:?}",
+                &db[..8]
+            );
+            assert_eq!(e.non_finite, 0, "{square} on {label}");
+            assert!(
+                e.flag.is_none()
+                    && e.max_rel < sluice_engine::precision::max_rel_tolerance(Precision::Mixed),
+                "{square} on {label}: {:?} (max rel {})",
+                e.flag,
+                e.max_rel
+            );
+        }
+    }
+}
+
+#[test]
+fn values_kept_in_f32_are_listed_with_their_reason_and_range() {
+    use sluice_engine::exec::config::{Calibration, KeepReason};
+    // `mul` is not on the operator list: only the calibration can keep its square in f32.
+    let g = melspectrogram("mul");
+    let report = melspectrogram_run(&g, 8, Precision::Mixed, Some(HalfStorage::Packed), true);
+    let policy = report
+        .half_policy
+        .expect("a mixed run reports its 16-bit policy");
+    assert_eq!(policy.calibration, Calibration::Measured { samples: 8 });
+    let kept = |v: &str| policy.kept.iter().find(|k| k.value == v);
+    let power = kept("power").expect("the squared samples are kept in f32");
+    assert_eq!(power.reason, KeepReason::Overflow);
+    assert!(power.max_abs.is_some_and(|m| m > 1e8), "{power:?}");
+    let mel = kept("mel").expect("the band sums are kept in f32");
+    assert_eq!(mel.reason, KeepReason::Overflow);
+    assert_eq!(kept("ln").map(|k| k.reason), Some(KeepReason::Operator));
+    // The decibels (at most ~100) fit f16 and stay 16-bit.
+    assert!(kept("db").is_none() && kept("decibels").is_none());
+    let lines = policy.describe().join("\n");
+    assert!(
+        lines.contains("'power'") && lines.contains("overflow") && lines.contains("calibrated"),
+        "{lines}"
+    );
+    // The f32 run has no 16-bit policy to report.
+    let f32_report = melspectrogram_run(&g, 8, Precision::F32, None, true);
+    assert!(f32_report.half_policy.is_none());
+    // Precision f16 keeps the same values in f32 (its sums still accumulate in f16).
+    if gpu().adapter.shader_f16 {
+        let f16_report = melspectrogram_run(&g, 8, Precision::F16, Some(HalfStorage::Native), true);
+        let f16_policy = f16_report
+            .half_policy
+            .expect("an f16 run reports its policy");
+        assert_eq!(f16_policy.kept, policy.kept);
+    }
+}
+
+#[test]
+fn precision_report_flags_an_output_kept_in_16_bits_that_overflows() {
+    let g = melspectrogram("pow");
+    let bound = g.bind(&[("N".to_string(), 4)].into()).unwrap();
+    let inputs = int16_samples(4);
+    let reference = run_cpu(&bound, &Default::default(), &inputs);
+    // Every value forced to 16 bits (no policy): the squares overflow.
+    let plan = Plan::with_options(
+        &bound,
+        PlanOptions {
+            fuse: true,
+            precision: Precision::Mixed,
+            half: HalfStorage::Packed,
+        },
+    )
+    .unwrap();
+    let got = pollster::block_on(async {
+        GpuExecutable::compile(gpu(), plan, &Default::default(), 1)
+            .await?
+            .run_once(&inputs)
+            .await
+    })
+    .unwrap();
+    let e = &sluice_engine::precision::compare_at(&reference, &got, Precision::Mixed)[0];
+    println!("forced 16-bit: {e:?}");
+    let flag = e.flag.as_deref().expect("an overflowed output is flagged");
+    assert!(flag.contains("finite"), "{flag}");
+    assert!(e.max_rel > 1.0, "{e:?}");
+
+    // Wrong but finite: the overflowed square's log capped at 30, unfused so the square
+    // is stored in 16 bits. No element is non-finite; the error flags it.
+    let g = graph(&json!({
+        "format": "sluice/graph@1",
+        "inputs": { "x": { "shape": [4, 64] } },
+        "nodes": [
+            { "id": "power", "op": "mul", "inputs": ["x", "x"] },
+            { "id": "ln", "op": "log", "inputs": ["power"] },
+            { "id": "cap", "op": "constant", "attrs": { "value": [30.0], "shape": [] } },
+            { "id": "capped", "op": "min", "inputs": ["ln", "cap"] }
+        ],
+        "outputs": ["capped"]
+    }));
+    let reference = run_cpu(&g, &Default::default(), &inputs);
+    let plan = Plan::with_options(
+        &g,
+        PlanOptions {
+            fuse: false,
+            precision: Precision::Mixed,
+            half: HalfStorage::Packed,
+        },
+    )
+    .unwrap();
+    let got = pollster::block_on(async {
+        GpuExecutable::compile(gpu(), plan, &Default::default(), 1)
+            .await?
+            .run_once(&inputs)
+            .await
+    })
+    .unwrap();
+    let e = &sluice_engine::precision::compare_at(&reference, &got, Precision::Mixed)[0];
+    println!("wrong but finite: {e:?}");
+    assert_eq!(e.non_finite, 0, "{e:?}");
+    let flag = e
+        .flag
+        .as_deref()
+        .expect("a wrong but finite output is flagged");
+    assert!(flag.contains("tolerance"), "{flag}");
 }

@@ -10,7 +10,10 @@
 //! Configurations that would change the answer (cutting where the graph combines
 //! samples) are refused before any work, naming the node.
 
-use super::config::{check_batching, check_run, plan_options, RunConfig, RunReport};
+use super::config::{
+    calibrate, check_batching, check_run, half_policy, plan_options, Calibration, HalfPolicy,
+    RunConfig, RunReport,
+};
 use super::dataset::{self, bind, Cutter};
 use super::device::{CompileStats, Device, Executable, TraceContext, Values};
 use super::driver::{drive, Concurrency, StageRun};
@@ -21,7 +24,7 @@ use crate::graph::{BatchSemantics, Graph};
 use crate::plan::cost::Rates;
 use crate::plan::partition::Partition;
 use crate::plan::stages::{self, StagePlanSummary};
-use crate::plan::{MemorySummary, Plan, PlanOptions};
+use crate::plan::{MemorySummary, Plan, PlanOptions, Precision};
 use crate::telemetry::{metrics, now_ns, Event, EventKind, TimingSource};
 use crate::weights::Weights;
 use std::collections::{BTreeSet, HashMap};
@@ -91,6 +94,20 @@ pub struct Session {
     device_names: Vec<String>,
     /// Graph inputs kept on the devices ([`Session::keep_inputs`]).
     kept: BTreeSet<String>,
+    /// Under 16-bit storage, the values the policy keeps in f32.
+    policy: Option<Box<HalfPolicy>>,
+    /// What recompiling with a calibrated policy needs, until the first run calibrates.
+    uncalibrated: Option<Box<Uncalibrated>>,
+}
+
+/// A session under 16-bit storage compiled before its inputs were known: what its first
+/// run needs to calibrate the 16-bit storage policy and recompile with it.
+struct Uncalibrated {
+    graph: Graph,
+    weights: Weights,
+    devices: Vec<Box<dyn Device>>,
+    /// Inputs kept on the devices so far, to keep again after recompiling.
+    kept: Values,
 }
 
 /// Value keys of a bound graph's outputs: `node` or `node:port`.
@@ -115,6 +132,19 @@ impl Session {
         devices: Vec<Box<dyn Device>>,
         progress: &dyn Fn(&str),
     ) -> Result<Session, RunError> {
+        Session::compile_with_policy(graph, weights, config, devices, progress, None).await
+    }
+
+    /// [`Session::compile`] with the 16-bit storage policy given (a calibrated one), or
+    /// (`None`) the policy of weights, constants and operators, calibrated at the first run.
+    async fn compile_with_policy(
+        graph: &Graph,
+        weights: &Weights,
+        config: &RunConfig,
+        devices: Vec<Box<dyn Device>>,
+        progress: &dyn Fn(&str),
+        policy: Option<HalfPolicy>,
+    ) -> Result<Session, RunError> {
         check_run(graph, config, None, &graph.limits)?;
         let micro = config.micro_batch_size()?;
         let semantics = graph.batch_semantics();
@@ -133,11 +163,16 @@ impl Session {
         let devices: Vec<Box<dyn Device>> = devices.into_iter().take(config.stages).collect();
         let bound = bind(graph, micro)?;
         let options = plan_options(config, &devices).await?;
+        let calibrated = policy.is_some();
+        let policy = (options.precision != Precision::F32).then(|| {
+            policy.unwrap_or_else(|| half_policy(&bound, weights, None, Calibration::Pending))
+        });
+        let keep_f32 = policy.as_ref().map(HalfPolicy::names).unwrap_or_default();
         let device_names = devices.iter().map(|d| d.name()).collect();
         let mut stages_out = Vec::new();
         let (output_keys, partition) = if config.stages == 1 {
             progress("compiling kernels");
-            let plan = Plan::with_options(&bound, options)?;
+            let plan = Plan::with_policy(&bound, options, &keep_f32)?;
             plan.check_limits(&graph.limits)?;
             let io = StageIo {
                 inputs: plan
@@ -175,7 +210,7 @@ impl Session {
                 .collect();
             for (s, (spec, device)) in specs.iter().zip(&devices).enumerate() {
                 progress(&format!("compiling stage {} of {}", s + 1, config.stages));
-                let plan = Plan::with_options(&spec.graph, options)?;
+                let plan = Plan::with_policy(&spec.graph, options, &keep_f32)?;
                 plan.check_limits(&graph.limits)?;
                 let later: BTreeSet<String> = specs[s + 1..]
                     .iter()
@@ -208,7 +243,90 @@ impl Session {
             options,
             device_names,
             kept: BTreeSet::new(),
+            uncalibrated: (policy.is_some() && !calibrated).then(|| {
+                Box::new(Uncalibrated {
+                    graph: graph.clone(),
+                    weights: weights.clone(),
+                    devices,
+                    kept: Values::new(),
+                })
+            }),
+            policy: policy.map(Box::new),
         })
+    }
+
+    /// The 16-bit storage policy in force (`None` in f32): which values are kept in f32
+    /// and why, and whether the ranges were calibrated yet.
+    pub fn half_policy(&self) -> Option<&HalfPolicy> {
+        self.policy.as_deref()
+    }
+
+    /// Calibrates the 16-bit storage policy on the first micro-batch of `data` (an f32
+    /// run on the first stage's device) and, where it keeps more values in f32 than the
+    /// plans do, recompiles with it. A failed calibration is recorded in the policy and
+    /// the session keeps its plans.
+    async fn calibrate(&mut self, data: &Values, cutter: &Cutter) -> Result<(), RunError> {
+        let Some(u) = self.uncalibrated.take() else {
+            return Ok(());
+        };
+        let mut data_and_kept = u.kept.clone();
+        data_and_kept.extend(data.iter().map(|(k, t)| (k.clone(), t.clone())));
+        let bound = bind(&u.graph, self.micro)?;
+        let inputs = if self.semantics.batched() {
+            cutter.cut(&data_and_kept, 0)
+        } else {
+            Ok(dataset::borrow_whole(&data_and_kept))
+        };
+        let ranges = match inputs {
+            Ok(inputs) => calibrate(&bound, &u.weights, u.devices[0].as_ref(), inputs).await,
+            Err(e) => Err(e),
+        };
+        let policy = match ranges {
+            Ok(r) => half_policy(
+                &bound,
+                &u.weights,
+                Some(&r),
+                Calibration::Measured {
+                    samples: cutter.real(0),
+                },
+            ),
+            Err(e) => {
+                tracing::warn!("16-bit storage policy: calibration failed: {e}");
+                let mut p =
+                    self.policy.as_deref().cloned().unwrap_or_else(|| {
+                        half_policy(&bound, &u.weights, None, Calibration::Pending)
+                    });
+                p.calibration = Calibration::Failed {
+                    message: e.to_string(),
+                };
+                self.policy = Some(Box::new(p));
+                return Ok(());
+            }
+        };
+        let planned = self
+            .policy
+            .as_deref()
+            .map(HalfPolicy::names)
+            .unwrap_or_default();
+        if policy.names().is_subset(&planned) {
+            self.policy = Some(Box::new(policy));
+            return Ok(());
+        }
+        let kept = u.kept;
+        let mut session = Session::compile_with_policy(
+            &u.graph,
+            &u.weights,
+            &self.config,
+            u.devices,
+            &|_| {},
+            Some(policy),
+        )
+        .await?;
+        if !kept.is_empty() {
+            session.keep_inputs(&kept)?;
+        }
+        *self = session;
+        Ok(())
     }
 
     /// Replaces the weights of every stage (each takes the keys of its plan): later runs
@@ -216,6 +334,13 @@ impl Session {
     pub fn write_weights(&mut self, weights: &Weights) -> Result<(), RunError> {
         for stage in &mut self.stages {
             stage.exe.write_weights(weights)?;
+        }
+        if let Some(u) = &mut self.uncalibrated {
+            for (k, t) in weights {
+                if let Some(w) = u.weights.get_mut(k) {
+                    *w = t.clone();
+                }
+            }
         }
         Ok(())
     }
@@ -303,6 +428,7 @@ impl Session {
             timing: self.timing(),
             micro_batches: pass.count,
             first_result_ns: pass.first_result_ns,
+            half_policy: self.policy.as_deref().cloned(),
         })
     }
 
@@ -345,6 +471,10 @@ impl Session {
             }
         }
         self.kept.extend(values.keys().cloned());
+        if let Some(u) = &mut self.uncalibrated {
+            u.kept
+                .extend(values.iter().map(|(k, t)| (k.clone(), t.clone())));
+        }
         Ok(())
     }
 
@@ -414,6 +544,7 @@ impl Session {
         }
         let n = samples.unwrap_or(self.micro);
         let cutter = Cutter::new(&self.semantics, self.micro, n);
+        self.calibrate(data, &cutter).await?;
         let count = if self.semantics.batched() && !warm_up {
             cutter.count()
         } else {

@@ -43,7 +43,9 @@ impl Plan {
         for value in &self.values {
             let n = shape::numel(&value.shape)
                 .map_err(|m| invalid(format!("value '{}': {m}", value.name)))?;
-            if value.layout != storage_for(value.dtype, &self.options) {
+            let kept = value.layout == crate::storage::Storage::of(value.dtype)
+                && self.kept_f32.contains(&value.name);
+            if value.layout != storage_for(value.dtype, &self.options) && !kept {
                 return Err(invalid(format!(
                     "value '{}' is stored as {:?}, not as its dtype {} is under the plan's options",
                     value.name, value.layout, value.dtype

@@ -27,7 +27,7 @@ use expr::{Expr, Operand, Term};
 use fusion::{scalar_constant, Unit};
 use petgraph::stable_graph::NodeIndex;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// How to plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -275,6 +275,10 @@ pub struct Plan {
     pub memory: MemorySummary,
     /// The options it was planned with.
     pub options: PlanOptions,
+    /// Float values stored in f32 although the options store floats in 16 bits: the ones
+    /// the 16-bit storage policy keeps ([`Plan::with_policy`]) and views of them.
+    #[serde(default)]
+    pub kept_f32: Vec<String>,
 }
 
 /// The device storage of values of a dtype under some options.
@@ -326,6 +330,8 @@ fn op_of(graph: &Graph, ix: NodeIndex) -> Result<&Op, RunError> {
 struct Builder<'g> {
     graph: &'g Graph,
     options: PlanOptions,
+    /// Value names to store in f32 under 16-bit storage.
+    keep_f32: &'g BTreeSet<String>,
     plan: Plan,
     /// The value of each node output.
     value_of: HashMap<(NodeIndex, usize), usize>,
@@ -349,11 +355,20 @@ impl<'g> Builder<'g> {
                 self.next_storage - 1
             }
         };
+        // A view is stored as its source is; other values as the policy keeps them.
+        let layout = match view_of {
+            Some(v) => self.plan.values[v].layout,
+            None if c.storage.is_half() && self.keep_f32.contains(&name) => Storage::of(c.dtype),
+            None => c.storage,
+        };
+        if layout != c.storage {
+            self.plan.kept_f32.push(name.clone());
+        }
         self.plan.values.push(PlannedValue {
             name,
             shape: c.shape.clone(),
             dtype: c.dtype,
-            layout: c.storage,
+            layout,
             kind,
             storage,
             buffer: 0,
@@ -819,11 +834,24 @@ impl Plan {
         Plan::with_options(graph, PlanOptions::default())
     }
 
-    /// Builds the plan of a bound graph.
+    /// Builds the plan of a bound graph, every float value stored as `options` say.
     pub fn with_options(graph: &Graph, options: PlanOptions) -> Result<Plan, RunError> {
+        Plan::with_policy(graph, options, &BTreeSet::new())
+    }
+
+    /// Builds the plan of a bound graph, storing in f32 the float values named in
+    /// `keep_f32` (value names: `node`, `node:port`, an input name or a weight key) where
+    /// `options` store floats in 16 bits. The 16-bit storage policy that chooses them is
+    /// `crate::exec::config::HalfPolicy`.
+    pub fn with_policy(
+        graph: &Graph,
+        options: PlanOptions,
+        keep_f32: &BTreeSet<String>,
+    ) -> Result<Plan, RunError> {
         let mut b = Builder {
             graph,
             options,
+            keep_f32,
             plan: Plan {
                 values: Vec::new(),
                 buffers: Vec::new(),
@@ -835,6 +863,7 @@ impl Plan {
                 index_checks: Vec::new(),
                 memory: MemorySummary::default(),
                 options,
+                kept_f32: Vec::new(),
             },
             value_of: HashMap::new(),
             root_input: HashMap::new(),
