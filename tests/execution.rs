@@ -919,3 +919,49 @@ fn outputs_that_share_a_buffer_each_come_back_whole() {
         }
     }
 }
+
+#[test]
+fn per_node_times_sum_to_each_stages_busy_time_and_stay_on_their_stage() {
+    // The threaded GPU pipeline and the one-thread session browsers run, in 2 and 3
+    // stages: every node time names a graph node of the stage it is charged to, and the
+    // nodes of each stage sum to exactly that stage's busy time.
+    let g = load("assets/graphs/mlp.json");
+    let weights = init_weights(&g, 1);
+    let data = dataset(&g, 16, 4);
+    for stages in [2, 3] {
+        let cfg = RunConfig {
+            batch: 8,
+            microbatches: 4,
+            stages,
+            ..Default::default()
+        };
+        let mut native = sluice_engine::gpu::session(&g, &weights, &cfg).unwrap();
+        let threaded = native.run_blocking(&data, &RunContext::new("t")).unwrap();
+        let split = native.stage_summary().unwrap().nodes.clone();
+        let browser = one_thread(&g, &weights, &cfg, &data);
+        for (what, r) in [("threaded", &threaded), ("one thread", &browser)] {
+            let m = &r.metrics;
+            assert_eq!(m.devices.len(), stages, "{what} S={stages}");
+            let times = sluice_engine::telemetry::metrics::node_times(&r.events);
+            assert!(times.len() <= sluice_engine::telemetry::metrics::TOP_NODES);
+            assert_eq!(m.top_nodes, times, "{what} S={stages}");
+            for t in &times {
+                assert!(
+                    split[t.stage].contains(&t.node),
+                    "{what} S={stages}: '{}' is charged to stage {}, which runs {:?}",
+                    t.node,
+                    t.stage,
+                    split[t.stage]
+                );
+            }
+            for d in &m.devices {
+                let sum: u64 = times
+                    .iter()
+                    .filter(|t| t.stage == d.stage)
+                    .map(|t| t.total_ns)
+                    .sum();
+                assert_eq!(sum, d.busy_ns, "{what} S={stages} stage {}", d.stage);
+            }
+        }
+    }
+}

@@ -215,3 +215,31 @@ fn bad_pipeline_settings_are_refused_before_any_work() {
         assert!(!stderr.contains("panicked"), "{extra:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_constant_read_by_two_stages_trains_as_on_one_stage() {
+    // The digits MLP with one constant scaling a layer of each stage (pinned apart):
+    // each stage has its own copy, and the steps give the one-stage weights.
+    let mut doc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("assets/graphs/digits_mlp.json")).unwrap(),
+    )
+    .unwrap();
+    doc["nodes"] = serde_json::json!([
+        { "id": "c", "op": "constant", "attrs": { "value": [0.5], "shape": [] } },
+        { "id": "fc1", "op": "linear", "inputs": ["x"], "attrs": { "out_features": 32 } },
+        { "id": "s1", "op": "mul", "inputs": ["fc1", "c"] },
+        { "id": "act1", "op": "relu", "inputs": ["s1"] },
+        { "id": "fc2", "op": "linear", "inputs": ["act1"], "attrs": { "out_features": 10 } },
+        { "id": "logits", "op": "mul", "inputs": ["fc2", "c"] },
+        { "id": "loss", "op": "softmax_cross_entropy", "inputs": ["logits", "labels"], "attrs": { "reduction": "mean" } }
+    ]);
+    doc["stages"] =
+        serde_json::json!({ "fc1": 0, "s1": 0, "act1": 0, "fc2": 1, "logits": 1, "loss": 1 });
+    let graph = sluice_tests::graph(&doc);
+    let batches = digits_batches(&graph, 32);
+    let (reference, _) = train(&graph, &batches, 1, 4, TrainSchedule::OneFOneB, false);
+    let (two, stats) = train(&graph, &batches, 2, 4, TrainSchedule::OneFOneB, false);
+    assert_eq!(stats.last().map(|s| s.stages), Some(2));
+    let diff = worst_difference(&two, &reference);
+    assert!(diff <= TOLERANCE, "weights differ by {diff}");
+}

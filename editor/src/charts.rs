@@ -173,26 +173,14 @@ pub fn warm_up(events: &[Event]) -> Option<WarmUp> {
     })
 }
 
-/// The graph nodes a compute event's label covers: `fc1`, or `fc1+act1 (fused)`.
-pub fn label_nodes(label: &str) -> Vec<&str> {
-    label
-        .trim_end_matches(" (fused)")
-        .split('+')
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
-/// GPU nanoseconds per graph node in the measured run; a fused pass's time is shared
-/// equally by its nodes.
+/// GPU nanoseconds per graph node in the measured run: the engine's
+/// [`metrics::node_times`] (each stage's busy time divided among its nodes, a fused
+/// pass's part shared equally by its nodes), as the CLI and the server report them.
 pub fn node_time(events: &[Event]) -> BTreeMap<String, u64> {
     let mut out: BTreeMap<String, u64> = BTreeMap::new();
-    for e in measured(events).filter(|e| e.kind == EventKind::Compute) {
-        let nodes = label_nodes(&e.node);
-        let share = e.duration_ns() / nodes.len().max(1) as u64;
-        for n in nodes {
-            let t = out.entry(n.to_string()).or_default();
-            *t = t.saturating_add(share);
-        }
+    for t in metrics::node_times(events) {
+        let total = out.entry(t.node).or_default();
+        *total = total.saturating_add(t.total_ns);
     }
     out
 }
@@ -202,6 +190,8 @@ pub fn node_time(events: &[Event]) -> BTreeMap<String, u64> {
 pub struct HeatCell {
     /// Node id.
     pub node: String,
+    /// The stage that ran it.
+    pub stage: usize,
     /// GPU nanoseconds over the measured run.
     pub ns: u64,
     /// Share of all nodes' GPU time, in [0, 1].
@@ -229,19 +219,18 @@ impl HeatCell {
 /// The heat map's cells, hottest first, and the colour scale's top (the hottest node's
 /// nanoseconds: the scale runs from 0 to it).
 pub fn heat_map(events: &[Event]) -> (Vec<HeatCell>, u64) {
-    let times = node_time(events);
-    let hottest = times.values().copied().max().unwrap_or(0);
-    let total = times.values().fold(0u64, |a, &b| a.saturating_add(b));
-    let mut cells: Vec<HeatCell> = times
+    let times = metrics::node_times(events);
+    let hottest = times.iter().map(|t| t.total_ns).max().unwrap_or(0);
+    let cells = times
         .into_iter()
-        .map(|(node, ns)| HeatCell {
-            share: ns as f64 / total.max(1) as f64,
-            heat: ns as f64 / hottest.max(1) as f64,
-            node,
-            ns,
+        .map(|t| HeatCell {
+            heat: t.total_ns as f64 / hottest.max(1) as f64,
+            share: t.share,
+            stage: t.stage,
+            node: t.node,
+            ns: t.total_ns,
         })
         .collect();
-    cells.sort_by(|a, b| b.ns.cmp(&a.ns).then_with(|| a.node.cmp(&b.node)));
     (cells, hottest)
 }
 
@@ -377,7 +366,10 @@ mod tests {
 
     #[test]
     fn fused_time_is_shared_by_its_nodes() {
-        let events = vec![ev(0, 0, "fc1+act1 (fused)", 0, 100), ev(0, 1, "fc1", 0, 10)];
+        let events = vec![
+            ev(0, 0, "fc1+act1 (fused)", 0, 100),
+            ev(0, 1, "fc1", 100, 110),
+        ];
         let t = node_time(&events);
         assert_eq!(t["fc1"], 60);
         assert_eq!(t["act1"], 50);
@@ -481,14 +473,15 @@ mod tests {
     fn the_heat_map_runs_from_zero_to_the_hottest_node() {
         let events = vec![
             ev(0, 0, "conv1", 0, 3_000_000),
-            ev(0, 1, "conv1", 0, 100_000),
-            ev(0, 0, "fc", 0, 1_000_000),
-            warm(ev(0, 0, "fc", 0, 9_000_000_000)),
+            ev(0, 1, "conv1", 3_000_000, 3_100_000),
+            ev(1, 0, "fc", 0, 1_000_000),
+            warm(ev(1, 0, "fc", 0, 9_000_000_000)),
         ];
         let (cells, hottest) = heat_map(&events);
         assert_eq!(hottest, 3_100_000);
         assert_eq!(cells.len(), 2);
-        assert_eq!(cells[0].node, "conv1");
+        assert_eq!((cells[0].node.as_str(), cells[0].stage), ("conv1", 0));
+        assert_eq!((cells[1].node.as_str(), cells[1].stage), ("fc", 1));
         assert_eq!(cells[0].heat, 1.0);
         assert!((cells[1].heat - 1.0 / 3.1).abs() < 1e-9);
         assert!((cells[0].share + cells[1].share - 1.0).abs() < 1e-9);
@@ -516,5 +509,25 @@ mod tests {
         // Identical names keep their beginning and differ by their index.
         let same = device_labels(&[names[0].clone(), names[0].clone()], 14);
         assert_eq!(same, vec!["0: Vulkan llv…", "1: Vulkan llv…"]);
+    }
+
+    #[test]
+    fn node_times_sum_to_each_stages_busy_time() {
+        // Overlapping passes on stage 0 (sampled spans can overlap): the busy time is
+        // shared, never counted twice, and one stage's time stays on its own nodes.
+        let mut events = pipeline(false);
+        events.push(ev(0, 1, "a2+a3 (fused)", 140, 180));
+        let f = figures(&events, 2, 2, 8).expect("figures");
+        let (cells, _) = heat_map(&events);
+        for d in &f.metrics.devices {
+            let sum: u64 = cells
+                .iter()
+                .filter(|c| c.stage == d.stage)
+                .map(|c| c.ns)
+                .sum();
+            assert_eq!(sum, d.busy_ns, "stage {}: {cells:?}", d.stage);
+        }
+        assert!(cells.iter().all(|c| (c.node == "b") == (c.stage == 1)));
+        assert_eq!(node_time(&events)["b"], 100);
     }
 }

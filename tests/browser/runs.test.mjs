@@ -143,6 +143,42 @@ describe('the run charts', { timeout: 600_000 }, () => {
     await page.locator('#charts').screenshot({ path: join(shots, 'run-charts-warm.png') });
   });
 
+  /**
+   * The heat map's cells against the busy time the utilisation chart shows: the cells of
+   * each stage sum to exactly its device's busy nanoseconds, every node has one cell, and
+   * every stage's time lands on its own nodes.
+   */
+  async function checkHeatAgainstBusy(what) {
+    const cells = await page.locator('#heat-map .heat-cell').evaluateAll((els) => els.map((e) => ({
+      node: e.dataset.node, stage: Number(e.dataset.stage), ns: BigInt(e.dataset.ns),
+    })));
+    const busy = await page.locator('#utilisation-chart polyline.util-line').evaluateAll((els) => els.map((e) => ({
+      device: Number(e.dataset.device), ns: e.dataset.busyNs,
+    })));
+    assert.equal(busy.length, 2, `${what}: two devices`);
+    assert.equal(new Set(cells.map((c) => c.node)).size, cells.length, `${what}: one cell per node`);
+    for (const { device, ns } of busy) {
+      assert.ok(ns !== undefined, `${what}: device ${device} says its busy time`);
+      const own = cells.filter((c) => c.stage === device);
+      assert.ok(own.length > 0, `${what}: stage ${device} has nodes in the heat map`);
+      const sum = own.reduce((a, c) => a + c.ns, 0n);
+      console.log(`${what}: stage ${device} busy ${ns} ns, its ${own.length} nodes sum to ${sum} ns`);
+      assert.equal(sum, BigInt(ns), `${what}: the nodes of stage ${device} sum to its busy time`);
+    }
+    // The same split as the run's own: the first layer on stage 0, the output on stage 1.
+    assert.equal(cells.find((c) => c.node === 'fc1')?.stage, 0, `${what}: ${JSON.stringify(cells.map((c) => [c.node, c.stage]))}`);
+    assert.equal(cells.find((c) => c.node === 'probs')?.stage, 1, `${what}: ${JSON.stringify(cells.map((c) => [c.node, c.stage]))}`);
+  }
+
+  it('charges each stage\'s busy time to its own nodes, on the server and in the browser', async () => {
+    await checkHeatAgainstBusy('server run');
+    await page.waitForFunction(() => document.querySelector('#browser-gpu')?.textContent.startsWith('this browser:'), null, { timeout: 60_000 });
+    await page.locator('#run-target').selectOption('browser');
+    await run();
+    await checkHeatAgainstBusy('browser run');
+    await page.locator('#run-target').selectOption('server');
+  });
+
   it('clears the charts when another graph is opened', async () => {
     await page.locator('#open-graph').selectOption('cnn');
     await page.locator('#charts').waitFor({ state: 'detached' });

@@ -77,8 +77,13 @@ fn utilisation_chart(run: &RunView, figures: Option<&Figures>) -> impl IntoView 
                 })
                 .collect();
             let title = format!("{}{}", names[d], busy(d).unwrap_or_default());
+            // The busy nanoseconds the heat map's cells of this device's stage sum to.
+            let busy_ns = figures
+                .and_then(|f| f.metrics.devices.iter().find(|m| m.device == d))
+                .map(|m| m.busy_ns.to_string());
             view! {
-                <polyline class="util-line" data-device=d.to_string() points=points.join(" ")
+                <polyline class="util-line" data-device=d.to_string() data-busy-ns=busy_ns
+                    points=points.join(" ")
                     fill="none" stroke=stage_colour(d) stroke-width="2">
                     <title>{title}</title>
                 </polyline>
@@ -283,7 +288,8 @@ fn heat_chart(state: EditorState, run: &RunView) -> impl IntoView {
                 let title = c.title(&op);
                 let hot = c.heat > 0.6;
                 view! {
-                    <div class="heat-cell" class:hot=hot data-node=c.node.clone() title=title
+                    <div class="heat-cell" class:hot=hot data-node=c.node.clone()
+                        data-stage=c.stage.to_string() data-ns=c.ns.to_string() title=title
                         style=format!("background:{}", heat_colour(c.heat))>
                         <span class="heat-node">{c.node.clone()}</span>
                         <span class="heat-ms">{ms(c.ns)}</span>

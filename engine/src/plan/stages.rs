@@ -2,7 +2,8 @@
 //! the graph file's `stages` pins) and cutting a bound graph into one subgraph per stage.
 //! A stage's inputs are the graph inputs it reads plus the activations earlier stages
 //! produce for it; its outputs are the graph outputs it computes plus the activations
-//! later stages read.
+//! later stages read. Constants and weights read as values (`param`) are not
+//! partitioned: every stage that reads one has its own copy, so none crosses a cut.
 
 use super::cost::Rates;
 use super::partition::{partition, Partition};
@@ -51,9 +52,13 @@ fn key(graph: &Graph, node: NodeIndex, port: usize) -> String {
     }
 }
 
-fn is_constant(graph: &Graph, ix: NodeIndex) -> bool {
+/// Whether every stage reading the node computes it itself: a constant or a weight read
+/// as a value (`param`), which reads nothing, depends on no sample and costs no compute.
+/// The stage's device takes the constant from its plan and the weight from the run's
+/// weights, as a one-stage run does.
+fn is_replicated(graph: &Graph, ix: NodeIndex) -> bool {
     match &graph.dag[ix].kind {
-        NodeKind::Op(op) => op.constant_value().is_some(),
+        NodeKind::Op(op) => op.constant_value().is_some() || op.param_key().is_some(),
         NodeKind::Input => false,
     }
 }
@@ -70,12 +75,13 @@ fn value_bytes(graph: &Graph, node: NodeIndex, port: usize, options: &PlanOption
     })
 }
 
-/// Operator nodes that take part in partitioning (constants go with their consumers).
+/// Operator nodes that take part in partitioning (constants and `param` reads go with
+/// each of their consumers, so `stages` pins on them have no effect).
 pub fn partition_nodes(graph: &Graph) -> Vec<NodeIndex> {
     graph
         .op_nodes()
         .map(|(ix, _, _)| ix)
-        .filter(|&ix| !is_constant(graph, ix))
+        .filter(|&ix| !is_replicated(graph, ix))
         .collect()
 }
 
@@ -151,34 +157,44 @@ pub fn choose(
 }
 
 /// Cuts a bound graph into the stages of a partition (linear in the graph per stage:
-/// every lookup goes through a map).
+/// every lookup goes through a map). A constant or `param` is a member of every stage
+/// that reads it (and of the last stage when it is a graph output), never a value sent
+/// from one stage to another.
 pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError> {
     let nodes = partition_nodes(graph);
     let stages = part.stage_costs.len();
-    if part.stage_of.len() != nodes.len() {
+    if part.stage_of.len() != nodes.len() || stages == 0 {
         return Err(RunError::Internal(
             "the partition does not match the graph".into(),
         ));
     }
-    let mut stage_of: HashMap<NodeIndex, usize> = nodes
+    let stage_of: HashMap<NodeIndex, usize> = nodes
         .iter()
         .zip(&part.stage_of)
         .map(|(&n, &s)| (n, s))
         .collect();
-    // The stages reading each value, and the stages reading each node's outputs.
+    let graph_outputs: Vec<(NodeIndex, usize)> =
+        graph.outputs.iter().map(|o| (o.node, o.port)).collect();
+    let last = stages - 1;
+    // The stages reading each value, and the stages computing each replicated node.
     let mut readers: HashMap<(NodeIndex, usize), Vec<usize>> = HashMap::new();
-    let mut node_readers: HashMap<NodeIndex, Vec<usize>> = HashMap::new();
+    let mut copies: HashMap<NodeIndex, HashSet<usize>> = HashMap::new();
     for &n in &nodes {
         let s = stage_of.get(&n).copied().unwrap_or(0);
         for src in graph.node_inputs(n) {
             readers.entry(src).or_default().push(s);
-            node_readers.entry(src.0).or_default().push(s);
+            if is_replicated(graph, src.0) {
+                copies.entry(src.0).or_default().insert(s);
+            }
+        }
+    }
+    for &(ix, _) in &graph_outputs {
+        if is_replicated(graph, ix) {
+            copies.entry(ix).or_default().insert(last);
         }
     }
     let documents: HashMap<&str, &crate::graph::doc::NodeDoc> =
         graph.doc.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
-    let graph_outputs: Vec<(NodeIndex, usize)> =
-        graph.outputs.iter().map(|o| (o.node, o.port)).collect();
     let mut specs = Vec::new();
     for s in 0..stages {
         let mut doc = GraphDoc {
@@ -200,16 +216,9 @@ pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError
             .copied()
             .filter(|ix| match stage_of.get(ix) {
                 Some(&st) => st == s,
-                None => {
-                    is_constant(graph, *ix) && node_readers.get(ix).is_some_and(|r| r.contains(&s))
-                }
+                None => copies.get(ix).is_some_and(|c| c.contains(&s)),
             })
             .collect();
-        for &ix in &members {
-            if is_constant(graph, ix) {
-                stage_of.entry(ix).or_insert(s);
-            }
-        }
         let member_set: HashSet<NodeIndex> = members.iter().copied().collect();
         let local = |ix: NodeIndex| member_set.contains(&ix);
         for &ix in &members {
@@ -245,18 +254,17 @@ pub fn split(graph: &Graph, part: &Partition) -> Result<Vec<StageSpec>, RunError
             n.inputs = refs;
             doc.nodes.push(n);
         }
-        // Outputs: graph outputs computed here, and values read by later stages.
+        // Outputs: graph outputs computed here (a replicated one by the last stage only),
+        // and values later stages read (never a replicated one: they have their copy).
         let mut outputs = Vec::new();
         let mut transferred_outputs = Vec::new();
         for &ix in &members {
-            if is_constant(graph, ix) && stage_of.get(&ix) != Some(&s) {
-                continue;
-            }
+            let replicated = is_replicated(graph, ix);
             for port in 0..graph.dag[ix].outputs.len() {
                 let k = (ix, port);
-                let later = readers.get(&k).is_some_and(|r| r.iter().any(|&st| st > s))
-                    && !is_constant(graph, ix);
-                let final_out = graph_outputs.contains(&k);
+                let later =
+                    !replicated && readers.get(&k).is_some_and(|r| r.iter().any(|&st| st > s));
+                let final_out = graph_outputs.contains(&k) && (!replicated || s == last);
                 if later || final_out {
                     let name = key(graph, ix, port);
                     doc.outputs.push(name.clone());
@@ -383,5 +391,55 @@ mod tests {
         let bytes = (4 * 16 * 4) as f64;
         assert_eq!(part.stage_of, vec![0, 1, 1, 1], "{part:?}");
         assert!((part.bottleneck - bytes).abs() < 1e-9, "{part:?}");
+    }
+
+    #[test]
+    fn constants_and_weights_are_copied_into_each_stage_reading_them() {
+        let doc = crate::graph::doc::decode_value(&json!({
+            "format": "sluice/graph@1",
+            "inputs": { "x": { "shape": [4, 3] } },
+            "nodes": [
+                { "id": "c", "op": "constant", "attrs": { "value": [1.0, 2.0, 3.0] } },
+                { "id": "k", "op": "constant", "attrs": { "value": [7.0] } },
+                { "id": "w", "op": "param", "attrs": { "key": "w", "shape": [3, 3] } },
+                { "id": "a", "op": "add", "inputs": ["x", "c"] },
+                { "id": "p", "op": "matmul", "inputs": ["a", "w"] },
+                { "id": "m", "op": "mul", "inputs": ["p", "c"] },
+                { "id": "q", "op": "matmul", "inputs": ["m", "w"] },
+                { "id": "s", "op": "add", "inputs": ["q", "x"] }
+            ],
+            "outputs": ["s", "k"],
+            "stages": { "a": 0, "p": 0, "m": 1, "q": 2, "s": 2 }
+        }))
+        .unwrap();
+        let g = Graph::build(doc).unwrap();
+        let options = PlanOptions::default();
+        let rates = Rates::ASSUMED;
+        let costs = model_costs(&g, &rates, &options);
+        let part = choose(&g, 3, &costs, &rates, &options).unwrap();
+        let specs = split(&g, &part).unwrap();
+        let ids = |s: &StageSpec| -> Vec<String> {
+            let mut ids: Vec<String> = s.graph.doc.nodes.iter().map(|n| n.id.clone()).collect();
+            ids.sort();
+            ids
+        };
+        assert_eq!(ids(&specs[0]), ["a", "c", "p", "w"]);
+        assert_eq!(ids(&specs[1]), ["c", "m"]);
+        assert_eq!(ids(&specs[2]), ["k", "q", "s", "w"]);
+        for spec in &specs {
+            for shared in ["c", "w", "k"] {
+                assert!(
+                    !spec.transferred_inputs.iter().any(|k| k == shared)
+                        && !spec.outputs.iter().any(|k| k == shared && spec.index < 2),
+                    "stage {}: {spec:?}",
+                    spec.index
+                );
+            }
+        }
+        // The graph input goes to both stages reading it, from the run's data.
+        assert!(specs[0].inputs.contains(&("x".into(), "x".into())));
+        assert!(specs[2].inputs.contains(&("x".into(), "x".into())));
+        assert_eq!(specs[2].transferred_inputs, ["m"]);
+        assert_eq!(specs[2].outputs, ["k", "s"]);
     }
 }

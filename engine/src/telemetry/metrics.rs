@@ -7,7 +7,11 @@
 //!   figure (S−1)/(M+S−1);
 //! - overlap = the share of upload time hidden under compute on the same device;
 //! - throughput = samples / wall time; latency = per micro-batch, first upload to last
-//!   download.
+//!   download;
+//! - a node's time = its part of its stage's busy time ([`node_times`]): every instant a
+//!   stage computes is shared equally by the passes running then, and a fused pass's part
+//!   equally by its nodes, so the nodes of a stage sum to exactly its busy time. The CLI's
+//!   report, the server's run records and the editor's heat map all read it from here.
 
 use super::{Event, EventKind};
 use serde::Serialize;
@@ -28,14 +32,18 @@ pub struct DeviceMetrics {
     pub steady_utilisation: f64,
 }
 
-/// Time spent in one node over the run.
+/// Time spent in one node over the run ([`node_times`]).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct NodeTime {
-    /// Node id or fused group.
+    /// Node id (or, for a compute event naming no node — host timing of a whole
+    /// micro-batch, a remote stage's round trip —, its label).
     pub node: String,
-    /// Total compute nanoseconds.
+    /// The pipeline stage that ran it.
+    #[serde(default)]
+    pub stage: usize,
+    /// Its part of the stage's busy nanoseconds.
     pub total_ns: u64,
-    /// Share of all compute time.
+    /// Share of all stages' busy time.
     pub share: f64,
 }
 
@@ -60,9 +68,13 @@ pub struct Metrics {
     pub ideal_bubble: Option<f64>,
     /// Share of upload time hidden under compute.
     pub overlap: f64,
-    /// The most expensive nodes, most expensive first.
+    /// The most expensive nodes ([`node_times`]), most expensive first, at most
+    /// [`TOP_NODES`].
     pub top_nodes: Vec<NodeTime>,
 }
+
+/// Most nodes [`Metrics::top_nodes`] lists.
+pub const TOP_NODES: usize = 10;
 
 /// GPipe's ideal bubble fraction (S−1)/(M+S−1) with S stages and M micro-batches.
 pub fn gpipe_bubble(stages: usize, micro_batches: usize) -> f64 {
@@ -121,12 +133,15 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 /// Derives the metrics of a run over `stages` stages and `micro_batches` micro-batches.
+/// Warm-up events ([`Event::warm_up`]) are left out.
 pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: usize) -> Metrics {
+    let all_events = events;
+    let events: Vec<&Event> = events.iter().filter(|e| !e.warm_up).collect();
     let start = events.iter().map(|e| e.start_ns).min().unwrap_or(0);
     let end = events.iter().map(|e| e.end_ns).max().unwrap_or(0);
     let wall = end.saturating_sub(start).max(1);
     let mut by_device: BTreeMap<(usize, usize), Vec<&Event>> = BTreeMap::new();
-    for e in events {
+    for &e in &events {
         by_device.entry((e.device, e.stage)).or_default().push(e);
     }
     let mut devices = Vec::new();
@@ -183,32 +198,15 @@ pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: u
     }
     // Latency per micro-batch: first event to last event of that micro-batch.
     let mut spans: BTreeMap<usize, (u64, u64)> = BTreeMap::new();
-    for e in events {
+    for e in &events {
         let s = spans.entry(e.micro_batch).or_insert((e.start_ns, e.end_ns));
         s.0 = s.0.min(e.start_ns);
         s.1 = s.1.max(e.end_ns);
     }
     let mut lat: Vec<u64> = spans.values().map(|(s, e)| e.saturating_sub(*s)).collect();
     lat.sort_unstable();
-    let mut node_totals: BTreeMap<&str, u64> = BTreeMap::new();
-    for e in events.iter().filter(|e| e.kind == EventKind::Compute) {
-        let total = node_totals.entry(e.node.as_str()).or_default();
-        *total = total.saturating_add(e.duration_ns());
-    }
-    let all: u64 = node_totals
-        .values()
-        .fold(0u64, |a, &b| a.saturating_add(b))
-        .max(1);
-    let mut top_nodes: Vec<NodeTime> = node_totals
-        .into_iter()
-        .map(|(node, total_ns)| NodeTime {
-            node: node.to_string(),
-            total_ns,
-            share: total_ns as f64 / all as f64,
-        })
-        .collect();
-    top_nodes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.node.cmp(&b.node)));
-    top_nodes.truncate(10);
+    let mut top_nodes = node_times(all_events);
+    top_nodes.truncate(TOP_NODES);
     let (bubble_fraction, ideal_bubble) = if stages >= 2 {
         let idle: u64 = devices
             .iter()
@@ -237,6 +235,111 @@ pub fn compute(events: &[Event], stages: usize, micro_batches: usize, samples: u
         },
         top_nodes,
     }
+}
+
+/// The graph nodes a compute event's label names: `fc1`, or `fc1+act1 (fused)` for a
+/// fused pass (the form of `plan::Step::label`). A label is split only when it says it is
+/// fused.
+pub fn label_nodes(label: &str) -> Vec<&str> {
+    match label.strip_suffix(" (fused)") {
+        Some(group) => {
+            let nodes: Vec<&str> = group.split('+').filter(|s| !s.is_empty()).collect();
+            if nodes.is_empty() {
+                vec![label]
+            } else {
+                nodes
+            }
+        }
+        None => vec![label],
+    }
+}
+
+/// `total` split into `parts` whole parts that add up to it (the first ones one larger).
+fn split_evenly(total: u64, parts: usize) -> impl Iterator<Item = u64> {
+    let parts = parts.max(1) as u64;
+    let (each, extra) = (total / parts, total % parts);
+    (0..parts).map(move |i| each + u64::from(i < extra))
+}
+
+/// Compute nanoseconds of every node, per stage, over a run's measured events (warm-up
+/// left out), most expensive first. Each stage's busy time (the union of its compute
+/// spans, [`DeviceMetrics::busy_ns`]) is divided with nothing lost or counted twice: an
+/// instant covered by several of its compute events is shared equally by them — except
+/// that an event enclosing others of its micro-batch (a remote stage's round trip around
+/// the worker's own passes) yields to them —, and an event's part equally by the nodes its
+/// label names ([`label_nodes`]). So the nodes of a
+/// stage sum to exactly its busy time, and a share is a part of all stages' busy time.
+pub fn node_times(events: &[Event]) -> Vec<NodeTime> {
+    let mut by_stage: BTreeMap<(usize, usize), Vec<&Event>> = BTreeMap::new();
+    for e in events
+        .iter()
+        .filter(|e| e.kind == EventKind::Compute && !e.warm_up)
+    {
+        by_stage.entry((e.device, e.stage)).or_default().push(e);
+    }
+    let mut totals: BTreeMap<(usize, &str), u64> = BTreeMap::new();
+    for ((_, stage), mut evs) in by_stage {
+        evs.sort_by_key(|e| (e.start_ns, e.end_ns));
+        // Each event's part of the busy time: a sweep over the span boundaries, sharing
+        // each stretch between the events covering it.
+        let mut part = vec![0u64; evs.len()];
+        let mut bounds: Vec<u64> = evs.iter().flat_map(|e| [e.start_ns, e.end_ns]).collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        let mut active: Vec<usize> = Vec::new();
+        let mut next = 0;
+        for w in bounds.windows(2) {
+            let (from, to) = (w[0], w[1]);
+            while next < evs.len() && evs[next].start_ns <= from {
+                active.push(next);
+                next += 1;
+            }
+            active.retain(|&i| evs[i].end_ns > from);
+            // An event enclosing another of its micro-batch (a remote stage's round trip
+            // around the worker's passes) keeps only what its detail leaves uncovered.
+            let encloses = |a: &Event, b: &Event| {
+                a.micro_batch == b.micro_batch
+                    && a.start_ns <= b.start_ns
+                    && b.end_ns <= a.end_ns
+                    && (a.start_ns, a.end_ns) != (b.start_ns, b.end_ns)
+            };
+            let inner: Vec<usize> = active
+                .iter()
+                .copied()
+                .filter(|&i| !active.iter().any(|&j| encloses(evs[i], evs[j])))
+                .collect();
+            for (&i, ns) in inner.iter().zip(split_evenly(to - from, inner.len())) {
+                part[i] = part[i].saturating_add(ns);
+            }
+        }
+        for (e, ns) in evs.iter().zip(part) {
+            let nodes = label_nodes(&e.node);
+            for (node, share) in nodes.iter().zip(split_evenly(ns, nodes.len())) {
+                let t = totals.entry((stage, node)).or_default();
+                *t = t.saturating_add(share);
+            }
+        }
+    }
+    let all = totals
+        .values()
+        .fold(0u64, |a, &b| a.saturating_add(b))
+        .max(1);
+    let mut out: Vec<NodeTime> = totals
+        .into_iter()
+        .map(|((stage, node), total_ns)| NodeTime {
+            node: node.to_string(),
+            stage,
+            total_ns,
+            share: total_ns as f64 / all as f64,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then(a.stage.cmp(&b.stage))
+            .then(a.node.cmp(&b.node))
+    });
+    out
 }
 
 /// Most devices live utilisation follows.
@@ -324,5 +427,74 @@ mod tests {
         assert!((m.overlap - 0.5).abs() < 1e-12);
         assert_eq!(m.devices[0].busy_ns, 200);
         assert_eq!(union_ns(&mut [(0, 10), (5, 20), (30, 40)]), 30);
+    }
+
+    fn named(mut e: Event, node: &str) -> Event {
+        e.node = node.into();
+        e
+    }
+
+    #[test]
+    fn node_times_divide_each_stages_busy_time_exactly() {
+        let mut warm = named(ev(1, 1, 0, EventKind::Compute, 0, 10_000), "late");
+        warm.warm_up = true;
+        let events = vec![
+            // Stage 0: a pass, a fused pass of three nodes, and an overlapping pass.
+            named(ev(0, 0, 0, EventKind::Compute, 0, 100), "a"),
+            named(ev(0, 0, 0, EventKind::Compute, 100, 200), "b+c+d (fused)"),
+            named(ev(0, 0, 1, EventKind::Compute, 150, 251), "a"),
+            named(ev(0, 0, 1, EventKind::Upload, 0, 400), "x"),
+            // Stage 1: a node whose id holds '+', unfused; a warm-up pass left out.
+            named(ev(1, 1, 0, EventKind::Compute, 300, 307), "late+1"),
+            named(ev(1, 1, 1, EventKind::Compute, 307, 310), "k"),
+            warm,
+        ];
+        let m = compute(&events, 2, 2, 4);
+        let times = node_times(&events);
+        for d in &m.devices {
+            let sum: u64 = times
+                .iter()
+                .filter(|t| t.stage == d.stage)
+                .map(|t| t.total_ns)
+                .sum();
+            assert_eq!(sum, d.busy_ns, "stage {}: {times:?}", d.stage);
+        }
+        let of = |n: &str| {
+            times
+                .iter()
+                .find(|t| t.node == n)
+                .map(|t| (t.stage, t.total_ns))
+        };
+        // 'a': 100 alone, then half of 150..200, then 200..251 alone.
+        assert_eq!(of("a"), Some((0, 100 + 25 + 51)));
+        // The fused pass: 50 alone and 25 shared, split by three.
+        assert_eq!(
+            of("b").unwrap().1 + of("c").unwrap().1 + of("d").unwrap().1,
+            75
+        );
+        assert_eq!(of("late+1"), Some((1, 7)));
+        assert_eq!(of("late"), None);
+        assert_eq!(of("x"), None);
+        let shares: f64 = times.iter().map(|t| t.share).sum();
+        assert!((shares - 1.0).abs() < 1e-12);
+        assert_eq!(
+            m.top_nodes,
+            times.into_iter().take(TOP_NODES).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn a_round_trip_yields_to_the_passes_inside_it() {
+        let events = vec![
+            named(ev(1, 1, 0, EventKind::Compute, 0, 100), "stage 1 on w1"),
+            named(ev(1, 1, 0, EventKind::Compute, 10, 40), "fc"),
+            named(ev(1, 1, 0, EventKind::Compute, 40, 90), "act+out (fused)"),
+        ];
+        let times = node_times(&events);
+        let of = |n: &str| times.iter().find(|t| t.node == n).map_or(0, |t| t.total_ns);
+        assert_eq!(of("fc"), 30);
+        assert_eq!(of("act") + of("out"), 50);
+        assert_eq!(of("stage 1 on w1"), 20);
+        assert_eq!(compute(&events, 2, 1, 1).devices[0].busy_ns, 100);
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! The forward graph is partitioned as for inference ([`stages::choose`]); every backward
 //! node goes to the stage of the forward node whose gradient rule emitted it
-//! ([`Origin`]), and a weight's reads and gradient sums to the stage that holds it. So a
+//! ([`Origin`]), a weight's gradient sums to the stage that holds it, and its reads
+//! (constants too) to every piece reading it ([`stages::split`]). So a
 //! stage runs two pieces of the joint graph: its forward piece (inputs from the stage
 //! before) and its backward piece (gradients from the stage after, and the activations
 //! its forward piece stashed). In the order F₀ … F_{S−1}, B_{S−1} … B₀ every value is
@@ -26,11 +27,13 @@ use crate::error::RunError;
 use crate::exec::device::{Device, Executable, TraceContext, Values};
 use crate::exec::schedule::{TrainSchedule, TrainTask};
 use crate::graph::{Graph, NodeKind};
+use crate::ops::Op;
 use crate::plan::partition::Partition;
 use crate::plan::stages;
 use crate::plan::{Plan, PlanOptions};
 use crate::tensor::{Tensor, TensorData};
 use crate::weights::Weights;
+use petgraph::Direction;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::mpsc;
@@ -106,6 +109,14 @@ fn assign_pieces(
                 holders.entry(node.param_key(spec)).or_default().push(s);
             }
         }
+        // A weight read through a `param` node is held by the forward nodes reading it.
+        if let NodeKind::Op(Op::Param(param)) = &node.kind {
+            for reader in graph.dag.neighbors_directed(ix, Direction::Outgoing) {
+                if let Some(&s) = forward_stage.get(&graph.dag[reader].id) {
+                    holders.entry(param.key.clone()).or_default().push(s);
+                }
+            }
+        }
     }
     let backward = |s: usize| 2 * stages - 1 - s;
     stages::partition_nodes(graph)
@@ -117,14 +128,9 @@ fn assign_pieces(
             }
             let stage = match joint.origins.get(&node.id) {
                 Some(Origin::Node(id)) => forward_stage.get(id).copied(),
-                Some(Origin::Weight(key)) => holders.get(key).and_then(|s| {
-                    // Read where its last user runs; summed where its first does.
-                    if matches!(node.kind, NodeKind::Op(crate::ops::Op::Param(_))) {
-                        s.iter().max().copied()
-                    } else {
-                        s.iter().min().copied()
-                    }
-                }),
+                // Summed where its first user runs (its `param` reads are not partitioned:
+                // each piece reading the weight has its own).
+                Some(Origin::Weight(key)) => holders.get(key).and_then(|s| s.iter().min().copied()),
                 Some(Origin::Loss) => Some(stages - 1),
                 Some(Origin::Input(_)) => Some(0),
                 None => None,

@@ -978,25 +978,29 @@ impl RemoteExecutable {
         trace.record(events, round_trip);
         // The worker's own per-pass events, placed in this round trip (they count as
         // detail of it, not as more busy time). They are the worker's word: their times
-        // are clamped into the round trip, their number and labels bounded.
-        if let Some(observe) = trace.observer {
-            let base = t0.saturating_sub(trace.start_ns);
-            let span = t1.saturating_sub(t0);
-            let plan = &self.plan;
-            let most = 4 * (plan.steps.len() + plan.inputs.len() + plan.outputs.len()) + 16;
-            for w in worker_events.into_iter().take(most) {
-                let start = w.start_ns.min(span);
-                let e = Event {
-                    run: trace.run.to_string(),
-                    device: trace.device,
-                    stage: trace.stage,
-                    micro_batch: m,
-                    start_ns: base.saturating_add(start),
-                    end_ns: base.saturating_add(w.end_ns.clamp(start, span)),
-                    node: clip(&w.node, 200),
-                    kind: w.kind,
-                    warm_up: trace.warm_up,
-                };
+        // are clamped into the round trip, their number and labels bounded. Its compute
+        // events are kept with the run's (the per-node times of its record, as the
+        // editor's heat map reads them from the relayed events); the rest are only shown.
+        let base = t0.saturating_sub(trace.start_ns);
+        let span = t1.saturating_sub(t0);
+        let plan = &self.plan;
+        let most = 4 * (plan.steps.len() + plan.inputs.len() + plan.outputs.len()) + 16;
+        for w in worker_events.into_iter().take(most) {
+            let start = w.start_ns.min(span);
+            let e = Event {
+                run: trace.run.to_string(),
+                device: trace.device,
+                stage: trace.stage,
+                micro_batch: m,
+                start_ns: base.saturating_add(start),
+                end_ns: base.saturating_add(w.end_ns.clamp(start, span)),
+                node: clip(&w.node, 200),
+                kind: w.kind,
+                warm_up: trace.warm_up,
+            };
+            if e.kind == EventKind::Compute {
+                trace.record(events, e);
+            } else if let Some(observe) = trace.observer {
                 observe(&e);
             }
         }
