@@ -406,7 +406,10 @@ fn check(text: &str, expected: &[&str]) -> Result<(), String> {
             .fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
     ));
     std::fs::write(&file, text).map_err(|e| e.to_string())?;
-    for args in [vec!["validate"], vec!["run", "--device", "cpu"]] {
+    for args in [
+        vec!["validate"],
+        vec!["run", "--device", "cpu", "--seed-inputs"],
+    ] {
         let out = sluice()
             .args(&args)
             .arg(&file)
@@ -474,7 +477,7 @@ fn slices_at_the_i64_extremes_run() {
     });
     std::fs::write(&file, graph.to_string()).unwrap();
     let out = sluice()
-        .args(["run", "--device", "cpu", "--batch", "3"])
+        .args(["run", "--device", "cpu", "--batch", "3", "--seed-inputs"])
         .arg(&file)
         .output()
         .unwrap();
@@ -551,7 +554,7 @@ fn a_single_integer_window_validates_and_runs() {
     );
     assert!(text.contains("f32 [N, 2, 4, 4]"), "{text}");
     let out = sluice()
-        .args(["run", "--device", "cpu", "--batch", "2"])
+        .args(["run", "--device", "cpu", "--batch", "2", "--seed-inputs"])
         .arg(&file)
         .output()
         .unwrap();

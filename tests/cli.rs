@@ -28,8 +28,18 @@ fn examples_run_on_gpu_and_cpu_with_the_same_result() {
     for name in ["mlp", "cnn", "transformer_block"] {
         let graph = root().join(format!("assets/graphs/{name}.json"));
         let g = graph.to_str().unwrap();
-        let gpu = run_json(&["run", g, "--batch", "4", "--seed", "3"]);
-        let cpu = run_json(&["run", g, "--batch", "4", "--seed", "3", "--device", "cpu"]);
+        let gpu = run_json(&["run", g, "--batch", "4", "--seed-inputs", "--seed", "3"]);
+        let cpu = run_json(&[
+            "run",
+            g,
+            "--batch",
+            "4",
+            "--seed-inputs",
+            "--seed",
+            "3",
+            "--device",
+            "cpu",
+        ]);
         let (a, b) = (&gpu["outputs"][0], &cpu["outputs"][0]);
         assert_eq!(a["shape"], b["shape"], "{name}");
         assert_eq!(a["shape"][0], 4, "{name}: batch not bound");
@@ -70,6 +80,7 @@ fn the_cpu_devices_micro_batch_and_pipeline_like_the_gpu() {
                     micro,
                     "--stages",
                     stages,
+                    "--seed-inputs",
                     "--seed",
                     "5",
                     "--device",
@@ -257,12 +268,14 @@ fn weights_come_from_a_safetensors_file() {
         dir.join("mlp.json").to_str().unwrap(),
         "--device",
         "cpu",
+        "--seed-inputs",
     ]);
     let seeded = run_json(&[
         "run",
         root().join("assets/graphs/mlp.json").to_str().unwrap(),
         "--device",
         "cpu",
+        "--seed-inputs",
     ]);
     assert_eq!(
         from_file["outputs"][0]["checksum"],
@@ -299,6 +312,7 @@ fn weights_come_from_a_safetensors_file() {
             dir.join("mlp.json").to_str().unwrap(),
             "--device",
             "cpu",
+            "--seed-inputs",
         ])
         .output()
         .unwrap();
@@ -598,7 +612,7 @@ fn bench_keeps_an_input_on_the_device_and_computes_what_run_does() {
         let kept = run_json(&[
             "bench", g, "--reps", "3", "--seed", "7", "--keep", "x", "--device", device,
         ]);
-        let once = run_json(&["run", g, "--seed", "7", "--device", device]);
+        let once = run_json(&["run", g, "--seed-inputs", "--seed", "7", "--device", device]);
         assert_eq!(kept["metrics"]["samples"], 3, "{kept}");
         assert_eq!(
             kept["outputs"][0]["checksum"], once["outputs"][0]["checksum"],
@@ -637,7 +651,14 @@ fn a_large_matmul_is_tuned_once_per_adapter_and_sluice_autotune_lists_the_choice
     let bench = || {
         let out = sluice()
             .env("SLUICE_AUTOTUNE_CACHE", &file)
-            .args(["run", w1.to_str().unwrap(), "--batch", "128", "--json"])
+            .args([
+                "run",
+                w1.to_str().unwrap(),
+                "--batch",
+                "128",
+                "--seed-inputs",
+            ])
+            .arg("--json")
             .output()
             .unwrap();
         assert!(
@@ -654,7 +675,14 @@ fn a_large_matmul_is_tuned_once_per_adapter_and_sluice_autotune_lists_the_choice
     assert_eq!(std::fs::read_to_string(&file).unwrap(), kept);
     let untuned = sluice()
         .env("SLUICE_AUTOTUNE", "off")
-        .args(["run", w1.to_str().unwrap(), "--batch", "128", "--json"])
+        .args([
+            "run",
+            w1.to_str().unwrap(),
+            "--batch",
+            "128",
+            "--seed-inputs",
+        ])
+        .arg("--json")
         .output()
         .unwrap();
     assert!(untuned.status.success());
@@ -698,4 +726,136 @@ fn a_large_matmul_is_tuned_once_per_adapter_and_sluice_autotune_lists_the_choice
         .unwrap();
     assert!(cleared.status.success());
     assert!(!file.exists());
+}
+
+#[test]
+fn a_missing_input_is_an_error_unless_seeded_inputs_are_asked_for_and_then_said() {
+    // No input is invented unasked: spirals_mlp's `labels` (and `x`) not given is an
+    // error naming the input and both ways to give it.
+    let graph = root().join("assets/graphs/spirals_mlp.json");
+    let g = graph.to_str().unwrap();
+    let dir = tmp("missing");
+    let x = dir.join("x.npy");
+    std::fs::write(
+        &x,
+        npy::to_bytes(&Tensor::f32(vec![2, 2], vec![0.5, -0.5, 0.25, 1.0])).unwrap(),
+    )
+    .unwrap();
+    let out = sluice()
+        .args(["run", g, "--device", "cpu", "--batch", "2", "--input"])
+        .arg(format!("x={}", x.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for want in ["input 'labels'", "--input labels=FILE.npy", "--seed-inputs"] {
+        assert!(stderr.contains(want), "expected \"{want}\" in:\n{stderr}");
+    }
+    assert!(out.stdout.is_empty(), "no loss is printed");
+    // Asked for, the seeded inputs are named: in the JSON and on stderr ...
+    let out = sluice()
+        .args(["run", g, "--device", "cpu", "--batch", "2", "--seed-inputs"])
+        .args(["--json", "--input"])
+        .arg(format!("x={}", x.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["seeded_inputs"], json!(["labels"]), "{doc}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("labels"));
+    // ... and in the printed report.
+    let out = sluice()
+        .args(["run", g, "--device", "cpu", "--seed-inputs", "--seed", "9"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("seeded with random values (seed 9)") && stdout.contains("labels"),
+        "{stdout}"
+    );
+    // A benchmark runs on seeded inputs by default, and says which.
+    let bench = run_json(&["bench", g, "--device", "cpu", "--reps", "1", "--batch", "8"]);
+    let mut seeded: Vec<String> = serde_json::from_value(bench["seeded_inputs"].clone()).unwrap();
+    seeded.sort();
+    assert_eq!(seeded, ["labels", "x"], "{bench}");
+}
+
+#[test]
+fn every_shipped_example_runs_with_seeded_inputs_at_batch_1_8_and_32() {
+    // Seeded class labels and indices stay inside their range: spirals_mlp has 3 classes
+    // (its labels were seeded in [0, 4)).
+    let mut graphs: Vec<PathBuf> = ["assets/graphs", "assets/bench"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(root().join(d)).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    graphs.sort();
+    assert!(graphs.len() >= 10, "{graphs:?}");
+    for graph in &graphs {
+        let g = graph.to_str().unwrap();
+        for batch in ["1", "8", "32"] {
+            let doc = run_json(&[
+                "run",
+                g,
+                "--device",
+                "cpu",
+                "--batch",
+                batch,
+                "--seed-inputs",
+            ]);
+            let graph_doc: Value =
+                serde_json::from_str(&std::fs::read_to_string(graph).unwrap()).unwrap();
+            let inputs = graph_doc["inputs"].as_object().map_or(0, |o| o.len());
+            assert_eq!(
+                doc["seeded_inputs"].as_array().unwrap().len(),
+                inputs,
+                "{g} at batch {batch}: {doc}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_failing_stage_is_named_a_stage() {
+    // An out-of-range label read by the loss on stage 1: the error names the stage as a
+    // stage, not as a node.
+    let graph = root().join("assets/graphs/spirals_mlp.json");
+    let dir = tmp("stage-name");
+    let labels = dir.join("labels.npy");
+    std::fs::write(
+        &labels,
+        npy::to_bytes(&Tensor {
+            shape: vec![2],
+            data: sluice_engine::TensorData::I32(vec![0, 7]),
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let out = sluice()
+        .args([
+            "run",
+            graph.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--batch",
+            "2",
+        ])
+        .args(["--stages", "2", "--seed-inputs", "--input"])
+        .arg(format!("labels={}", labels.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("label 7 is outside [0, 3)"), "{stderr}");
+    assert!(!stderr.contains("node 'stage"), "{stderr}");
 }

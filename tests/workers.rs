@@ -445,7 +445,12 @@ fn a_run_waiting_on_a_silent_worker_is_cancelled_within_seconds() {
 
 #[test]
 fn a_thousand_worker_sockets_get_at_most_max_workers_and_idle_ones_are_closed() {
-    let s = start(&workspace("sockets"), &[]);
+    // All sockets come from one address: the per-client cap is lifted so that the
+    // worker cap is what this test meets.
+    let s = start(
+        &workspace("sockets"),
+        &["--max-connections-per-client", "2000"],
+    );
     s.warm();
     let baseline = s.peak_kib();
     let mut open = Vec::new();
@@ -826,4 +831,131 @@ fn a_worker_joins_over_wss_trusting_the_servers_own_ca() {
     // Without the CA the server's certificate is not trusted.
     let untrusted = worker_process(&["--connect", &wss]);
     untrusted.wait_line("certificate", Duration::from_secs(120));
+}
+
+/// The commands of `docs/security.md`'s self-signed certificate recipe, a line each
+/// (continuation lines joined).
+fn certificate_recipe() -> Vec<String> {
+    let doc = std::fs::read_to_string(sluice_tests::root().join("docs/security.md"))
+        .expect("docs/security.md");
+    let (_, after) = doc
+        .split_once("A self-signed certificate for a cluster")
+        .expect("the recipe's paragraph");
+    let (_, block) = after.split_once("```sh\n").expect("the recipe's commands");
+    let (block, _) = block.split_once("```").expect("the end of the commands");
+    block
+        .replace("\\\n", " ")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn the_documented_self_signed_certificate_recipe_lets_a_worker_join_over_wss() {
+    // The recipe's exact openssl commands (they used to make an authority's certificate,
+    // which rustls refuses from a server), then `sluice serve` and `sluice worker` with
+    // the recipe's flags and files; only the address and the token are this test's.
+    let which = std::process::Command::new("sh")
+        .args(["-c", "command -v openssl"])
+        .output()
+        .expect("sh runs");
+    assert!(
+        which.status.success(),
+        "this test runs the openssl commands of docs/security.md: install openssl"
+    );
+    let dir = workspace("recipe-files");
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = "recipe-token-0123456789abcdef";
+    let mut serve: Option<Vec<String>> = None;
+    let mut worker: Option<Vec<String>> = None;
+    for line in certificate_recipe() {
+        let words = || -> Vec<String> {
+            line.split_whitespace()
+                .skip(2)
+                .map(|w| match w.trim_matches('"') {
+                    "$SLUICE_TOKEN" => token.to_string(),
+                    w if w.ends_with(".crt") || w.ends_with(".key") => {
+                        dir.join(w).display().to_string()
+                    }
+                    w => w.to_string(),
+                })
+                .collect()
+        };
+        if line.starts_with("openssl ") {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(&line)
+                .current_dir(&dir)
+                .output()
+                .expect("sh runs");
+            assert!(
+                out.status.success(),
+                "{line}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        } else if line.starts_with("sluice serve ") {
+            serve = Some(words());
+        } else if line.starts_with("sluice worker ") {
+            worker = Some(words());
+        } else {
+            panic!("a line of the recipe this test does not know: {line}");
+        }
+    }
+    let (serve, worker) = (serve.expect("a serve line"), worker.expect("a worker line"));
+    // The worker's documented address names a host the certificate is for.
+    let connect = worker
+        .iter()
+        .skip_while(|w| *w != "--connect")
+        .nth(1)
+        .expect("--connect URL")
+        .clone();
+    let host = connect
+        .trim_start_matches("wss://")
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let names = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-ext", "subjectAltName", "-in"])
+        .arg(dir.join("server.crt"))
+        .output()
+        .expect("openssl runs");
+    let names = String::from_utf8_lossy(&names.stdout);
+    assert!(
+        names.contains(&format!("DNS:{host}")),
+        "{host} not in {names}"
+    );
+    // The server on a free loopback port (its other flags as documented).
+    let mut args: Vec<&str> = Vec::new();
+    let mut it = serve.iter();
+    while let Some(w) = it.next() {
+        if w == "--addr" {
+            it.next();
+        } else {
+            args.push(w);
+        }
+    }
+    let s = start(&workspace("recipe"), &args);
+    let port = s
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_string();
+    let wss = format!("wss://localhost:{port}");
+    let worker: Vec<&str> = worker
+        .iter()
+        .map(|w| {
+            if *w == connect {
+                wss.as_str()
+            } else {
+                w.as_str()
+            }
+        })
+        .collect();
+    let w = worker_process(&worker);
+    w.wait_line("joined wss://localhost", Duration::from_secs(120));
 }

@@ -93,6 +93,14 @@ pub enum RunError {
         /// What failed.
         message: String,
     },
+    /// A pipeline stage failed (its micro-batch refused or its device failed).
+    #[error("stage {stage}: {message}")]
+    Stage {
+        /// The stage's index.
+        stage: usize,
+        /// What failed.
+        message: String,
+    },
     /// A shader failed to compile or a pipeline to build.
     #[error("kernel '{label}' failed to build: {message}")]
     Shader {

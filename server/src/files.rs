@@ -62,6 +62,30 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Reads `length` bytes from `offset` of a regular file (an ONNX model's external data):
+/// the kind is checked before opening and again on the opened file, the range against
+/// its size before anything is allocated, and a file that ends early is an error.
+pub fn read_range(path: &Path, offset: u64, length: u64) -> io::Result<Vec<u8>> {
+    use std::io::{Seek, SeekFrom};
+    check(&std::fs::metadata(path)?, u64::MAX)?;
+    let mut file = open(path)?;
+    let size = file.metadata()?;
+    check(&size, u64::MAX)?;
+    let size = size.len();
+    if offset.checked_add(length).is_none_or(|end| end > size) {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("it has {size} bytes; {length} are asked for from byte {offset}"),
+        ));
+    }
+    let length = usize::try_from(length)
+        .map_err(|_| io::Error::new(io::ErrorKind::FileTooLarge, "too large for this machine"))?;
+    file.seek(SeekFrom::Start(offset))?;
+    let mut bytes = vec![0; length];
+    file.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Reads a regular UTF-8 text file of at most `limit` bytes.
 pub fn read_text_bounded(path: &Path, limit: u64) -> io::Result<String> {
     String::from_utf8(read_bounded(path, limit)?)
@@ -72,6 +96,7 @@ pub fn read_text_bounded(path: &Path, limit: u64) -> io::Result<String> {
 /// exclusively, named by process and a counter), fsync, rename over the old file, fsync
 /// of the folder. Concurrent writers of one name each rename a whole file; the last wins.
 pub fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    refuse_non_regular(&dir.join(name))?;
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let tmp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
@@ -86,6 +111,19 @@ pub fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
         return Err(e).with_context(|| format!("cannot write {}", dir.join(name).display()));
     }
     sync_dir(dir)
+}
+
+/// Refuses to write over what is not a regular file: an output replaces a file, never a
+/// device (`/dev/null`), FIFO, socket or folder that happens to have its name. A path
+/// that does not exist yet (or a dangling link) is fine.
+pub fn refuse_non_regular(path: &Path) -> Result<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => anyhow::bail!(
+            "will not write {}: it exists and is not a regular file (a device, FIFO, socket or folder)",
+            path.display()
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// [`write_durably`] for a path: its folder (the current one when it has none) and name.
@@ -135,6 +173,19 @@ mod tests {
             // SAFETY: a valid NUL-terminated path.
             assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
             let e = read_bounded(&fifo, 1 << 20).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        }
+        assert_eq!(read_range(&small, 1, 2).unwrap(), b"bc");
+        let e = read_range(&small, 2, 2).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(read_range(&small, u64::MAX, 2).is_err());
+        let e = read_range(&dir, 0, 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        #[cfg(unix)]
+        {
+            let e = read_range(&dir.join("fifo"), 0, 1).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            let e = read_range(Path::new("/dev/zero"), 0, 1).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         }
         std::fs::write(&small, [0xff, 0xfe]).unwrap();

@@ -14,14 +14,13 @@ pub fn read(path: &Path) -> Result<Tensor> {
     npy::parse(&bytes).with_context(|| format!("in {}", path.display()))
 }
 
-/// Writes a tensor as a .npy file.
+/// Writes a tensor as a .npy file (durably; never over what is not a regular file).
 pub fn write(path: &Path, t: &Tensor) -> Result<()> {
-    let bytes = npy::to_bytes(t)?;
-    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+    crate::files::write_path_durably(path, &npy::to_bytes(t)?)
 }
 
-/// Writes a float tensor as a float16 .npy file.
+/// Writes a float tensor as a float16 .npy file (durably; never over what is not a
+/// regular file).
 pub fn write_f16(path: &Path, t: &Tensor) -> Result<()> {
-    let bytes = npy::to_bytes_f16(t)?;
-    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+    crate::files::write_path_durably(path, &npy::to_bytes_f16(t)?)
 }

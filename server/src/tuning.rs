@@ -1,8 +1,10 @@
 //! The autotuner's records kept across processes: the matmul variant measured fastest for
 //! each adapter, driver and problem class, so a class is measured once per machine. The
 //! file is `SLUICE_AUTOTUNE_CACHE`, else `autotune.json` in the cache folder
-//! ([`crate::rates::cache_dir`]). A file that cannot be read is set aside as
-//! `autotune.json.corrupt` (never deleted) and tuning starts afresh.
+//! ([`crate::rates::cache_dir`]), read as a regular file of at most [`MAX_TUNING_BYTES`].
+//! A file that cannot be read is reported, set aside as `autotune.json.corrupt` (never
+//! deleted; what is not a regular file is left where it is and never written over) and
+//! tuning starts afresh.
 
 use sluice_engine::gpu::autotune::{TuneCache, TuningStore, CACHE_FORMAT};
 use std::path::{Path, PathBuf};
@@ -16,9 +18,13 @@ pub fn default_path() -> Option<PathBuf> {
     Some(crate::rates::cache_dir()?.join("autotune.json"))
 }
 
-/// Reads a tuning file; a missing file holds nothing.
+/// The largest tuning file read: a record is a few hundred bytes per adapter and class.
+pub const MAX_TUNING_BYTES: u64 = 16 << 20;
+
+/// Reads a tuning file (a regular file of at most [`MAX_TUNING_BYTES`]); a missing file
+/// holds nothing.
 pub fn read(path: &Path) -> Result<TuneCache, String> {
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::files::read_text_bounded(path, MAX_TUNING_BYTES) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TuneCache::default()),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
@@ -47,16 +53,12 @@ impl FileStore {
         FileStore { path }
     }
 
-    fn write(&self, cache: &TuneCache) -> std::io::Result<()> {
+    fn write(&self, cache: &TuneCache) -> anyhow::Result<()> {
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        let text = serde_json::to_string_pretty(cache).map_err(std::io::Error::other)?;
-        let tmp = self
-            .path
-            .with_extension(format!("json.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, &self.path)
+        let text = serde_json::to_string_pretty(cache)?;
+        crate::files::write_path_durably(&self.path, text.as_bytes())
     }
 }
 
@@ -65,6 +67,11 @@ impl TuningStore for FileStore {
         match read(&self.path) {
             Ok(c) => c,
             Err(e) => {
+                let regular = std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_file());
+                if !regular {
+                    tracing::warn!("autotune: {e}; left it alone and tuning afresh");
+                    return TuneCache::default();
+                }
                 let aside = self.path.with_extension("json.corrupt");
                 tracing::warn!(
                     "autotune: {e}; kept it as {} and tuning afresh",
@@ -91,7 +98,7 @@ impl TuningStore for FileStore {
                 .extend(records.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         if let Err(e) = self.write(&merged) {
-            tracing::warn!("autotune: cannot save {}: {e}", self.path.display());
+            tracing::warn!("autotune: cannot save {}: {e:#}", self.path.display());
         }
     }
 }

@@ -8,13 +8,14 @@ use super::device::Values;
 use super::input::{Input, Inputs, Rows};
 use crate::dtype::DType;
 use crate::error::RunError;
-use crate::graph::{Batch, BatchSemantics, Graph};
+use crate::graph::{Batch, BatchSemantics, Graph, NodeKind};
 use crate::limits;
 use crate::ops::TensorType;
 use crate::plan::Plan;
 use crate::rng::Rng;
 use crate::shape;
 use crate::tensor::{Tensor, TensorData};
+use petgraph::stable_graph::NodeIndex;
 use std::collections::{BTreeSet, HashMap};
 
 /// The graph with every symbolic dimension bound to `n` samples.
@@ -50,10 +51,11 @@ fn input_types(graph: &Graph, n: usize) -> Result<Vec<(String, TensorType)>, Run
         .collect()
 }
 
-/// Seeded random inputs for a bound graph: floats uniform in [-1, 1), integers in [0, 4),
-/// booleans fair. The same graph, batch and seed give the same values everywhere
-/// (browsers included). Refused, before anything is allocated, when the inputs are over
-/// the graph's limits.
+/// Seeded random inputs for a bound graph: floats uniform in [-1, 1), booleans fair,
+/// integers in [0, 4) — except index inputs (class labels a loss reads, indices a gather
+/// or scatter reads), which are uniform over the valid range of the axis they index. The
+/// same graph, batch and seed give the same values everywhere (browsers included).
+/// Refused, before anything is allocated, when the inputs are over the graph's limits.
 pub fn random_inputs(graph: &Graph, seed: u64) -> Result<Values, RunError> {
     limits::check_dataset(graph, 1, &graph.limits)?;
     let types: Vec<(String, TensorType)> = graph
@@ -65,12 +67,76 @@ pub fn random_inputs(graph: &Graph, seed: u64) -> Result<Values, RunError> {
                 .ok_or_else(|| RunError::Unbound(name.clone()))
         })
         .collect::<Result<_, _>>()?;
-    generate(&types, seed, &Values::new())
+    let ranges = index_ranges(graph, &HashMap::new())?;
+    generate(&types, &ranges, seed, &Values::new())
+}
+
+/// The graph input a node output is, seen through views (reshapes, transposes, ...), as
+/// the planner's index checks see it.
+fn root_input(graph: &Graph, (mut ix, mut port): (NodeIndex, usize)) -> Option<&str> {
+    loop {
+        match &graph.dag[ix].kind {
+            NodeKind::Input => {
+                return graph
+                    .inputs
+                    .iter()
+                    .find(|(_, i)| *i == ix && port == 0)
+                    .map(|(n, _)| n.as_str())
+            }
+            NodeKind::Op(op) if op.capabilities().view => {
+                (ix, port) = *graph.node_inputs(ix).first()?;
+            }
+            NodeKind::Op(_) => return None,
+        }
+    }
+}
+
+/// For every graph input that holds indices (an operator's [`IndexInput`](crate::ops::IndexInput)), the length
+/// of the axis they index with the graph's symbols bound by `bindings` (the shortest,
+/// where it indexes several): seeded indices stay below it.
+fn index_ranges(
+    graph: &Graph,
+    bindings: &HashMap<String, usize>,
+) -> Result<HashMap<String, usize>, RunError> {
+    let mut ranges: HashMap<String, usize> = HashMap::new();
+    for (ix, node, op) in graph.op_nodes() {
+        let Some(index) = op.index_input() else {
+            continue;
+        };
+        let sources = graph.node_inputs(ix);
+        let (Some(&indices), Some(&(data, port))) =
+            (sources.get(index.indices), sources.get(index.data))
+        else {
+            continue;
+        };
+        let Some(input) = root_input(graph, indices) else {
+            continue;
+        };
+        let bad = |message: String| RunError::Op {
+            node: node.id.clone(),
+            message,
+        };
+        let dims = shape::bind(&graph.dag[data].outputs[port].shape, bindings).map_err(bad)?;
+        let axis = shape::existing_axis(index.axis, dims.len()).map_err(bad)?;
+        let len = dims[axis]
+            .known()
+            .ok_or_else(|| RunError::Unbound(node.id.clone()))?;
+        ranges
+            .entry(input.to_string())
+            .and_modify(|l| *l = (*l).min(len))
+            .or_insert(len);
+    }
+    Ok(ranges)
 }
 
 /// Seeded random values for the inputs of `types` that `given` lacks (their sizes are
-/// checked by the caller).
-fn generate(types: &[(String, TensorType)], seed: u64, given: &Values) -> Result<Values, RunError> {
+/// checked by the caller), index inputs below their axis length in `ranges`.
+fn generate(
+    types: &[(String, TensorType)],
+    ranges: &HashMap<String, usize>,
+    seed: u64,
+    given: &Values,
+) -> Result<Values, RunError> {
     let mut out = HashMap::new();
     for (name, ty) in types.iter().filter(|(n, _)| !given.contains_key(n)) {
         let dims = shape::concrete(&ty.shape).ok_or_else(|| RunError::Unbound(name.clone()))?;
@@ -79,9 +145,14 @@ fn generate(types: &[(String, TensorType)], seed: u64, given: &Values) -> Result
             message,
         })?;
         let mut rng = Rng::for_name(seed, name);
+        let below = ranges.get(name).map_or(4, |&len| crate::ops::widen(len));
         let data = match ty.dtype {
             DType::F32 => TensorData::F32((0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()),
-            DType::I32 => TensorData::I32((0..n).map(|_| rng.below(4) as i32).collect()),
+            DType::I32 => TensorData::I32(
+                (0..n)
+                    .map(|_| i32::try_from(rng.below(below)).unwrap_or(i32::MAX))
+                    .collect(),
+            ),
             DType::Bool => TensorData::Bool((0..n).map(|_| rng.below(2) == 1).collect()),
         };
         out.insert(name.clone(), Tensor { shape: dims, data });
@@ -93,6 +164,16 @@ fn generate(types: &[(String, TensorType)], seed: u64, given: &Values) -> Result
 /// (refused before allocating when over the graph's limits).
 pub fn seeded(graph: &Graph, batch: usize, seed: u64) -> Result<Values, RunError> {
     complete(graph, Values::new(), seed, batch)
+}
+
+/// The graph's inputs that `given` lacks, in the graph's order: what [`complete`] seeds.
+pub fn missing_inputs(graph: &Graph, given: &Values) -> Vec<String> {
+    graph
+        .inputs
+        .iter()
+        .filter(|(name, _)| !given.contains_key(name))
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// A run's dataset: the `given` inputs, and seeded random values for every other input,
@@ -122,7 +203,9 @@ pub fn complete(
     }
     limits::check_dataset(graph, n, &graph.limits)?;
     let types = input_types(graph, n)?;
-    let mut all = generate(&types, seed, &given)?;
+    let bindings: HashMap<String, usize> = graph.symbols().into_iter().map(|s| (s, n)).collect();
+    let ranges = index_ranges(graph, &bindings)?;
+    let mut all = generate(&types, &ranges, seed, &given)?;
     all.extend(given);
     check_typed(&types, &all)?;
     Ok(all)
@@ -582,5 +665,57 @@ impl Cutter {
             out.push((name.clone(), joined));
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeded_indices_and_labels_stay_inside_the_axis_they_index() {
+        // Class labels of a 3-class loss, and gather indices (through a view) into a
+        // table of 5 rows: seeded [0, 4) would put labels at 3, past the classes.
+        let graph = crate::graph::load_graph(
+            &serde_json::json!({
+                "format": "sluice/graph@1",
+                "name": "indices",
+                "inputs": {
+                    "table": { "shape": [5, 4], "dtype": "f32" },
+                    "ids": { "shape": ["N", 3], "dtype": "i32" },
+                    "logits": { "shape": ["N", 3], "dtype": "f32" },
+                    "labels": { "shape": ["N"], "dtype": "i32" },
+                    "other": { "shape": ["N"], "dtype": "i32" }
+                },
+                "nodes": [
+                    { "id": "view", "op": "identity", "inputs": ["ids"] },
+                    { "id": "rows", "op": "gather", "inputs": ["table", "view"] },
+                    { "id": "loss", "op": "softmax_cross_entropy", "inputs": ["logits", "labels"] }
+                ],
+                "outputs": ["rows", "loss", "other"]
+            })
+            .to_string(),
+        )
+        .expect("graph");
+        let ints = |v: &Values, name: &str| match &v[name].data {
+            TensorData::I32(x) => x.clone(),
+            other => panic!("{name}: {other:?}"),
+        };
+        let unbound = complete(&graph, Values::new(), 3, 256).expect("seeded");
+        let bound = random_inputs(&bind(&graph, 256).expect("bound"), 3).expect("seeded");
+        for data in [unbound, bound] {
+            let (ids, labels) = (ints(&data, "ids"), ints(&data, "labels"));
+            assert!(ids.iter().all(|&k| (0..5).contains(&k)), "{ids:?}");
+            assert!(ids.contains(&4), "the whole range is used");
+            assert!(labels.iter().all(|&k| (0..3).contains(&k)), "{labels:?}");
+            assert!(labels.contains(&2));
+            // Integers that index nothing keep their [0, 4).
+            assert!(ints(&data, "other").iter().all(|&k| (0..4).contains(&k)));
+        }
+        assert_eq!(
+            missing_inputs(&graph, &Values::new()).len(),
+            5,
+            "every input is missing"
+        );
     }
 }

@@ -111,9 +111,9 @@ async fn stage_loop<'d>(
     let mut in_flight = 0usize;
     let capacity = exe.capacity().max(1);
     let fail = |e: RunError| match e {
-        RunError::Cancelled | RunError::Op { .. } => e,
-        other => RunError::Op {
-            node: format!("stage {index}"),
+        RunError::Cancelled | RunError::Op { .. } | RunError::Stage { .. } => e,
+        other => RunError::Stage {
+            stage: index,
             message: other.to_string(),
         },
     };

@@ -91,7 +91,8 @@ pub struct Dataset {
 
 impl Dataset {
     /// A dataset of named tensors, each checked: its elements match its shape, it has
-    /// a sample axis and its elements are within `limits`; the names are distinct; every
+    /// a sample axis, its elements are within `limits` and finite (a NaN or an infinity
+    /// is refused, naming its sample and element); the names are distinct; every
     /// array has the same number of samples (the error names both arrays), at least one
     /// and at most `max_dataset_rows`.
     pub fn new(arrays: Vec<(String, Tensor)>, limits: &Limits) -> Result<Dataset, DataError> {
@@ -128,6 +129,13 @@ impl Dataset {
                 }
             }
             let row = shape::numel(rest).map_err(bad)?;
+            if let Some((i, x)) = first_non_finite(&tensor) {
+                return Err(bad(format!(
+                    "sample {}, element {} is {x}: training data must be finite numbers",
+                    i / row.max(1),
+                    i % row.max(1)
+                )));
+            }
             out.push(Array { name, tensor, row });
         }
         let Some(first) = out.first() else {
@@ -408,6 +416,14 @@ impl Dataset {
 }
 
 /// Checks a file's bytes against `max_dataset_bytes`.
+/// The flat index and value of a tensor's first NaN or infinity, if it has one.
+fn first_non_finite(t: &Tensor) -> Option<(usize, f32)> {
+    match &t.data {
+        TensorData::F32(v) => v.iter().copied().enumerate().find(|(_, x)| !x.is_finite()),
+        TensorData::I32(_) | TensorData::Bool(_) => None,
+    }
+}
+
 fn check_bytes(subject: &str, bytes: &[u8], limits: &Limits) -> Result<(), LimitError> {
     limits.check(
         Limit::MaxDatasetBytes,

@@ -21,6 +21,15 @@ pub enum TrainError {
     /// Running on a device failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// A step's loss or gradients are not finite (and no loss scaler skipped the step):
+    /// training stops before the step's update, so the weights stay finite.
+    #[error("step {step}: {message}; training stopped before its update (lower the learning rate, clip the gradient norm, or check the data)")]
+    NonFinite {
+        /// The step (counting from 1) whose update was refused.
+        step: u64,
+        /// What is not finite.
+        message: String,
+    },
     /// The optimiser refused its settings or the gradients.
     #[error(transparent)]
     Optim(#[from] OptimError),

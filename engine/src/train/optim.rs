@@ -148,8 +148,14 @@ impl Optimizer {
             None => 1.0,
         };
         let lr = self.config.lr_at(self.state.step);
-        self.state.step += 1;
-        let t = self.state.step;
+        // A restored step count can be anything a checkpoint says: it is counted checked.
+        let t = self.state.step.checked_add(1).ok_or_else(|| {
+            OptimError::State(format!(
+                "the step count {} cannot grow past the largest count (2^64 - 1)",
+                self.state.step
+            ))
+        })?;
+        self.state.step = t;
         let wd = self.config.weight_decay;
         let keys: Vec<String> = keys.into_iter().cloned().collect();
         for key in keys {

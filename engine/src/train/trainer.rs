@@ -423,6 +423,7 @@ impl Trainer {
                 });
             }
         }
+        self.check_finite(loss / m as f64, &grads)?;
         let update = self.optimizer.step(&mut self.params, &grads)?;
         // Batch norms allow one micro-batch (`check_accumulation`): `last` is the batch.
         for bn in &self.batch_norms {
@@ -440,6 +441,31 @@ impl Trainer {
             loss: loss / m as f64,
             update: Some(update),
         })
+    }
+
+    /// Refuses a step whose loss or (unscaled) gradients hold a NaN or an infinity,
+    /// naming the step and the first such value: an update would spread it to the weights.
+    fn check_finite(&self, loss: f64, grads: &Weights) -> Result<(), TrainError> {
+        let step = self.optimizer.state().step.saturating_add(1);
+        if !loss.is_finite() {
+            return Err(TrainError::NonFinite {
+                step,
+                message: format!("the loss is {loss}"),
+            });
+        }
+        let mut keys: Vec<&String> = grads.keys().collect();
+        keys.sort();
+        for key in keys {
+            if let Some(TensorData::F32(v)) = grads.get(key).map(|g| &g.data) {
+                if let Some((i, x)) = v.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+                    return Err(TrainError::NonFinite {
+                        step,
+                        message: format!("element {i} of the gradient of '{key}' is {x}"),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The loss and metrics over `data` (any number of samples).

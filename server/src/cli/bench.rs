@@ -1,6 +1,7 @@
-//! `sluice bench`: one warm-up batch, then `--reps` batches of seeded random inputs through
-//! the configured session; prints throughput, latency, utilisation, bubbles, overlap,
-//! memory and the most expensive nodes (`--json`: the same as one document).
+//! `sluice bench`: one warm-up batch, then `--reps` batches of seeded random inputs (named
+//! in its output) through the configured session; prints throughput, latency, utilisation,
+//! bubbles, overlap, memory and the most expensive nodes (`--json`: the same as one
+//! document).
 
 use super::{load, report, run::Progress, BenchArgs};
 use anyhow::{bail, Context, Result};
@@ -23,7 +24,7 @@ fn batch_by_batch(
     let batches = (0..args.reps)
         .map(|rep| {
             let seed = args.seed.wrapping_add(1).wrapping_add(rep as u64);
-            let mut data = super::run::inputs(graph, &[], seed, args.exec.batch)?;
+            let mut data = super::run::inputs(graph, &[], Some(seed), args.exec.batch)?.values;
             data.retain(|name, _| !kept.contains_key(name));
             Ok(data)
         })
@@ -80,7 +81,9 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
     let config = e.config();
     let devices = super::open_devices(e.device, config.stages, e.pass_timing())?;
     let mut session = Session::compile_blocking(&graph, &weights, &config, devices)?;
-    let mut warm = super::run::inputs(&graph, &[], args.seed, e.batch)?;
+    let warm_inputs = super::run::inputs(&graph, &[], Some(args.seed), e.batch)?;
+    let seeded = warm_inputs.seeded;
+    let mut warm = warm_inputs.values;
     if !args.keep.is_empty() && e.precision != super::PrecisionArg::F32 {
         bail!("--keep runs every batch on its own and has no f32 comparison: use --precision f32");
     }
@@ -97,7 +100,7 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
         .keep_inputs(&kept)
         .with_context(|| format!("--keep {}", args.keep.join(", ")))?;
     session.run_blocking(&warm, &RunContext::new("warm-up"))?;
-    let data = super::run::inputs(&graph, &[], args.seed.wrapping_add(1), samples)?;
+    let data = super::run::inputs(&graph, &[], Some(args.seed.wrapping_add(1)), samples)?.values;
     let progress = Progress::new("benchmark");
     let update = |d: usize, t: usize| progress.update(d, t);
     let ctx = RunContext {
@@ -159,6 +162,8 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
                         "weight_bytes": session.memory().weight_bytes, "allocated_bytes": session.allocated_bytes() },
             "stages": session.stage_summary(),
             "outputs": checksums,
+            "seeded_inputs": seeded,
+            "seed": args.seed,
             "precision": e.precision.engine(),
             "f16_storage": (e.precision != super::PrecisionArg::F32).then(|| session.plan_options().half),
             "f32_baseline": baseline.as_ref().map(|(s32, r32, errors)| json!({
@@ -181,6 +186,9 @@ pub fn bench(args: &BenchArgs) -> Result<ExitCode> {
         args.reps,
         plan_steps
     );
+    if let Some(note) = super::run::seeded_note(&seeded, args.seed) {
+        println!("  {note}");
+    }
     report::print_metrics(&report, &session);
     if busy > 0 {
         println!(

@@ -305,16 +305,22 @@ pub struct RunArgs {
     #[command(flatten)]
     pub exec: ExecArgs,
     /// An input from a .npy file: NAME=FILE.npy (repeatable). A batched input may hold any
-    /// number of samples on axis 0 (a dataset). Inputs not given are random.
+    /// number of samples on axis 0 (a dataset). Every input must be given unless
+    /// --seed-inputs is.
     #[arg(long = "input", value_name = "NAME=FILE")]
     pub inputs: Vec<String>,
+    /// Fill the inputs not given with seeded random values (class labels and indices
+    /// inside their valid range), and say which: a run on made-up inputs, for trying a
+    /// graph out.
+    #[arg(long)]
+    pub seed_inputs: bool,
     /// Element type of the written .npy files.
     #[arg(long, value_enum, default_value_t = OutputDtype::F32)]
     pub output_dtype: OutputDtype,
     /// Write each output as DIR/NAME.npy.
     #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
-    /// Seed for random inputs.
+    /// Seed of the values --seed-inputs generates.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Print JSON.
@@ -438,7 +444,7 @@ pub struct BenchArgs {
     /// Measured batches (after one warm-up batch).
     #[arg(long, default_value_t = 10)]
     pub reps: usize,
-    /// Seed of the random inputs.
+    /// Seed of the random inputs (a benchmark runs on seeded inputs, and says so).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Print one JSON document.

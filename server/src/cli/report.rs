@@ -13,7 +13,7 @@ pub fn mib(bytes: u64) -> f64 {
 /// Writes the run's events as a Chrome trace.
 pub fn write_trace(path: &Path, report: &RunReport, session: &Session) -> Result<()> {
     let doc = chrome_trace(&report.events, &session.device_names());
-    std::fs::write(path, serde_json::to_vec(&doc)?)
+    crate::files::write_path_durably(path, &serde_json::to_vec(&doc)?)
         .with_context(|| format!("cannot write trace {}", path.display()))
 }
 
@@ -66,13 +66,24 @@ pub fn print_metrics(report: &RunReport, session: &Session) {
         mib(mem.weight_bytes),
         mib(session.allocated_bytes())
     );
+    if let Some(policy) = &report.half_policy {
+        for (i, line) in policy.describe().iter().enumerate() {
+            let head = if i == 0 {
+                "  f32 kept:     "
+            } else {
+                "                "
+            };
+            println!("{head}{line}");
+        }
+    }
     println!("  timing:       {:?}", report.timing);
     if !m.top_nodes.is_empty() {
-        println!("  most expensive nodes:");
+        println!("  most expensive nodes (each stage's busy time shared by its nodes):");
         for n in &m.top_nodes {
             println!(
-                "    {:<40} {:>10.3} ms {:>6.1}%",
+                "    {:<40} stage {:<3} {:>10.3} ms {:>6.1}%",
                 n.node,
+                n.stage,
                 n.total_ns as f64 / 1e6,
                 100.0 * n.share
             );

@@ -65,8 +65,24 @@ impl Progress {
     }
 }
 
-/// Reads `--input` files and fills the rest with seeded random data of `default_n` samples.
-pub fn inputs(graph: &Graph, specs: &[String], seed: u64, default_n: usize) -> Result<Values> {
+/// A run's dataset and the inputs in it that were seeded rather than given.
+pub struct Inputs {
+    /// Every input of the graph.
+    pub values: Values,
+    /// The inputs filled with seeded random values, in the graph's order (empty unless
+    /// seeding was asked for).
+    pub seeded: Vec<String>,
+}
+
+/// Reads `--input` files; the inputs not given are filled with seeded random data (of
+/// `default_n` samples where no batched input is given) when `seed` is given, and are an
+/// error naming them and how to give them when it is not: no input is invented unasked.
+pub fn inputs(
+    graph: &Graph,
+    specs: &[String],
+    seed: Option<u64>,
+    default_n: usize,
+) -> Result<Inputs> {
     let mut given = HashMap::new();
     for spec in specs {
         let Some((name, file)) = spec.split_once('=') else {
@@ -82,7 +98,28 @@ pub fn inputs(graph: &Graph, specs: &[String], seed: u64, default_n: usize) -> R
         let t = npy::read(&PathBuf::from(file)).with_context(|| format!("--input {name}"))?;
         given.insert(name.to_string(), t);
     }
-    Ok(dataset::complete(graph, given, seed, default_n)?)
+    let seeded = dataset::missing_inputs(graph, &given);
+    if let (None, Some(first)) = (seed, seeded.first()) {
+        bail!(
+            "input '{first}' was not given (inputs not given: {}): pass --input {first}=FILE.npy, \
+             or --seed-inputs to fill the inputs not given with seeded random values",
+            seeded.join(", ")
+        );
+    }
+    Ok(Inputs {
+        values: dataset::complete(graph, given, seed.unwrap_or(0), default_n)?,
+        seeded,
+    })
+}
+
+/// The line that says which inputs hold seeded random values, if any.
+pub fn seeded_note(seeded: &[String], seed: u64) -> Option<String> {
+    (!seeded.is_empty()).then(|| {
+        format!(
+            "inputs seeded with random values (seed {seed}), not data: {}",
+            seeded.join(", ")
+        )
+    })
 }
 
 /// Runs the command.
@@ -92,12 +129,26 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
     };
     let e = &args.exec;
     e.check(&graph, e.batch)?;
-    let data = inputs(&graph, &args.inputs, args.seed, e.batch)?;
-    let weights = load::weights(&args.graph, &graph)?;
+    let Inputs {
+        values: data,
+        seeded,
+    } = inputs(
+        &graph,
+        &args.inputs,
+        args.seed_inputs.then_some(args.seed),
+        e.batch,
+    )?;
+    let note = seeded_note(&seeded, args.seed);
+    if let Some(note) = &note {
+        eprintln!("note: {note} (--seed-inputs)");
+    }
     let config = e.config();
     let progress = Progress::new("running");
     let started = Instant::now();
     let devices = super::open_devices(e.device, config.stages, e.pass_timing())?;
+    // The weights are sized against the devices before they are made or read.
+    sluice_engine::exec::device::check_weights_fit(&graph, config.precision, &devices)?;
+    let weights = load::weights(&args.graph, &graph)?;
     let mut session = Session::compile_blocking(&graph, &weights, &config, devices)?;
     let update = |d: usize, t: usize| progress.update(d, t);
     let ctx = RunContext {
@@ -149,7 +200,8 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
                     "precision": e.precision.engine(), "f16_storage": (e.precision != super::PrecisionArg::F32).then_some(half_path.half),
                     "outputs": outs, "metrics": report.metrics, "micro_batches": report.micro_batches,
                     "stages": session.stage_summary(), "written_to": args.output,
-                    "precision_report": precision_report })
+                    "precision_report": precision_report,
+                    "seeded_inputs": seeded, "seed": args.seed_inputs.then_some(args.seed) })
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -157,6 +209,9 @@ pub fn run(args: &RunArgs) -> Result<ExitCode> {
         "graph '{}', batch {}, on {device_name}",
         graph.doc.name, e.batch
     );
+    if let Some(note) = &note {
+        println!("  {note}");
+    }
     for (n, t) in outputs {
         let first: Vec<String> = head(t, 6).iter().map(|v| format!("{v:.6}")).collect();
         println!(

@@ -17,7 +17,7 @@ use sluice_engine::limits::Limits;
 use sluice_engine::train::checkpoint::{self, Progress};
 use sluice_engine::train::scaler::LossScaler;
 use sluice_engine::train::trainer::{Evaluation, PipelineStats, TrainSettings, Trainer};
-use sluice_engine::train::{Batching, Dataset, Feed};
+use sluice_engine::train::{Batching, DataError, Dataset, Feed};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -111,10 +111,13 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
         );
     }
     let mut log = match &args.metrics {
-        Some(path) => Some(std::io::BufWriter::new(
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot create metrics log {}", path.display()))?,
-        )),
+        Some(path) => {
+            crate::files::refuse_non_regular(path).context("--metrics")?;
+            Some(std::io::BufWriter::new(
+                std::fs::File::create(path)
+                    .with_context(|| format!("cannot create metrics log {}", path.display()))?,
+            ))
+        }
         None => None,
     };
     let val_all = whole(&val_set, &feed)?;
@@ -137,15 +140,11 @@ pub fn train(args: &TrainArgs) -> Result<ExitCode> {
             let step = pollster::block_on(trainer.step(&b))
                 .with_context(|| format!("epoch {}, step {}", epoch + 1, k + 1))?;
             step_ms.push(step_start.elapsed().as_secs_f64() * 1e3);
-            if !step.loss.is_finite() {
-                bail!(
-                    "epoch {}, step {}: the loss is {} (lower --lr, or add --clip-grad-norm)",
-                    epoch + 1,
-                    k + 1,
-                    step.loss
-                );
+            // The trainer refuses a non-finite loss unless the loss scaler skipped the
+            // step (then it is a skipped step, its loss left out of the epoch's mean).
+            if step.loss.is_finite() {
+                loss_sum += step.loss;
             }
-            loss_sum += step.loss;
             if let Some(stats) = trainer.pipeline_stats() {
                 pipeline.add(stats);
             }
@@ -385,7 +384,21 @@ fn read_dataset(specs: &[String], args: &TrainArgs, limits: &Limits) -> Result<D
         .iter()
         .map(|(n, b)| (n.as_str(), b.as_slice()))
         .collect();
-    Ok(Dataset::from_npy(&named, limits)?)
+    Dataset::from_npy(&named, limits).map_err(|e| {
+        // An array's problem names its file.
+        let file = match &e {
+            DataError::Array { name, .. } | DataError::Npy { name, .. } => specs
+                .iter()
+                .find_map(|s| s.split_once('=').filter(|(n, _)| n == name))
+                .map(|(_, file)| file.to_string()),
+            _ => None,
+        };
+        let e = anyhow::Error::new(e);
+        match file {
+            Some(file) => e.context(format!("in {file}")),
+            None => e,
+        }
+    })
 }
 
 /// Every sample of `set` as one map of graph inputs, in the dataset's order.
