@@ -376,6 +376,10 @@ pub struct EditorState {
     /// the graph's weights are seeded. Edits keep them: [`EditorState::weights_for`]
     /// uses those that still fit.
     pub weights: StoredValue<Option<Weights>>,
+    /// Whether the document had weights of its own (an imported model's) that a reload
+    /// did not keep: its runs, here and on the server, use seeded weights, which the run
+    /// panel says until another document is loaded.
+    pub weights_lost: RwSignal<bool>,
 }
 
 impl EditorState {
@@ -453,6 +457,7 @@ impl EditorState {
             browser_gpu: RwSignal::new(None),
             server_rates,
             weights: StoredValue::new(None),
+            weights_lost: RwSignal::new(false),
         }
     }
 
@@ -485,6 +490,7 @@ impl EditorState {
     /// it (None: seeded): history and selection start over.
     pub fn load(&self, doc: GraphDoc, saved: Option<GraphDoc>, weights: Option<Weights>) {
         self.weights.set_value(weights);
+        self.weights_lost.set(false);
         // The last run's charts and outputs belong to the graph being replaced (a run
         // still going keeps showing until it ends).
         self.run.update(|r| {

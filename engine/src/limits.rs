@@ -2,8 +2,9 @@
 //! `crate::graph::limits` and re-exported here), a run's [`Footprint`] — the bytes its
 //! weights, dataset and activations need, computed with checked arithmetic from the
 //! inferred shapes — and the check of a dataset's inputs before they are generated or
-//! read. The one place the CLI, the server, workers and the editor take them from;
-//! `exec::check_run` compares a run configuration's footprint with them.
+//! read, and of a run's weights against the largest buffer its devices bind before they
+//! are generated or read. The one place the CLI, the server, workers and the editor take
+//! them from; `exec::check_run` compares a run configuration's footprint with them.
 
 use crate::error::{LimitError, RunError};
 use crate::graph::{Graph, NodeKind};
@@ -280,6 +281,64 @@ pub fn check_dataset(graph: &Graph, samples: usize, limits: &Limits) -> Result<(
     Ok(())
 }
 
+/// The largest buffer a device can bind, as the device reports it (a GPU: the smaller of
+/// its maximum buffer size and maximum storage binding size), and which limit that is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferLimit {
+    /// Bytes.
+    pub bytes: u64,
+    /// Which of the device's limits it is (`maximum storage binding size`).
+    pub what: &'static str,
+}
+
+/// Checks every weight of `graph` against the largest buffer the run's devices bind,
+/// before any weight is generated or read: a weight is one buffer on the device of its
+/// stage, of at least `element_bytes` bytes an element (4 in f32 storage, 2 in 16-bit
+/// storage). `devices` holds one entry per device, `None` for a device without a buffer
+/// limit of its own (the CPU), where the run's limits alone bound a weight ([`footprint`]).
+/// A weight is refused when no device could hold it (the stage it lands on is chosen
+/// later, and each stage's plan is checked again when compiled). The error names the
+/// weight, its bytes and the device's limit.
+pub fn check_weights_fit(
+    graph: &Graph,
+    element_bytes: u64,
+    devices: &[Option<BufferLimit>],
+) -> Result<(), RunError> {
+    let mut largest: Option<BufferLimit> = None;
+    for device in devices {
+        match device {
+            None => return Ok(()),
+            Some(d) if largest.is_none_or(|l| d.bytes > l.bytes) => largest = Some(*d),
+            Some(_) => {}
+        }
+    }
+    let Some(limit) = largest else {
+        return Ok(());
+    };
+    let mut keys = std::collections::HashSet::new();
+    for (_, node, _) in graph.op_nodes() {
+        for p in &node.params {
+            let key = node.param_key(p);
+            if !keys.insert(key.clone()) {
+                continue;
+            }
+            let needed = p
+                .shape
+                .iter()
+                .try_fold(element_bytes, |a, &d| a.checked_mul(u64::try_from(d).ok()?));
+            if needed.is_none_or(|b| b > limit.bytes) {
+                return Err(RunError::TooLarge {
+                    value: key,
+                    bytes: needed.unwrap_or(u64::MAX),
+                    limit: limit.bytes,
+                    what: limit.what,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,5 +383,31 @@ mod tests {
         let e = check_dataset(&g, usize::MAX, &Limits::default()).unwrap_err();
         assert!(e.to_string().contains("than can be counted"), "{e}");
         assert!(footprint(&g, usize::MAX, 1, 1).is_err());
+    }
+
+    #[test]
+    fn weights_are_sized_against_the_largest_device_buffer() {
+        let g = mlp();
+        // fc.weight is [8, 4]: 128 bytes in f32, 64 in 16-bit storage.
+        let buffer = |bytes| {
+            Some(BufferLimit {
+                bytes,
+                what: "maximum storage binding size",
+            })
+        };
+        assert!(check_weights_fit(&g, 4, &[buffer(128)]).is_ok());
+        let e = check_weights_fit(&g, 4, &[buffer(127)]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("tensor 'fc.weight'"), "{text}");
+        assert!(text.contains("128 bytes"), "{text}");
+        assert!(
+            text.contains("maximum storage binding size of 127"),
+            "{text}"
+        );
+        assert!(check_weights_fit(&g, 2, &[buffer(64)]).is_ok());
+        // Any device that could hold it, or one without a buffer limit (the CPU).
+        assert!(check_weights_fit(&g, 4, &[buffer(64), buffer(128)]).is_ok());
+        assert!(check_weights_fit(&g, 4, &[buffer(64), None]).is_ok());
+        assert!(check_weights_fit(&g, 4, &[]).is_ok());
     }
 }

@@ -112,54 +112,23 @@ pub fn parse_safetensors<'a>(
     safetensors::SafeTensors::deserialize(bytes).map_err(|e| WeightsError::Format(e.to_string()))
 }
 
+/// Checks a safetensors file's bytes against `graph` without converting anything, exactly
+/// as [`load_safetensors`] checks them first: what a server checks of weights sent with a
+/// run request before it accepts the run.
+pub fn check_safetensors(graph: &Graph, bytes: &[u8]) -> Result<(), WeightsError> {
+    let file = parse_safetensors(bytes, &graph.limits)?;
+    checked_views(graph, &file).map(|_| ())
+}
+
 /// Weights from a safetensors file's bytes; every declared weight must be there. Before
 /// anything is parsed or converted: the header's length against the file and the
 /// graph's `max_document_bytes`, then the tensor count against the graph's nodes, and
 /// each tensor's bytes against its declared shape and dtype.
 pub fn load_safetensors(graph: &Graph, bytes: &[u8]) -> Result<Weights, WeightsError> {
-    let limits = &graph.limits;
-    let file = parse_safetensors(bytes, limits)?;
-    let nodes = u64::try_from(graph.doc.nodes.len().max(1)).unwrap_or(u64::MAX);
-    let count = u64::try_from(file.len()).ok();
-    if count.is_none_or(|c| c > nodes.saturating_mul(TENSORS_PER_NODE)) {
-        return Err(limits
-            .error(
-                Limit::MaxNodes,
-                format!("{} tensors for a graph of {nodes} nodes", file.len()),
-                "tensors",
-                count,
-            )
-            .into());
-    }
+    let file = parse_safetensors(bytes, &graph.limits)?;
     let mut out = Weights::new();
-    for (key, spec) in param_specs(graph) {
-        let view = file
-            .tensor(&key)
-            .map_err(|_| WeightsError::Missing(key.clone(), spec.shape.clone()))?;
-        if view.shape() != spec.shape.as_slice() {
-            return Err(WeightsError::Shape {
-                key,
-                found: view.shape().to_vec(),
-                expected: spec.shape,
-            });
-        }
+    for (key, spec, view) in checked_views(graph, &file)? {
         let raw = view.data();
-        let width = match view.dtype() {
-            safetensors::Dtype::F32 => 4,
-            safetensors::Dtype::F16 | safetensors::Dtype::BF16 => 2,
-            other => return Err(WeightsError::Dtype(key, format!("{other:?}"))),
-        };
-        let want = shape::numel(&spec.shape)
-            .ok()
-            .and_then(|n| n.checked_mul(width));
-        if want != Some(raw.len()) {
-            return Err(WeightsError::Format(format!(
-                "tensor '{key}' holds {} bytes, not the {} its shape {:?} needs",
-                raw.len(),
-                want.map_or_else(|| "uncountable number".to_string(), |w| w.to_string()),
-                spec.shape
-            )));
-        }
         let data: Vec<f32> = match view.dtype() {
             safetensors::Dtype::F32 => raw
                 .chunks_exact(4)
@@ -178,6 +147,58 @@ pub fn load_safetensors(graph: &Graph, bytes: &[u8]) -> Result<Weights, WeightsE
         out.insert(key, Tensor::f32(spec.shape, data));
     }
     Ok(out)
+}
+
+/// Every declared weight's tensor in a parsed file, checked: the tensor count against
+/// the graph's nodes, then each tensor's presence, shape, dtype and bytes.
+fn checked_views<'a>(
+    graph: &Graph,
+    file: &safetensors::SafeTensors<'a>,
+) -> Result<Vec<(String, ParamSpec, safetensors::tensor::TensorView<'a>)>, WeightsError> {
+    let limits = &graph.limits;
+    let nodes = u64::try_from(graph.doc.nodes.len().max(1)).unwrap_or(u64::MAX);
+    let count = u64::try_from(file.len()).ok();
+    if count.is_none_or(|c| c > nodes.saturating_mul(TENSORS_PER_NODE)) {
+        return Err(limits
+            .error(
+                Limit::MaxNodes,
+                format!("{} tensors for a graph of {nodes} nodes", file.len()),
+                "tensors",
+                count,
+            )
+            .into());
+    }
+    let mut views = Vec::new();
+    for (key, spec) in param_specs(graph) {
+        let view = file
+            .tensor(&key)
+            .map_err(|_| WeightsError::Missing(key.clone(), spec.shape.clone()))?;
+        if view.shape() != spec.shape.as_slice() {
+            return Err(WeightsError::Shape {
+                key,
+                found: view.shape().to_vec(),
+                expected: spec.shape,
+            });
+        }
+        let width = match view.dtype() {
+            safetensors::Dtype::F32 => 4,
+            safetensors::Dtype::F16 | safetensors::Dtype::BF16 => 2,
+            other => return Err(WeightsError::Dtype(key, format!("{other:?}"))),
+        };
+        let want = shape::numel(&spec.shape)
+            .ok()
+            .and_then(|n| n.checked_mul(width));
+        if want != Some(view.data().len()) {
+            return Err(WeightsError::Format(format!(
+                "tensor '{key}' holds {} bytes, not the {} its shape {:?} needs",
+                view.data().len(),
+                want.map_or_else(|| "uncountable number".to_string(), |w| w.to_string()),
+                spec.shape
+            )));
+        }
+        views.push((key, spec, view));
+    }
+    Ok(views)
 }
 
 #[cfg(test)]
@@ -242,5 +263,25 @@ mod tests {
             .collect();
         let e = refused(&file(&format!("{{{}}}", many.join(",")), None, &[]));
         assert!(e.contains("tensors"), "{e}");
+    }
+
+    #[test]
+    fn checking_refuses_what_loading_refuses() {
+        let g = graph();
+        let header = r#"{"fc.weight":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]}}"#;
+        assert!(check_safetensors(&g, &file(header, None, &[0; 24])).is_ok());
+        let wide = r#"{"fc.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}"#;
+        let other = r#"{"fc.bias":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        for bytes in [
+            file(wide, None, &[0; 24]),
+            file(other, None, &[0; 8]),
+            file(header, Some(u64::MAX), &[0; 24]),
+        ] {
+            let checked = check_safetensors(&g, &bytes).unwrap_err().to_string();
+            assert_eq!(
+                checked,
+                load_safetensors(&g, &bytes).unwrap_err().to_string()
+            );
+        }
     }
 }

@@ -5,7 +5,10 @@
 // graph; refuse a model with an unsupported operator with the importer's message; drop
 // the resnet18_style model and a generated ResNet-101-style model (345 nodes) on the canvas,
 // check each opens readably (legible titles, edges around nodes, labels clear), screenshot
-// them and time attribute edits on them. The steps share
+// them and time attribute edits on them; run an imported model not yet saved on the server
+// and in the browser (the same checksum: the editor sends the model's weights with the
+// run), and after a reload, which keeps the graph but not its weights, say so where the
+// run starts. The steps share
 // one page and run in order. Needs `sluice` with `import` (SLUICE_BIN) and the Python
 // oracle (scripts/python-oracle.sh makes its venv: onnxruntime and onnx).
 
@@ -140,7 +143,7 @@ describe('ONNX models in the editor', { timeout: 900_000 }, () => {
     // The editor's browser run uses the imported weights: same answer as the CLI on the
     // same seeded inputs (seed 0, batch 8, the run panel's defaults).
     execFileSync(sluice, ['run', join(dir, 'edited.json'), '--device', 'cpu', '--batch', '8',
-      '--output', join(dir, 'seeded')]);
+      '--seed-inputs', '--output', join(dir, 'seeded')]);
     await page.locator('button[data-tab="Run"]').click();
     await page.locator('#run-target').selectOption('browser');
     await page.locator('#run-button').click();
@@ -305,5 +308,78 @@ onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]),
     await page.keyboard.press('Enter');
     assert.match(await page.locator('.find-count').textContent(), /^1 of 1$/);
     assert.equal(await page.locator('g.node.selected').getAttribute('data-id'), 'pool');
+  });
+
+  /** Runs the graph on `target` and resolves to its first output: { values, checksum }. */
+  async function runFirstOutput(target) {
+    await page.locator('button[data-tab="Run"]').click();
+    await page.locator('#run-target').selectOption(target);
+    await page.locator('#run-button').click();
+    await page.waitForSelector('#run-status[data-status="succeeded"], #run-status[data-status="failed"]', { timeout: RUN_TIMEOUT });
+    assert.equal(await page.getAttribute('#run-status', 'data-status'), 'succeeded', await page.locator('#run-status').textContent());
+    const checksum = Number(await page.locator('.output .checksum').first().getAttribute('data-checksum'));
+    const [file] = await Promise.all([page.waitForEvent('download'), page.locator('.output .download-npy').first().click()]);
+    return { ...readNpy(readFileSync(await file.path())), checksum };
+  }
+
+  /** The run panel's batch and input seed, as a run request's fields. */
+  async function runSettings() {
+    return {
+      batch: Number(await page.locator('#run-batch').inputValue()),
+      seed: Number(await page.locator('#run-seed').inputValue()),
+    };
+  }
+
+  /** The first output's checksum of a run the server makes of `body` (POST /api/runs). */
+  async function serverChecksum(body) {
+    const reply = await fetch(`${server.url}/api/runs`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+    });
+    assert.equal(reply.status, 202, await reply.clone().text());
+    const { id } = await reply.json();
+    for (let i = 0; i < 600; i += 1) {
+      const run = await (await fetch(`${server.url}/api/runs/${id}`)).json();
+      if (run.status === 'succeeded') return run.outputs[0].checksum;
+      assert.ok(['queued', 'running'].includes(run.status), `run ${id}: ${run.status} ${run.error}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    throw new Error(`run ${id} did not finish`);
+  }
+
+  it('runs an imported model not yet saved on the server with its own weights, as the browser does, and says when a reload lost them', async () => {
+    const notice = await importFile(join(MODELS, 'mlp_tiny/model.onnx'));
+    assert.match(notice, /^imported model\.onnx/);
+    await closeNotice(page);
+    const browserRun = await runFirstOutput('browser');
+    const serverRun = await runFirstOutput('server');
+    const worst = maxAbsDifference(serverRun, browserRun);
+    console.log(`unsaved imported mlp_tiny: checksum ${serverRun.checksum.toFixed(6)} on the server, ${browserRun.checksum.toFixed(6)} in the browser; max abs difference ${worst.toExponential(2)}`);
+    assert.ok(worst <= 1e-4, `the server run differs from the browser run by ${worst}`);
+    assert.ok(Math.abs(serverRun.checksum - browserRun.checksum) <= 1e-4 * Math.max(1, Math.abs(browserRun.checksum)),
+      `checksums ${serverRun.checksum} (server) and ${browserRun.checksum} (browser)`);
+    // The model's weights made that answer: the same graph with seeded weights gives another.
+    const seeded = await serverChecksum({ graph: await draftDoc(page), ...await runSettings() });
+    console.log(`the same graph with seeded weights: checksum ${seeded.toFixed(6)}`);
+    assert.ok(Math.abs(seeded - browserRun.checksum) > 1e-3, `seeded weights give ${seeded} too`);
+    assert.equal(await page.locator('#run-weights-lost').count(), 0, 'no warning while the weights are here');
+
+    // After a reload the draft has the graph but not its weights: the run panel says runs
+    // use seeded weights, and they do.
+    await page.reload();
+    await page.waitForSelector('body[data-ready-ms]');
+    await page.locator('button[data-tab="Run"]').click();
+    const warning = page.locator('#run-weights-lost');
+    await warning.waitFor();
+    const text = await warning.textContent();
+    console.log(`after a reload: ${text}`);
+    assert.match(text, /not kept when the page reloaded: runs here and on the server use seeded weights/);
+    const reloaded = await runFirstOutput('server');
+    const seededNow = await serverChecksum({ graph: await draftDoc(page), ...await runSettings() });
+    assert.ok(Math.abs(reloaded.checksum - seededNow) <= 1e-4 * Math.max(1, Math.abs(seededNow)),
+      `after the reload the server run gives ${reloaded.checksum}, not the seeded ${seededNow}`);
+    // Imported again, the model's weights are back and the warning goes.
+    await importFile(join(MODELS, 'mlp_tiny/model.onnx'));
+    await warning.waitFor({ state: 'detached' });
+    assert.deepEqual(pageErrors, []);
   });
 });

@@ -144,7 +144,7 @@ pub fn open_graph_unchecked(state: EditorState, name: String) {
 
 /// The weights file `file` of the workspace, read for the graph `doc` (every weight it
 /// declares there, with its shape).
-async fn stored_weights(
+pub async fn stored_weights(
     doc: &GraphDoc,
     file: &str,
 ) -> Result<sluice_engine::weights::Weights, String> {

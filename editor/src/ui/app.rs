@@ -25,7 +25,23 @@ fn restore(state: EditorState) {
     match storage::load_draft() {
         Some(draft) => {
             let name = draft.doc.name.clone();
+            let file = draft.doc.params.file.clone();
+            // The file's weights are the saved graph's (an edit may have reshaped some).
+            let owner = model::for_engine(draft.saved.as_ref().unwrap_or(&draft.doc));
             state.load(draft.doc, draft.saved, None);
+            // The weights the draft does not keep: a stored model's are read again, an
+            // unsaved imported model's are gone, which the run panel says.
+            match file {
+                Some(file) if draft.weights_not_kept => {
+                    leptos::task::spawn_local(async move {
+                        match actions::stored_weights(&owner, &file).await {
+                            Ok(w) => state.weights.set_value(Some(w)),
+                            Err(_) => state.weights_lost.set(true),
+                        }
+                    });
+                }
+                _ => state.weights_lost.set(draft.weights_not_kept),
+            }
             if state.dirty() {
                 state.info(format!(
                     "restored your unsaved changes to '{name}' from the last visit"
@@ -216,7 +232,13 @@ pub fn App() -> impl IntoView {
         }
         let doc = state.doc.get();
         let saved = state.saved.get();
-        if !storage::save_draft(&storage::Draft { doc, saved }) {
+        let weights_not_kept =
+            state.weights_lost.get() || state.weights.with_value(Option::is_some);
+        if !storage::save_draft(&storage::Draft {
+            doc,
+            saved,
+            weights_not_kept,
+        }) {
             state.error("the browser refused to keep a draft of your changes (storage full or disabled): save to the workspace");
         }
     });

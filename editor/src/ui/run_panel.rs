@@ -209,6 +209,9 @@ pub fn RunPanel(state: EditorState) -> impl IntoView {
             {move || server_run::refusal(state).map(|why| view! {
                 <p id="run-refused" class="field-error">{format!("Run is off: {why}.")}</p>
             })}
+            {move || state.weights_lost.get().then(|| view! {
+                <p id="run-weights-lost" class="field-error">"The weights imported with this model were not kept when the page reloaded: runs here and on the server use seeded weights, not the model's. Import the model again (or open it from the workspace, if it was saved) to run it with its own."</p>
+            })}
             <div id="run-status" class="run-status" data-status=move || state.run.with(|r| match &r.status {
                 RunStatus::Idle => "idle", RunStatus::Active(_) => "active", RunStatus::Succeeded => "succeeded",
                 RunStatus::Failed(_) => "failed", RunStatus::Cancelled => "cancelled" }.to_string())>

@@ -8,8 +8,8 @@
 use crate::model;
 use crate::state::{EditorState, OutputView, RunStatus, RunView, Target, UpdateRun};
 use leptos::prelude::*;
-use sluice_engine::exec::device::Device;
-use sluice_engine::exec::{dataset, Concurrency, RunConfig, RunContext, Session};
+use sluice_engine::exec::device::{check_weights_fit, Device};
+use sluice_engine::exec::{check_run, dataset, Concurrency, RunConfig, RunContext, Session};
 use sluice_engine::gpu::{autotune, GpuDevice};
 use sluice_engine::plan::Precision;
 use sluice_engine::telemetry::Event;
@@ -141,7 +141,8 @@ async fn run(
         precision,
         ..RunConfig::default()
     };
-    let weights = state.weights_for(&graph);
+    // The run's limits first, as on the server, before anything is made.
+    check_run(&graph, &config, None, &graph.limits).map_err(|e| e.to_string())?;
     let data = dataset::seeded(&graph, settings.batch, settings.seed).map_err(|e| e.to_string())?;
     let progress = |what: &str| {
         let what = what.to_string();
@@ -154,6 +155,9 @@ async fn run(
         .into_iter()
         .map(|d| Box::new(d) as Box<dyn Device>)
         .collect();
+    // The weights are sized against the devices before they are made.
+    check_weights_fit(&graph, config.precision, &devices).map_err(|e| e.to_string())?;
+    let weights = state.weights_for(&graph);
     let decided = autotune::decision_count();
     let mut session = Session::compile(&graph, &weights, &config, devices, &progress)
         .await

@@ -1,5 +1,8 @@
 //! Runs on the server: `POST /api/runs` with the run panel's settings, then the run's
-//! events live over `WS /api/runs/{id}/events` until its summary arrives.
+//! events live over `WS /api/runs/{id}/events` until its summary arrives. A graph saved
+//! and unchanged runs by name with its stored weights; any other is sent as a document,
+//! with the weights that came with it (an imported model's, as a browser run uses them),
+//! so a server run and a browser run of the same graph compute the same answer.
 
 use super::api::{self, js_error};
 use crate::model;
@@ -9,9 +12,11 @@ use futures_util::StreamExt;
 use leptos::prelude::*;
 use sluice_api::{
     GraphRef, LiveMessage, OutputSummary, RunAccepted, RunRecord, RunRequest,
-    RunStatus as ApiStatus,
+    RunStatus as ApiStatus, Upload,
 };
+use sluice_engine::graph::{Graph, GraphDoc};
 use sluice_engine::plan::Precision;
+use sluice_engine::train::checkpoint::encode_weights;
 use wasm_bindgen::prelude::*;
 
 /// Output summaries as the server stores them.
@@ -71,6 +76,28 @@ pub fn refusal(state: EditorState) -> Option<String> {
     ))
 }
 
+/// The graph of a server run that is not the stored graph, as a document, with the
+/// weights that came with it (the ones a browser run uses, [`EditorState::weights_for`])
+/// as a safetensors file; no weights when none came with it (seeded, as the server seeds
+/// them) or when the graph does not build (the server then names its problems). The
+/// document sent never names a weights file: the weights travel with it.
+fn inline_graph(state: EditorState, doc: &GraphDoc) -> Result<(GraphRef, Option<Upload>), String> {
+    let mut doc = model::for_engine(doc);
+    if state.weights.with_value(Option::is_none) {
+        return Ok((GraphRef::Inline(model::to_json(&doc)), None));
+    }
+    doc.params.file = None;
+    let weights = match Graph::build(doc.clone()) {
+        Ok(graph) => {
+            let bytes = encode_weights(&state.weights_for(&graph))
+                .map_err(|e| format!("cannot write the model's weights: {e}"))?;
+            Some(Upload::of_bytes(&bytes))
+        }
+        Err(_) => None,
+    };
+    Ok((GraphRef::Inline(model::to_json(&doc)), weights))
+}
+
 /// Starts a run of the current graph on the server and follows it.
 pub fn start(state: EditorState) {
     if let Some(why) = refusal(state) {
@@ -81,11 +108,15 @@ pub fn start(state: EditorState) {
     let saved_clean = state.saved.with_untracked(Option::is_some) && !state.dirty();
     let updater = state.begin_run(Target::Server, "submitting");
     let update = move |f: &dyn Fn(&mut RunView)| updater.update(f);
-    let graph = if saved_clean {
-        GraphRef::Stored(doc.name.clone())
+    let (graph, weights) = if saved_clean {
+        (GraphRef::Stored(doc.name.clone()), None)
     } else {
-        GraphRef::Inline(model::to_json(&doc))
+        match inline_graph(state, &doc) {
+            Ok(sent) => sent,
+            Err(e) => return update(&|r| r.status = RunStatus::Failed(e.clone())),
+        }
     };
+    let sends_weights = weights.is_some();
     let Some(precision) = Precision::parse(&settings.precision) else {
         return update(&|r| {
             r.status = RunStatus::Failed(format!("unknown precision '{}'", settings.precision))
@@ -98,6 +129,7 @@ pub fn start(state: EditorState) {
         prefetch: settings.prefetch,
         precision,
         seed: settings.seed,
+        weights,
         ..RunRequest::new(graph)
     };
     let body = serde_json::to_string(&request).unwrap_or_default();
@@ -106,6 +138,14 @@ pub fn start(state: EditorState) {
             Ok(r) => r,
             Err(e) => return update(&|r| r.status = RunStatus::Failed(e.clone())),
         };
+        if reply.status == 413 && sends_weights {
+            let message = format!(
+                "the model's weights are too large to send with the run ({}); save the graph \
+                 to the workspace (its weights are stored with it), then run it",
+                reply.error()
+            );
+            return update(&|r| r.status = RunStatus::Failed(message.clone()));
+        }
         if !reply.ok() {
             let mut message = reply.error();
             if let Some(problems) = reply.error_body().and_then(|b| b.problems) {

@@ -13,6 +13,10 @@ pub struct Draft {
     pub doc: GraphDoc,
     /// The document as last saved or opened, if it was.
     pub saved: Option<GraphDoc>,
+    /// Whether the document had weights of its own (an imported model's), which the
+    /// draft does not keep: restored, it runs with seeded weights and says so.
+    #[serde(default)]
+    pub weights_not_kept: bool,
 }
 
 fn storage() -> Option<web_sys::Storage> {

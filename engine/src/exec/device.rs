@@ -5,8 +5,10 @@
 
 use super::input::Inputs;
 use crate::error::RunError;
+use crate::graph::Graph;
+use crate::limits::BufferLimit;
 use crate::plan::cost::Rates;
-use crate::plan::{HalfStorage, Plan};
+use crate::plan::{HalfStorage, Plan, Precision};
 use crate::telemetry::{Event, EventKind, TimingSource};
 use crate::tensor::Tensor;
 use crate::weights::Weights;
@@ -192,4 +194,28 @@ pub trait Device: MaybeSend {
 
     /// The device's rates for the partitioner: measured where calibrated, else assumed.
     fn rates(&self) -> Rates;
+
+    /// The largest buffer the device binds (`None`: no bound of its own, as on the CPU),
+    /// which a run's weights are checked against before they are made
+    /// ([`check_weights_fit`]).
+    fn buffer_limit(&self) -> Option<BufferLimit> {
+        None
+    }
+}
+
+/// Checks a run's weights against its devices before any is generated or read: each
+/// weight against the largest buffer the devices bind, in the storage `precision` gives
+/// weights (32 bits, or 16 under f16 and mixed precision). The CLI, the server and the
+/// editor call it between opening the devices and making the weights.
+pub fn check_weights_fit(
+    graph: &Graph,
+    precision: Precision,
+    devices: &[Box<dyn Device>],
+) -> Result<(), RunError> {
+    let element_bytes = match precision {
+        Precision::F32 => 4,
+        Precision::F16 | Precision::Mixed => 2,
+    };
+    let limits: Vec<Option<BufferLimit>> = devices.iter().map(|d| d.buffer_limit()).collect();
+    crate::limits::check_weights_fit(graph, element_bytes, &limits)
 }

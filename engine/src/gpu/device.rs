@@ -6,6 +6,7 @@ use super::executable::{GpuExecutable, PassTiming};
 use super::probe;
 use crate::error::RunError;
 use crate::exec::device::{Device, Executable};
+use crate::limits::BufferLimit;
 use crate::plan::cost::Rates;
 use crate::plan::{HalfStorage, Plan};
 use crate::weights::Weights;
@@ -105,5 +106,20 @@ impl Device for GpuDevice {
 
     fn rates(&self) -> Rates {
         self.rates.unwrap_or(Rates::ASSUMED)
+    }
+
+    fn buffer_limit(&self) -> Option<BufferLimit> {
+        let l = &self.ctx.limits;
+        Some(if l.max_storage_buffer_binding_size < l.max_buffer_size {
+            BufferLimit {
+                bytes: l.max_storage_buffer_binding_size,
+                what: "maximum storage binding size",
+            }
+        } else {
+            BufferLimit {
+                bytes: l.max_buffer_size,
+                what: "maximum buffer size",
+            }
+        })
     }
 }

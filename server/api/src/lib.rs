@@ -59,16 +59,26 @@ pub enum GraphRef {
     Inline(Value),
 }
 
-/// An uploaded input of a run request.
+/// A file uploaded with a run request: an input's `.npy` file, or the weights'
+/// safetensors file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Upload {
-    /// A `.npy` file in base64, as clients send it.
+    /// The file in base64, as clients send it.
     Base64(String),
-    /// The input kept by the server as a file of the run, `runs/ID/inputs/K.npy`, where
-    /// K is the input's place among the run's uploads in name order (never a name from
-    /// the request).
+    /// The file kept by the server as a file of the run: an input as
+    /// `runs/ID/inputs/K.npy`, where K is the input's place among the run's uploads in
+    /// name order (never a name from the request), the weights as
+    /// `runs/ID/weights.safetensors`.
     Kept(Kept),
+}
+
+impl Upload {
+    /// A file's bytes as a client sends them (base64).
+    pub fn of_bytes(bytes: &[u8]) -> Upload {
+        use base64::Engine;
+        Upload::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
 }
 
 /// Something of a run request the server keeps as a file of the run instead of in its
@@ -113,6 +123,12 @@ pub struct RunRequest {
     /// Worker ids pinned to the stages, in stage order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<Vec<String>>,
+    /// The weights of an inline graph (as sent: a base64 safetensors file, keys
+    /// `node.param`), checked against the graph as a stored weights file is: what the
+    /// editor sends for an imported model not yet saved. Absent: the graph's weights
+    /// file (a stored graph's), else seeded weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<Upload>,
 }
 
 impl RunRequest {
@@ -129,6 +145,7 @@ impl RunRequest {
             precision: Precision::F32,
             inputs: BTreeMap::new(),
             workers: None,
+            weights: None,
         }
     }
 
@@ -164,6 +181,7 @@ impl RunRequest {
             "stages",
             "prefetch",
             "precision",
+            "weights",
         ];
         if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
             return Err(format!("unknown field '{k}' (known: {})", KNOWN.join(", ")));
@@ -241,6 +259,24 @@ impl RunRequest {
                 ))
             }
         };
+        let weights = match (form, obj.get("weights")) {
+            (_, None) => None,
+            (RequestForm::Sent, Some(Value::String(text))) => Some(Upload::Base64(text.clone())),
+            (RequestForm::Kept, Some(v)) => Some(Upload::Kept(kept(v, "'weights'")?)),
+            (RequestForm::Sent, Some(v)) => {
+                return Err(format!(
+                    "'weights' must be a base64 string of a safetensors file, not {}",
+                    clip(&v.to_string())
+                ))
+            }
+        };
+        if weights.is_some() && !matches!(graph, GraphRef::Inline(_) | GraphRef::Kept(_)) {
+            return Err(
+                "'weights' comes only with a graph document: a stored graph runs with its own \
+                 weights"
+                    .into(),
+            );
+        }
         let workers = match obj.get("workers") {
             None => None,
             Some(Value::Array(ids)) => {
@@ -267,8 +303,14 @@ impl RunRequest {
             precision,
             inputs,
             workers,
+            weights,
         })
     }
+}
+
+/// At most 100 characters of a value shown in an error.
+fn clip(text: &str) -> String {
+    text.chars().take(100).collect()
 }
 
 /// A kept file's reference in the server's history.
@@ -568,6 +610,14 @@ mod tests {
                 "does not split",
             ),
             (json!({"graph": "../x"}), "not a valid graph name"),
+            (
+                json!({"graph": "mlp", "weights": "AAAA"}),
+                "'weights' comes only with a graph document",
+            ),
+            (
+                json!({"graph": {}, "weights": [1, 2]}),
+                "'weights' must be a base64 string",
+            ),
         ] {
             let e = RunRequest::parse(&body).unwrap_err();
             assert!(e.contains(fragment), "{body}: {e}");
@@ -601,6 +651,25 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn weights_travel_as_base64_and_are_kept_as_a_file() {
+        let mut r = RunRequest::new(GraphRef::Inline(json!({ "format": "sluice/graph@1" })));
+        r.weights = Some(Upload::of_bytes(&[0, 1, 2, 255]));
+        let wire = serde_json::to_value(&r).unwrap();
+        assert_eq!(wire["weights"], json!("AAEC/w=="));
+        assert_eq!(RunRequest::parse(&wire).unwrap(), r);
+        let mut kept = RunRequest::new(GraphRef::Kept(Kept { kept_bytes: 20 }));
+        kept.weights = Some(Upload::Kept(Kept { kept_bytes: 4 }));
+        let wire = serde_json::to_value(&kept).unwrap();
+        assert_eq!(
+            RunRequest::parse_as(&wire, RequestForm::Kept).unwrap(),
+            kept
+        );
+        // A client cannot send a kept file's reference as weights.
+        let e = RunRequest::parse(&wire).unwrap_err();
+        assert!(e.contains("'weights' must be a base64 string"), "{e}");
     }
 
     #[test]

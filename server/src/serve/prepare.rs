@@ -1,6 +1,6 @@
 //! Checking what a request asks before the server does it: JSON bodies (values counted
 //! while parsing), and run requests — graph, the engine's limits, batch semantics,
-//! uploads — so a run is accepted only if it can start.
+//! uploads, weights sent with the graph — so a run is accepted only if it can start.
 //! Every function here is CPU work for a blocking thread (see `work.rs`), never the async
 //! runtime.
 
@@ -42,12 +42,18 @@ pub enum Source {
 
 /// The weights file a graph names, if it may run with it: a stored graph's `params.file`
 /// must name a weights file of the workspace (`NAME.safetensors`); an inline graph must not
-/// name one.
-pub fn weights_file(graph: &Graph, source: Source) -> Result<Option<&str>, String> {
+/// name one (`sent`: whether the request sends the graph's weights, which only an inline
+/// graph may do, [`sluice_api::RunRequest::parse`]).
+pub fn weights_file(graph: &Graph, source: Source, sent: bool) -> Result<Option<&str>, String> {
     let Some(file) = graph.doc.params.file.as_deref() else {
         return Ok(None);
     };
     match source {
+        Source::Inline if sent => Err(format!(
+            "the graph takes its weights from the file '{}' and the request sends weights too; \
+             send the graph without \"params\": {{\"file\": ...}} to run it with the weights sent",
+            clip(file)
+        )),
         Source::Inline => Err(format!(
             "an inline graph cannot take its weights from the file '{}'; store the graph with \
              its weights (PUT /api/graphs/NAME with the ONNX model) and run it by name, or use \
@@ -67,15 +73,23 @@ fn clip(s: &str) -> String {
     s.chars().take(100).collect()
 }
 
-/// The weights a run of `graph` uses: seeded, or its weights file read from the workspace
-/// and checked against the graph. Also returns the file's bytes (empty for seeded
-/// weights), which tell compiled sessions apart.
+/// The weights a run of `graph` uses: those sent with the request (`sent`, a safetensors
+/// file), its weights file read from the workspace, or seeded; a file is checked against
+/// the graph before anything is converted. Also returns the file's bytes (empty for
+/// seeded weights), which tell compiled sessions apart.
 pub fn run_weights(
     ws: &Workspace,
     graph: &Graph,
     source: Source,
+    sent: Option<Vec<u8>>,
 ) -> Result<(Weights, Vec<u8>), String> {
-    let Some(file) = weights_file(graph, source)? else {
+    let file = weights_file(graph, source, sent.is_some())?;
+    if let Some(bytes) = sent {
+        let weights = sluice_engine::weights::load_safetensors(graph, &bytes)
+            .map_err(|e| format!("in the weights sent with the run: {e}"))?;
+        return Ok((weights, bytes));
+    }
+    let Some(file) = file else {
         let seed = graph.doc.params.seed.unwrap_or(0);
         return Ok((
             sluice_engine::weights::init_weights(graph, seed),
@@ -92,14 +106,16 @@ pub fn run_weights(
 }
 
 /// What the server can run: a graph whose weights it can make or read (see
-/// [`weights_file`]), within the run limits for `config` (one batch).
+/// [`weights_file`]; `sent`: whether the request sends them), within the run limits for
+/// `config` (one batch).
 pub fn check_runnable(
     graph: &Graph,
     source: Source,
+    sent: bool,
     config: &RunConfig,
     limits: &Limits,
 ) -> Result<(), String> {
-    weights_file(graph, source)?;
+    weights_file(graph, source, sent)?;
     sluice_engine::exec::check_run(graph, config, None, limits)
         .map(|_| ())
         .map_err(|e| e.to_string())
@@ -115,6 +131,9 @@ pub struct Prepared {
     pub inline: Option<Vec<u8>>,
     /// The uploaded `.npy` files, decoded from base64, in input-name order.
     pub uploads: Vec<Vec<u8>>,
+    /// The weights sent with the graph (a safetensors file, checked against it), decoded
+    /// from base64.
+    pub weights: Option<Vec<u8>>,
 }
 
 impl Prepared {
@@ -132,6 +151,11 @@ impl Prepared {
                 kept_bytes: len(bytes),
             });
         }
+        if let Some(bytes) = &self.weights {
+            kept.weights = Some(Upload::Kept(Kept {
+                kept_bytes: len(bytes),
+            }));
+        }
         kept
     }
 }
@@ -141,8 +165,9 @@ fn len(bytes: &[u8]) -> u64 {
 }
 
 /// Checks a `POST /api/runs` body: the request, its uploads (base64 `.npy` files naming
-/// inputs of the graph), the graph (stored or inline) and its problems, the run limits
-/// and the batch semantics of the configuration.
+/// inputs of the graph), the graph (stored or inline) and its problems, the weights sent
+/// with an inline graph (checked against it as a stored weights file is: names, dtypes,
+/// shapes and sizes), the run limits and the batch semantics of the configuration.
 pub fn prepare_run(ws: &Workspace, body: &[u8], limits: &Limits) -> ApiResult<Prepared> {
     use base64::Engine;
     let value = parse_json(body, limits.max_json_values)?;
@@ -196,8 +221,30 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], limits: &Limits) -> ApiResult<Pr
             known.join(", ")
         )));
     }
-    check_runnable(&graph, source, &request.config(), limits).map_err(AppError::unprocessable)?;
-    if let Some(file) = weights_file(&graph, source).map_err(AppError::unprocessable)? {
+    let sent = request.weights.is_some();
+    check_runnable(&graph, source, sent, &request.config(), limits)
+        .map_err(AppError::unprocessable)?;
+    let weights = match &request.weights {
+        None => None,
+        Some(Upload::Base64(text)) => {
+            // Within the body limit, so decoding allocates at most that much.
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|e| {
+                    AppError::unprocessable(format!("'weights' is not valid base64: {e}"))
+                })?;
+            sluice_engine::weights::check_safetensors(&graph, &bytes).map_err(|e| {
+                AppError::unprocessable(format!("in the weights sent with the run: {e}"))
+            })?;
+            Some(bytes)
+        }
+        Some(Upload::Kept(_)) => {
+            return Err(AppError::unprocessable(
+                "'weights' must be a base64 string of a safetensors file",
+            ))
+        }
+    };
+    if let Some(file) = weights_file(&graph, source, sent).map_err(AppError::unprocessable)? {
         if !ws.has_weights(file)? {
             return Err(AppError::unprocessable(format!(
                 "the graph's weights file '{file}' does not exist or is over {MAX_WEIGHTS_FILE} bytes"
@@ -212,6 +259,7 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], limits: &Limits) -> ApiResult<Pr
         request,
         inline,
         uploads,
+        weights,
     })
 }
 
@@ -227,5 +275,60 @@ mod tests {
         assert_eq!(parse_json(b"[0,0]", 3).unwrap(), json!([0, 0]));
         let e = format!("{:?}", parse_json(b"[0,", 3).unwrap_err());
         assert!(e.contains("line 1, column 3"), "{e}");
+    }
+
+    /// A linear layer of 3 → 2 without a bias, as a document.
+    fn linear() -> Value {
+        json!({ "format": "sluice/graph@1", "inputs": { "x": { "shape": ["N", 3] } },
+                "nodes": [{ "id": "fc", "op": "linear", "inputs": ["x"],
+                            "attrs": { "out_features": 2, "bias": false } }],
+                "outputs": ["fc"] })
+    }
+
+    /// A safetensors file of one f32 tensor.
+    fn weights(key: &str, shape: Vec<usize>) -> Vec<u8> {
+        let n = shape.iter().product();
+        let t = sluice_engine::Tensor::f32(shape, vec![0.5; n]);
+        sluice_engine::train::checkpoint::encode_weights(&[(key.to_string(), t)].into()).unwrap()
+    }
+
+    #[test]
+    fn weights_sent_with_a_graph_are_checked_against_it_and_kept() {
+        let root = std::env::temp_dir().join(format!("sluice-prepare-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (ws, _lock) = Workspace::open(&root).unwrap();
+        let limits = Limits::default();
+        let body = |graph: Value, weights: &[u8]| {
+            let mut r = RunRequest::new(GraphRef::Inline(graph));
+            r.weights = Some(Upload::of_bytes(weights));
+            serde_json::to_vec(&r).unwrap()
+        };
+        let good = weights("fc.weight", vec![3, 2]);
+        let prepared = prepare_run(&ws, &body(linear(), &good), &limits).unwrap();
+        assert_eq!(prepared.weights.as_deref(), Some(good.as_slice()));
+        assert_eq!(
+            prepared.kept().weights,
+            Some(Upload::Kept(Kept {
+                kept_bytes: len(&good)
+            }))
+        );
+        let refused = |body: Vec<u8>| format!("{:?}", prepare_run(&ws, &body, &limits).err());
+        for (bytes, fragment) in [
+            (weights("fc.weight", vec![2, 3]), "has shape [2, 3]"),
+            (weights("other.weight", vec![3, 2]), "no tensor 'fc.weight'"),
+            (b"not safetensors".to_vec(), "not valid safetensors"),
+        ] {
+            let e = refused(body(linear(), &bytes));
+            assert!(e.contains("in the weights sent with the run"), "{e}");
+            assert!(e.contains(fragment), "{fragment}: {e}");
+        }
+        let mut named = linear();
+        named["params"] = json!({ "file": "other.safetensors" });
+        let e = refused(body(named, &good));
+        assert!(e.contains("sends weights too"), "{e}");
+        let e =
+            refused(serde_json::to_vec(&json!({ "graph": linear(), "weights": "%%" })).unwrap());
+        assert!(e.contains("'weights' is not valid base64"), "{e}");
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

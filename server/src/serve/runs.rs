@@ -15,7 +15,7 @@ use sluice_api::{
     CompileFigures, GraphRef, LiveMessage, MemoryFigures, OutputSummary, RequestForm, RunFigures,
     RunRecord, RunRequest, RunStatus,
 };
-use sluice_engine::exec::device::Device;
+use sluice_engine::exec::device::{check_weights_fit, Device};
 use sluice_engine::exec::{dataset, RunConfig, RunContext, Session};
 use sluice_engine::gpu::{GpuContext, GpuDevice};
 use sluice_engine::plan::cost::Rates;
@@ -132,6 +132,9 @@ impl LocalDevices {
 
 /// A run's devices, and what names them for the plan cache (None: not cacheable).
 type RunDevices = (Vec<Box<dyn Device>>, Option<String>);
+
+/// A kept request's graph text, uploaded inputs and sent weights.
+type KeptRequest = (String, sluice_engine::exec::Values, Option<Vec<u8>>);
 
 /// How the queue and the executors are set up.
 #[derive(Debug, Clone)]
@@ -297,6 +300,10 @@ impl Runs {
         let kept = serde_json::to_value(run.kept())?;
         let recorded = ws
             .keep_request(&id, run.inline.as_deref(), &run.uploads)
+            .and_then(|()| match &run.weights {
+                Some(bytes) => ws.keep_weights(&id, bytes),
+                None => Ok(()),
+            })
             .and_then(|()| db.insert(&id, &run.label, &kept));
         if let Err(e) = recorded {
             let _ = ws.remove_run(&id);
@@ -427,12 +434,9 @@ impl Runs {
         Ok((devices, Some(format!("local x{}", req.stages))))
     }
 
-    /// The graph text and uploaded inputs of a kept request.
-    fn kept_request(
-        ws: &Workspace,
-        id: &str,
-        req: &RunRequest,
-    ) -> Result<(String, sluice_engine::exec::Values), String> {
+    /// The graph text, uploaded inputs and sent weights (a safetensors file) of a kept
+    /// request.
+    fn kept_request(ws: &Workspace, id: &str, req: &RunRequest) -> Result<KeptRequest, String> {
         let text = match &req.graph {
             GraphRef::Stored(name) => ws
                 .read_graph(name)
@@ -452,7 +456,14 @@ impl Runs {
                 sluice_engine::npy::parse(&bytes).map_err(|e| format!("input '{name}': {e}"))?;
             inputs.insert(name.clone(), t);
         }
-        Ok((text, inputs))
+        let weights = match &req.weights {
+            None => None,
+            Some(_) => Some(
+                ws.kept_weights(id)
+                    .map_err(|e| logged(id, "cannot read the run's kept weights", &e))?,
+            ),
+        };
+        Ok((text, inputs, weights))
     }
 
     /// Runs a kept request; returns its figures and output summaries.
@@ -465,7 +476,7 @@ impl Runs {
     ) -> Result<(RunFigures, Vec<OutputSummary>), String> {
         let began = now_ns();
         let req = RunRequest::parse_as(&row.params, RequestForm::Kept)?;
-        let (text, uploaded) = Runs::kept_request(ws, &row.id, &req)?;
+        let (text, uploaded, sent) = Runs::kept_request(ws, &row.id, &req)?;
         let limits = &self.settings.limits;
         let graph = sluice_engine::load_graph_with(&text, limits).map_err(|p| p.render())?;
         let config: RunConfig = req.config();
@@ -473,11 +484,13 @@ impl Runs {
             GraphRef::Stored(_) => Source::Stored,
             _ => Source::Inline,
         };
-        check_runnable(&graph, source, &config, limits)?;
-        let (weights, weights_bytes) = run_weights(ws, &graph, source)?;
+        check_runnable(&graph, source, sent.is_some(), &config, limits)?;
         let data =
             dataset::complete(&graph, uploaded, req.seed, req.batch).map_err(|e| e.to_string())?;
         let (devices, device_key) = self.devices(&req, &row.id, cancel)?;
+        // The weights are sized against the devices before they are made or read.
+        check_weights_fit(&graph, config.precision, &devices).map_err(|e| e.to_string())?;
+        let (weights, weights_bytes) = run_weights(ws, &graph, source, sent)?;
         let cache_key =
             device_key.map(|d| lock(&self.cache).key(&d, &config, &text, &weights_bytes));
         let cached = cache_key.and_then(|k| lock(&self.cache).take(k));
