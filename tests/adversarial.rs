@@ -730,7 +730,7 @@ fn sizes() {
     );
     c.cli(
         "params.file /dev/zero",
-        &["run", &zero_weights, "--device", "cpu"],
+        &["run", &zero_weights, "--device", "cpu", "--seed-inputs"],
         1,
         "weights file",
     );
@@ -768,7 +768,7 @@ fn sizes() {
     let heavy = file("heavy_linear.json", &huge_linear(1 << 30));
     c.cli(
         "run: linear of 2^30",
-        &["run", &heavy, "--device", "cpu"],
+        &["run", &heavy, "--device", "cpu", "--seed-inputs"],
         1,
         "max_tensor_elements",
     );
@@ -781,7 +781,15 @@ fn sizes() {
     );
     c.cli(
         "run: [N, 100000] at batch 65536",
-        &["run", &wide, "--device", "cpu", "--batch", "65536"],
+        &[
+            "run",
+            &wide,
+            "--device",
+            "cpu",
+            "--batch",
+            "65536",
+            "--seed-inputs",
+        ],
         1,
         "limit",
     );
@@ -1117,7 +1125,15 @@ fn arithmetic() {
     let slice_file = slice_file.to_str().unwrap_or_default();
     c.cli(
         "run: slice of an axis of 2^63",
-        &["run", slice_file, "--device", "cpu", "--batch", "2"],
+        &[
+            "run",
+            slice_file,
+            "--device",
+            "cpu",
+            "--batch",
+            "2",
+            "--seed-inputs",
+        ],
         1,
         "",
     );
@@ -1733,7 +1749,8 @@ fn paths() {
     c.http(
         &mut s,
         "store over a folder",
-        Req::json("PUT", "/api/graphs/blocked", &node_named("x")),
+        // A graph that checks (node `x` would clash with input `x`), so the store is tried.
+        Req::json("PUT", "/api/graphs/blocked", &node_named("y")),
         Expect::any(&[409, 500], ""),
     );
     std::fs::write(
@@ -2901,4 +2918,1306 @@ fn soak() {
         .and_then(|m| m.parse().ok())
         .unwrap_or(10.0);
     soak::soak(Duration::from_secs_f64(minutes * 60.0), TOKEN, MEMORY_BOUND);
+}
+
+// ---------------------------------------------------------------------------------------
+// ONNX uploads: small models that fold into huge constants or weights, external data
+// that is a FIFO, and run-time flags the importer cannot honour — through `sluice
+// validate`, `import` and `run` and the server's model upload.
+
+/// ONNX models built byte by byte for the hostile cases.
+mod hostile_onnx {
+    use prost::Message;
+    use sluice_engine::onnx::proto::*;
+
+    /// A tensor of int64 values.
+    pub fn ints(dims: &[i64], values: &[i64]) -> TensorProto {
+        TensorProto {
+            dims: dims.to_vec(),
+            data_type: data_type::INT64,
+            int64_data: values.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// A tensor of float values.
+    pub fn floats(dims: &[i64], values: &[f32]) -> TensorProto {
+        TensorProto {
+            dims: dims.to_vec(),
+            data_type: data_type::FLOAT,
+            float_data: values.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    fn tensor_attr(name: &str, t: TensorProto) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::TENSOR,
+            t: Some(t),
+            ..Default::default()
+        }
+    }
+
+    /// A node named `name` (its first output's name too).
+    pub fn node(op: &str, name: &str, inputs: &[&str], extra_outputs: &[&str]) -> NodeProto {
+        NodeProto {
+            op_type: op.into(),
+            name: name.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: std::iter::once(name)
+                .chain(extra_outputs.iter().copied())
+                .map(str::to_string)
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// A `Constant` node holding `t`.
+    pub fn constant(name: &str, t: TensorProto) -> NodeProto {
+        let mut n = node("Constant", name, &[], &[]);
+        n.attribute.push(tensor_attr("value", t));
+        n
+    }
+
+    /// A `ConstantOfShape` node filling `shape` with `value`.
+    pub fn constant_of_shape(name: &str, shape: &str, value: TensorProto) -> NodeProto {
+        let mut n = node("ConstantOfShape", name, &[shape], &[]);
+        n.attribute.push(tensor_attr("value", value));
+        n
+    }
+
+    /// A graph input or output: a tensor of `elem` with these sizes (`None`: the batch).
+    pub fn value(name: &str, elem: i32, dims: &[Option<i64>]) -> ValueInfoProto {
+        let dim = dims
+            .iter()
+            .map(|d| Dimension {
+                dim_value: *d,
+                dim_param: d.is_none().then(|| "N".to_string()),
+            })
+            .collect();
+        ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TypeTensor {
+                    elem_type: elem,
+                    shape: Some(TensorShapeProto { dim }),
+                }),
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A model (opset 17) of these nodes, inputs, outputs (by name) and initialisers.
+    pub fn model(
+        nodes: Vec<NodeProto>,
+        inputs: Vec<ValueInfoProto>,
+        outputs: &[&str],
+        initializer: Vec<TensorProto>,
+    ) -> Vec<u8> {
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
+            graph: Some(GraphProto {
+                node: nodes,
+                name: "hostile".into(),
+                initializer,
+                input: inputs,
+                output: outputs
+                    .iter()
+                    .map(|o| ValueInfoProto {
+                        name: o.to_string(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    /// The few-hundred-byte class: `ConstantOfShape` of one known shape of `elements`,
+    /// filled with int64 (8 bytes an element on the host) or float.
+    pub fn fill_bomb(elements: i64, int64: bool) -> Vec<u8> {
+        let value = if int64 {
+            ints(&[1], &[1])
+        } else {
+            floats(&[1], &[1.0])
+        };
+        model(
+            vec![
+                constant("shape", ints(&[1], &[elements])),
+                constant_of_shape("bomb", "shape", value),
+            ],
+            vec![],
+            &["bomb"],
+            vec![],
+        )
+    }
+
+    /// `Range(0, elements, 1)` of int64 scalars.
+    pub fn range_bomb(elements: i64) -> Vec<u8> {
+        model(
+            vec![
+                constant("start", ints(&[], &[0])),
+                constant("limit", ints(&[], &[elements])),
+                constant("delta", ints(&[], &[1])),
+                node("Range", "bomb", &["start", "limit", "delta"], &[]),
+            ],
+            vec![],
+            &["bomb"],
+            vec![],
+        )
+    }
+
+    /// `Concat` of one int64 vector of 2^20 entries with itself `times` times.
+    pub fn concat_bomb(times: usize) -> Vec<u8> {
+        let names = vec!["v"; times];
+        let mut len = ints(&[1], &[1 << 20]);
+        len.name = "len".into();
+        model(
+            vec![
+                constant_of_shape("v", "len", ints(&[1], &[7])),
+                node("Concat", "bomb", &names, &[]),
+            ],
+            vec![],
+            &["bomb"],
+            vec![len],
+        )
+    }
+
+    /// `outputs` graph outputs, each a `ConstantOfShape` of 1024 × 1024 floats: every one
+    /// is under the per-constant limit, together they are a weights file of
+    /// `outputs` × 4 MiB (1 GiB for 256).
+    pub fn weights_bomb(outputs: usize) -> Vec<u8> {
+        let mut nodes = vec![constant("shape", ints(&[2], &[1024, 1024]))];
+        let names: Vec<String> = (0..outputs).map(|k| format!("w{k}")).collect();
+        for (k, n) in names.iter().enumerate() {
+            nodes.push(constant_of_shape(
+                n,
+                "shape",
+                floats(&[1], &[k as f32 + 0.5]),
+            ));
+        }
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        model(nodes, vec![], &refs, vec![])
+    }
+
+    /// `y = x + w` with `w` (4 floats) in the external file `location`.
+    pub fn external(location: &str) -> Vec<u8> {
+        let w = TensorProto {
+            name: "w".into(),
+            dims: vec![4],
+            data_type: data_type::FLOAT,
+            data_location: 1,
+            external_data: [("location", location), ("offset", "0"), ("length", "16")]
+                .iter()
+                .map(|(k, v)| StringStringEntryProto {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        model(
+            vec![node("Add", "y", &["x", "w"], &[])],
+            vec![value("x", data_type::FLOAT, &[Some(1), Some(4)])],
+            &["y"],
+            vec![w],
+        )
+    }
+
+    /// `Dropout(x, ratio, training_mode)` with `training_mode` a graph input: known
+    /// only at run time.
+    pub fn runtime_dropout() -> Vec<u8> {
+        let mut ratio = floats(&[], &[0.5]);
+        ratio.name = "ratio".into();
+        model(
+            vec![node("Dropout", "drop", &["x", "ratio", "training"], &[])],
+            vec![
+                value("x", data_type::FLOAT, &[None, Some(4)]),
+                value("training", data_type::BOOL, &[]),
+            ],
+            &["drop"],
+            vec![ratio],
+        )
+    }
+}
+
+/// Runs `sluice ARGS` within `timeout` and records whether it exited 1 with every one of
+/// `fragments` in its output, without a panic, a hang or a peak memory over the bound.
+fn cli_refuses(c: &mut Class, case: &str, args: &[&str], fragments: &[&str], timeout: Duration) {
+    let mut cmd = sluice_tests::sluice();
+    cmd.args(args);
+    let f = run_guarded(cmd, timeout);
+    let text = format!("{}\n{}", f.stdout, f.stderr).to_lowercase();
+    let ok = f.code() == Some(1)
+        && fragments
+            .iter()
+            .all(|frag| text.contains(&frag.to_lowercase()))
+        && !text.contains("panicked")
+        && f.peak < MEMORY_BOUND;
+    let last = f.stderr.trim().lines().last().unwrap_or("").to_string();
+    let shown: Vec<String> = args.iter().map(|a| shown_arg(a)).collect();
+    c.row(
+        case,
+        &format!("sluice {}", shown.join(" ")),
+        &format!("exit 1 {fragments:?}"),
+        &format!(
+            "{}, {:.0} MiB peak: {}",
+            f.describe(),
+            mib(f.peak),
+            short(&last, 200)
+        ),
+        ok,
+    );
+}
+
+/// Puts `bytes` as the ONNX model `name` and records whether the answer is `status` with
+/// every one of `fragments`, the server still answering.
+fn upload_model(
+    c: &mut Class,
+    s: &mut Server,
+    case: &str,
+    name: &str,
+    bytes: Vec<u8>,
+    status: u16,
+    fragments: &[&str],
+) {
+    let req = Req::new("PUT", &format!("/api/graphs/{name}"))
+        .header("Content-Type", "application/onnx")
+        .body(bytes);
+    let reply = s.send(&req);
+    let expect = Expect::status(status, fragments.first().copied().unwrap_or(""));
+    let (got, mut ok) = expect.judge(&reply, &c.secrets);
+    if let Ok(r) = &reply {
+        let text = r.text().to_lowercase();
+        ok &= fragments.iter().all(|f| text.contains(&f.to_lowercase()));
+    }
+    c.after(
+        s,
+        case,
+        &req.describe(),
+        &format!("{status} {fragments:?}"),
+        got,
+        ok,
+    );
+}
+
+#[test]
+fn onnx_uploads() {
+    use hostile_onnx::*;
+    let mut c = Class::new("onnx uploads");
+    let dir = attack::scratch("onnx-uploads");
+    let quick = Duration::from_secs(20);
+    let fold = ["'bomb'", "max_constant_elements", "--max-constant-elements"];
+    let budget = ["max_import_bytes", "--max-import-bytes"];
+    let int_bomb = fill_bomb(1 << 28, true);
+    let float_bomb = fill_bomb(1 << 28, false);
+    let weights = weights_bomb(256);
+    let models = [
+        ("fill-int64.onnx", int_bomb.clone()),
+        ("fill-float.onnx", float_bomb.clone()),
+        ("range.onnx", range_bomb(1 << 28)),
+        ("concat.onnx", concat_bomb(256)),
+        ("weights.onnx", weights.clone()),
+        ("dropout.onnx", runtime_dropout()),
+    ];
+    for (name, bytes) in &models {
+        put_file(&dir, name, bytes);
+    }
+    let path = |name: &str| dir.join(name).display().to_string();
+    let out = dir.join("imported").display().to_string();
+    c.row(
+        "the int64 fill bomb is a few hundred bytes",
+        "ConstantOfShape([2^28]) of int64",
+        "< 444 B",
+        &format!("{} B", int_bomb.len()),
+        int_bomb.len() < 444,
+    );
+    for (case, file, fragments) in [
+        (
+            "ConstantOfShape of 2^28 int64 (2 GiB)",
+            "fill-int64.onnx",
+            &fold[..],
+        ),
+        (
+            "ConstantOfShape of 2^28 floats (1 GiB)",
+            "fill-float.onnx",
+            &fold[..],
+        ),
+        ("Range of 2^28 int64", "range.onnx", &fold[..]),
+        (
+            "Concat of a 2^20 vector 256 times",
+            "concat.onnx",
+            &fold[..],
+        ),
+        (
+            "256 fills of 4 MiB: a 1 GiB weights file",
+            "weights.onnx",
+            &budget[..],
+        ),
+    ] {
+        let model = path(file);
+        cli_refuses(
+            &mut c,
+            &format!("validate: {case}"),
+            &["validate", &model],
+            fragments,
+            CLI_TIMEOUT,
+        );
+        cli_refuses(
+            &mut c,
+            &format!("import: {case}"),
+            &["import", &model, "--out", &out],
+            fragments,
+            CLI_TIMEOUT,
+        );
+    }
+    let written = std::fs::read_dir(&out).map_or(0, |d| d.count());
+    c.row(
+        "import writes nothing for a refused model",
+        "the --out folder",
+        "no file",
+        &format!("{written} file(s)"),
+        written == 0,
+    );
+    cli_refuses(
+        &mut c,
+        "run: 256 fills of 4 MiB",
+        &["run", &path("weights.onnx")],
+        &budget,
+        CLI_TIMEOUT,
+    );
+    cli_refuses(
+        &mut c,
+        "validate: Dropout with a run-time training_mode",
+        &["validate", &path("dropout.onnx")],
+        &["'drop'", "training_mode", "run time"],
+        CLI_TIMEOUT,
+    );
+
+    // External data that is a FIFO: an error naming the file, at once.
+    let fifo_dir = dir.join("fifo");
+    std::fs::create_dir_all(&fifo_dir).unwrap();
+    let fifo_model = put_file(&fifo_dir, "model.onnx", &external("weights.bin"));
+    let made = std::process::Command::new("mkfifo")
+        .arg(fifo_dir.join("weights.bin"))
+        .status()
+        .is_ok_and(|s| s.success());
+    c.row(
+        "a FIFO as external data",
+        "mkfifo weights.bin",
+        "made",
+        if made { "made" } else { "mkfifo failed" },
+        made,
+    );
+    let fifo_model = fifo_model.display().to_string();
+    let fifo_out = fifo_dir.join("out").display().to_string();
+    let fifo = ["weights.bin", "not a regular file"];
+    for (case, args) in [
+        ("validate", vec!["validate", fifo_model.as_str()]),
+        (
+            "import",
+            vec!["import", fifo_model.as_str(), "--out", fifo_out.as_str()],
+        ),
+        ("run", vec!["run", fifo_model.as_str()]),
+    ] {
+        cli_refuses(
+            &mut c,
+            &format!("{case}: external data is a FIFO"),
+            &args,
+            &fifo,
+            quick,
+        );
+    }
+
+    // The server's model upload runs the same importer: 422 naming the limit, alive after.
+    let Some(mut s) = c.server("uploads", None, &[]) else {
+        return c.finish(&[]);
+    };
+    upload_model(
+        &mut c,
+        &mut s,
+        "upload: the int64 fill bomb",
+        "bomb",
+        int_bomb,
+        422,
+        &fold,
+    );
+    upload_model(
+        &mut c,
+        &mut s,
+        "upload: the float fill bomb",
+        "bomb",
+        float_bomb,
+        422,
+        &fold,
+    );
+    upload_model(
+        &mut c,
+        &mut s,
+        "upload: Range of 2^28",
+        "bomb",
+        range_bomb(1 << 28),
+        422,
+        &fold,
+    );
+    upload_model(
+        &mut c,
+        &mut s,
+        "upload: a 1 GiB weights file from 256 fills",
+        "bomb",
+        weights,
+        422,
+        &budget,
+    );
+    upload_model(
+        &mut c,
+        &mut s,
+        "upload: Dropout with a run-time training_mode",
+        "drop",
+        runtime_dropout(),
+        422,
+        &["'drop'", "training_mode", "run time"],
+    );
+    let listed = s.get("/api/graphs").text();
+    c.row(
+        "refused models are not stored",
+        "GET /api/graphs",
+        "neither 'bomb' nor 'drop'",
+        &short(&listed, 120),
+        !listed.contains("bomb") && !listed.contains("\"drop\""),
+    );
+    let mlp = std::fs::read(asset("tests/data/onnx-models/mlp_tiny/model.onnx")).unwrap();
+    upload_model(
+        &mut c,
+        &mut s,
+        "upload: a real model still imports",
+        "mlp_onnx",
+        mlp,
+        201,
+        &[],
+    );
+    c.finish(&[&s]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Stored models and connections (issue 34): a model's graph and weights as one commit,
+// versions keeping both, stored graphs checked as `sluice validate` checks them, and one
+// client unable to hold every connection.
+
+/// External tensor data of a model in memory: there is none.
+struct NoExternalData;
+
+impl sluice_engine::onnx::ExternalData for NoExternalData {
+    fn read(&self, location: &str, _: u64, _: Option<u64>) -> Result<Vec<u8>, String> {
+        Err(format!("no external data '{location}'"))
+    }
+}
+
+/// A tiny model as ONNX bytes: the `mlp_tiny` fixture (`x [N, 4]`, two `Gemm` layers
+/// whose weights import as a weights file) named `name`, every weight multiplied by
+/// `scale`, its output `out` wide (3 as in the fixture, or more: other shapes). Also its
+/// outputs for [`tiny_input`] by the engine's CPU reference.
+fn tiny_model(name: &str, out: usize, scale: f32) -> (Vec<u8>, sluice_engine::Tensor) {
+    use prost::Message;
+    use sluice_engine::onnx::proto::ModelProto;
+    let bytes = std::fs::read(asset("tests/data/onnx-models/mlp_tiny/model.onnx"))
+        .expect("the mlp_tiny fixture");
+    let mut model = ModelProto::decode(bytes.as_slice()).expect("the fixture decodes");
+    let graph = model.graph.as_mut().expect("the fixture has a graph");
+    graph.name = name.to_string();
+    for t in &mut graph.initializer {
+        let mut values: Vec<f32> = if t.raw_data.is_empty() {
+            t.float_data.clone()
+        } else {
+            t.raw_data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        // The last layer (3 outputs of 8) widened: its rows repeated.
+        if t.dims.first() == Some(&3) {
+            let row = values.len() / 3;
+            let mut wide = values.clone();
+            wide.extend((3..out).flat_map(|r| values[(r % 3) * row..(r % 3 + 1) * row].to_vec()));
+            values = wide;
+            t.dims[0] = out as i64;
+        }
+        t.raw_data = values
+            .iter()
+            .flat_map(|v| (v * scale).to_le_bytes())
+            .collect();
+        t.float_data.clear();
+    }
+    for o in &mut graph.output {
+        let dims = o
+            .r#type
+            .as_mut()
+            .and_then(|t| t.tensor_type.as_mut())
+            .and_then(|t| t.shape.as_mut());
+        if let Some(d) = dims.and_then(|s| s.dim.get_mut(1)) {
+            d.dim_value = Some(out as i64);
+        }
+    }
+    let bytes = model.encode_to_vec();
+    let limits = sluice_engine::limits::Limits::default();
+    let imported = sluice_engine::onnx::import(&bytes, &NoExternalData, &limits)
+        .expect("the tiny model imports");
+    let graph = sluice_engine::Graph::build(imported.doc).expect("the tiny model checks");
+    let bound = sluice_tests::bind_all(&graph, 2);
+    let x = sluice_engine::npy::parse(&tiny_input()).expect("the input parses");
+    let inputs = std::collections::HashMap::from([("x".to_string(), x)]);
+    let mut outputs = sluice_engine::cpu::run(&bound, &imported.weights, &inputs)
+        .expect("the CPU reference runs");
+    (bytes, outputs.swap_remove(0).1)
+}
+
+/// The tiny models' input: `x [2, 4]` as `.npy` bytes.
+fn tiny_input() -> Vec<u8> {
+    let values: Vec<f32> = (0..8).map(|i| i as f32 * 0.25 - 1.0).collect();
+    let t = sluice_engine::Tensor::f32(vec![2, 4], values);
+    sluice_engine::npy::to_bytes(&t).expect("an .npy file")
+}
+
+/// `PUT /api/graphs/NAME` with an ONNX model.
+fn put_model(name: &str, model: &[u8]) -> Req {
+    Req::new("PUT", &format!("/api/graphs/{name}"))
+        .header("Content-Type", "application/onnx")
+        .body(model.to_vec())
+}
+
+/// The stored graph `name` and the weights it names, read as a client reads them:
+/// `(the graph's name, its weights' bytes)`.
+fn stored_pair(s: &Server, name: &str) -> Result<(String, Vec<u8>), String> {
+    let g = s
+        .send(&Req::get(&format!("/api/graphs/{name}")))
+        .map_err(|e| e.to_string())?;
+    if g.status != 200 {
+        return Err(format!("GET graph: {} {}", g.status, short(&g.text(), 120)));
+    }
+    let doc = g.json();
+    let file = doc["params"]["file"].as_str().unwrap_or("").to_string();
+    let w = s
+        .send(&Req::get(&format!("/api/weights/{file}")))
+        .map_err(|e| e.to_string())?;
+    if w.status != 200 {
+        return Err(format!(
+            "GET weights {file}: {} {}",
+            w.status,
+            short(&w.text(), 120)
+        ));
+    }
+    Ok((doc["name"].as_str().unwrap_or("").to_string(), w.body))
+}
+
+/// Runs the stored graph `name` on [`tiny_input`]; its output `logits`.
+fn run_tiny(s: &Server, name: &str) -> Result<sluice_engine::Tensor, String> {
+    use base64::Engine;
+    let input = base64::engine::general_purpose::STANDARD.encode(tiny_input());
+    let body = json!({ "graph": name, "batch": 2, "inputs": { "x": input } });
+    let r = s
+        .send(&Req::json("POST", "/api/runs", &body))
+        .map_err(|e| e.to_string())?;
+    if r.status != 202 {
+        return Err(format!("run: {} {}", r.status, short(&r.text(), 160)));
+    }
+    let id = r.json()["id"].as_str().unwrap_or("").to_string();
+    let run = s.wait_run(&id, Duration::from_secs(120))?;
+    if run["status"] != "succeeded" {
+        return Err(format!(
+            "run {}: {}",
+            run["status"],
+            short(&run["error"].to_string(), 160)
+        ));
+    }
+    let out = s
+        .send(&Req::get(&format!("/api/runs/{id}/outputs/logits")))
+        .map_err(|e| e.to_string())?;
+    sluice_engine::npy::parse(&out.body).map_err(|e| format!("output: {e}"))
+}
+
+/// Whether a run's output is a model's (within the server device's rounding).
+fn same_output(got: &sluice_engine::Tensor, want: &sluice_engine::Tensor) -> bool {
+    sluice_tests::compare("output", got, want, 1e-4, 1e-4).is_ok()
+}
+
+#[test]
+fn stored_models() {
+    let mut c = Class::new("stored models");
+    let mut s = Server::start("stored-models", None, &[]).expect("sluice serve starts");
+    let models =
+        [("alpha", 3, 1.0), ("beta", 3, -0.5), ("gamma", 5, 2.0)].map(|(n, out, scale)| {
+            let (model, output) = tiny_model(n, out, scale);
+            (n, model, output)
+        });
+    // Each model alone: the weights a client reads back for it.
+    let mut own: std::collections::HashMap<String, Vec<u8>> = Default::default();
+    for (n, model, _) in &models {
+        let r = s.send(&put_model(n, model)).expect("the server answers");
+        assert_eq!(r.status, 201, "{n}: {}", r.text());
+        let (named, weights) = stored_pair(&s, n).expect("the model reads back");
+        assert_eq!(&named, n);
+        own.insert(n.to_string(), weights);
+    }
+    // 300 rounds of two uploads of one name at once: alpha against beta (same shapes: a
+    // mix would run without an error) or against gamma (other shapes).
+    let (mut mismatches, mut failures, mut wrong_runs, mut runs) = (0, Vec::new(), 0, 0);
+    for round in 0..300 {
+        let (a, b) = (&models[0], &models[1 + round % 2]);
+        let barrier = std::sync::Barrier::new(2);
+        let statuses: Vec<u16> = std::thread::scope(|scope| {
+            let handles: Vec<_> = [a, b]
+                .map(|(_, model, _)| {
+                    let (s, barrier) = (&s, &barrier);
+                    scope.spawn(move || {
+                        barrier.wait();
+                        s.send(&put_model("race", model)).map_or(0, |r| r.status)
+                    })
+                })
+                .into_iter()
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0)).collect()
+        });
+        if statuses.iter().any(|&c| c != 200 && c != 201) {
+            failures.push(format!("round {round}: {statuses:?}"));
+            continue;
+        }
+        match stored_pair(&s, "race") {
+            Ok((named, weights)) if own.get(&named) == Some(&weights) => {}
+            Ok((named, _)) => {
+                mismatches += 1;
+                failures.push(format!("round {round}: graph '{named}' with other weights"));
+            }
+            Err(e) => failures.push(format!("round {round}: {e}")),
+        }
+        if round % 100 == 99 {
+            runs += 1;
+            let named = stored_pair(&s, "race").map(|p| p.0).unwrap_or_default();
+            let want = models.iter().find(|m| m.0 == named).map(|m| &m.2);
+            match (run_tiny(&s, "race"), want) {
+                (Ok(got), Some(want)) if same_output(&got, want) => {}
+                (got, _) => {
+                    wrong_runs += 1;
+                    failures.push(format!("round {round}: run of '{named}': {:?}", got.err()));
+                }
+            }
+        }
+    }
+    c.after(
+        &mut s,
+        "two uploads of one name at once, 300 rounds",
+        "PUT /api/graphs/race ×2 at once (alpha | beta or gamma, ONNX)",
+        "every stored graph with its own weights; runs with them",
+        format!(
+            "{mismatches} mismatches, {wrong_runs} of {runs} runs wrong{}",
+            if failures.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", short(&failures.join("; "), 300))
+            }
+        ),
+        failures.is_empty(),
+    );
+    // A deleted model restored from its version runs with its own weights.
+    let alpha = &models[0];
+    let got = (|| -> Result<String, String> {
+        let put = s
+            .send(&put_model("kept", &alpha.1))
+            .map_err(|e| e.to_string())?;
+        if put.status != 201 {
+            return Err(format!("PUT: {}", put.status));
+        }
+        let before = run_tiny(&s, "kept")?;
+        let del = s
+            .send(&Req::new("DELETE", "/api/graphs/kept"))
+            .map_err(|e| e.to_string())?;
+        if del.status != 204 {
+            return Err(format!("DELETE: {}", del.status));
+        }
+        let list = s.get("/api/graphs/kept/versions").json();
+        let v = list["versions"][0]["version"]
+            .as_str()
+            .unwrap_or("0")
+            .to_string();
+        let r = s
+            .send(&Req::new(
+                "POST",
+                &format!("/api/graphs/kept/versions/{v}/restore"),
+            ))
+            .map_err(|e| e.to_string())?;
+        if r.status != 200 {
+            return Err(format!("restore: {} {}", r.status, short(&r.text(), 120)));
+        }
+        let after = run_tiny(&s, "kept")?;
+        if !same_output(&after, &before) || !same_output(&after, &alpha.2) {
+            return Err("the restored model runs with other weights".into());
+        }
+        Ok("restored; runs with its own weights".into())
+    })();
+    c.after(
+        &mut s,
+        "a deleted model restored",
+        "PUT (ONNX), run, DELETE, restore the version, run",
+        "the same outputs as before the delete",
+        got.clone().unwrap_or_else(|e| e),
+        got.is_ok(),
+    );
+    // Graphs `sluice validate` refuses are refused by PUT with the same problems, and
+    // nothing is stored.
+    let dir = attack::scratch("stored-models-validate");
+    let _ = std::fs::create_dir_all(&dir);
+    let graph = |inputs: Value, nodes: Value, outputs: Value| json!({ "format": "sluice/graph@1", "name": "g", "inputs": inputs, "nodes": nodes, "outputs": outputs });
+    let relu = |input: &str| json!([{ "id": "r", "op": "relu", "inputs": [input] }]);
+    let x = |shape: Value| json!({ "x": { "shape": shape, "dtype": "f32" } });
+    let many_inputs: serde_json::Map<String, Value> = (0..300)
+        .map(|i| (format!("x{i}"), json!({ "shape": [1], "dtype": "f32" })))
+        .collect();
+    let refused = [
+        (
+            "a 2^64-1 dimension",
+            graph(x(json!([u64::MAX])), relu("x"), json!(["r"])),
+        ),
+        (
+            "a dimension past the tensor limit",
+            graph(x(json!([1 << 20, 1 << 20])), relu("x"), json!(["r"])),
+        ),
+        (
+            "a missing reference",
+            graph(x(json!([2])), relu("nope"), json!(["r"])),
+        ),
+        (
+            "an unknown output",
+            graph(x(json!([2])), relu("x"), json!(["nope"])),
+        ),
+        (
+            "rank 9, over --max-rank",
+            graph(
+                x(json!([1, 1, 1, 1, 1, 1, 1, 1, 1])),
+                relu("x"),
+                json!(["r"]),
+            ),
+        ),
+        (
+            "300 inputs, over --max-inputs",
+            graph(Value::Object(many_inputs), relu("x0"), json!(["r"])),
+        ),
+        (
+            "an unknown operator",
+            graph(
+                x(json!([2])),
+                json!([{ "id": "r", "op": "frobnicate", "inputs": ["x"] }]),
+                json!(["r"]),
+            ),
+        ),
+    ];
+    for (case, doc) in refused {
+        let path = put_file(&dir, "g.json", doc.to_string().as_bytes());
+        let mut cmd = sluice_tests::sluice();
+        cmd.args(["validate", "--json"]).arg(&path);
+        let f = run_guarded(cmd, CLI_TIMEOUT);
+        let cli: Value = serde_json::from_str(f.stdout.trim()).unwrap_or(Value::Null);
+        let put = s.send(&Req::json("PUT", "/api/graphs/refused", &doc));
+        let stored = s
+            .send(&Req::get("/api/graphs/refused"))
+            .map_or(0, |r| r.status);
+        let (got, ok) = match &put {
+            Ok(r) => {
+                let same = cli["valid"] == false && r.json()["problems"] == cli["problems"];
+                (
+                    format!(
+                        "validate exit {:?}; PUT {} {}; {}; then GET {stored}",
+                        f.code(),
+                        r.status,
+                        short(&r.json()["problems"][0].to_string(), 100),
+                        if same {
+                            "the same problems"
+                        } else {
+                            "other problems"
+                        }
+                    ),
+                    f.code() == Some(1) && r.status == 422 && same && stored == 404,
+                )
+            }
+            Err(e) => (e.to_string(), false),
+        };
+        c.after(
+            &mut s,
+            &format!("PUT of a graph validate refuses: {case}"),
+            "PUT /api/graphs/refused",
+            "422 with validate's problems; nothing stored",
+            got,
+            ok,
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    c.finish(&[&s]);
+}
+
+/// A TCP connection to `addr` from the local address `from` (any 127.x.y.z is this
+/// machine on Linux), so cases can be several clients.
+fn connect_from(from: std::net::Ipv4Addr, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&SocketAddr::from((from, 0)).into())?;
+    socket.connect_timeout(&addr.into(), Duration::from_secs(10))?;
+    Ok(socket.into())
+}
+
+/// `GET /api/ops` from the local address `from`: its status, or why there was none.
+fn probe_from(s: &Server, from: std::net::Ipv4Addr) -> Result<u16, String> {
+    let mut t = connect_from(from, s.addr).map_err(|e| e.to_string())?;
+    t.set_read_timeout(Some(Duration::from_secs(10)))
+        .and_then(|()| t.write_all(&Req::get("/api/ops").bytes(&s.host(), None)))
+        .map_err(|e| e.to_string())?;
+    attack::read_reply(&mut t)
+        .map(|r| r.status)
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn one_client_cannot_hold_every_connection() {
+    let mut c = Class::new("connections");
+    // A long header timeout, so held connections stay held while the probes run.
+    let mut s = Server::start("connections", None, &["--header-timeout", "60"])
+        .expect("sluice serve starts");
+    let attacker = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let prober = std::net::Ipv4Addr::new(127, 0, 0, 3);
+    let head = format!("GET /api/ops HTTP/1.1\r\nHost: {}\r\n", s.host());
+    for (case, input, bytes) in [
+        (
+            "300 half-sent request heads from one client",
+            "300 connections from 127.0.0.2, each a request line and Host, never finished",
+            head.as_bytes(),
+        ),
+        (
+            "300 silent connections from one client",
+            "300 connections from 127.0.0.2, no bytes",
+            &b""[..],
+        ),
+    ] {
+        let held: Vec<TcpStream> = (0..300)
+            .filter_map(|_| connect_from(attacker, s.addr).ok())
+            .filter_map(|mut t| t.write_all(bytes).ok().map(|()| t))
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let probes: Vec<Result<u16, String>> = (0..30).map(|_| probe_from(&s, prober)).collect();
+        let answered = probes
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|&c| c == 200))
+            .count();
+        let first_failure = probes.iter().find_map(|r| match r {
+            Ok(200) => None,
+            Ok(c) => Some(c.to_string()),
+            Err(e) => Some(e.clone()),
+        });
+        c.after(
+            &mut s,
+            case,
+            &format!(
+                "{input} ({} opened); 30 × GET /api/ops from 127.0.0.3",
+                held.len()
+            ),
+            "every probe answered 200",
+            format!(
+                "{answered} of 30 answered{}",
+                first_failure.map_or(String::new(), |f| format!(" (first failure: {f})"))
+            ),
+            answered == 30,
+        );
+        drop(held);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Its places come back once it leaves: the same client is served again.
+    let got = probe_from(&s, attacker);
+    c.after(
+        &mut s,
+        "the client is served again once it closes",
+        "GET /api/ops from 127.0.0.2 after its connections closed",
+        "200",
+        got.clone().map_or_else(|e| e, |c| c.to_string()),
+        got == Ok(200),
+    );
+    c.finish(&[&s]);
+}
+
+/// A run request of about 200 bytes whose one weight is larger than the largest buffer
+/// the server's adapter binds (1 GiB on lavapipe, whose storage bindings stop at 128 MiB):
+/// refused with the limit named before the weight is made, so the server's peak memory
+/// stays far below the weight's size; `sluice run` on the same graph refuses alike.
+#[test]
+fn weights_sized_against_the_device_before_they_are_made() {
+    let mut c = Class::new("device-sized weights");
+    let Some(mut s) = c.server("device-weights", Some(TOKEN), &[]) else {
+        return c.finish(&[]);
+    };
+    // The adapter's smaller buffer limit, as the server reports it.
+    let devices = s.get("/api/devices").json();
+    let adapter = &devices["workers"][0]["adapters"][0];
+    let (buffer, binding) = (
+        adapter["max_buffer_size"].as_u64().unwrap_or(u64::MAX),
+        adapter["max_storage_binding"].as_u64().unwrap_or(u64::MAX),
+    );
+    let (limit, what) = if binding < buffer {
+        (binding, "maximum storage binding size")
+    } else {
+        (buffer, "maximum buffer size")
+    };
+    // A [16384, out] f32 weight of 1 GiB, or just past the adapter's limit where that is
+    // larger (the run's max_tensor_elements then refuses it first).
+    const IN: u64 = 16_384;
+    let out = IN.max((limit / (4 * IN)).saturating_add(1));
+    let (status, fragment) = if out == IN && IN * IN * 4 > limit {
+        (202, what)
+    } else {
+        (422, "max_tensor_elements")
+    };
+    let graph = doc(
+        json!({ "x": { "shape": ["N", IN] } }),
+        json!([{ "id": "fc", "op": "linear", "inputs": ["x"],
+                 "attrs": { "out_features": out, "bias": false } }]),
+        &["fc"],
+    );
+    let body = run_body(graph.clone(), 1);
+    let bytes = body.to_string().len();
+    let input = format!(
+        "POST /api/runs, {bytes} bytes: linear [N, {IN}] → {out} ({} MiB of weights; the adapter's {what} is {} MiB)",
+        IN.saturating_mul(out).saturating_mul(4) >> 20,
+        limit >> 20
+    );
+    let reply = s.send(&Req::json("POST", "/api/runs", &body));
+    let (got, ok) = match &reply {
+        Ok(r) if r.status == 202 => {
+            let id = r.json()["id"].as_str().unwrap_or("").to_string();
+            match s.wait_run(&id, Duration::from_secs(120)) {
+                Ok(run) => {
+                    let error = run["error"].as_str().unwrap_or("");
+                    (
+                        format!("202, then {} {}", run["status"], short(error, 160)),
+                        status == 202 && run["status"] == "failed" && error.contains(fragment),
+                    )
+                }
+                Err(e) => (format!("202, then {e}"), false),
+            }
+        }
+        Ok(r) => (
+            format!("{} {}", r.status, short(&r.text(), 160)),
+            r.status == status && r.text().contains(fragment),
+        ),
+        Err(e) => (format!("no answer: {e}"), false),
+    };
+    let expected = if status == 202 {
+        format!("202, then failed naming the {fragment}")
+    } else {
+        format!("422 naming {fragment}")
+    };
+    c.after(
+        &mut s,
+        "weights past the device's buffer limit",
+        &input,
+        &expected,
+        got,
+        ok,
+    );
+    // No weight of that size was made: the peak is a fraction of it.
+    let peak = s.peak_memory();
+    c.row(
+        "...and the server's peak memory",
+        "VmHWM of sluice serve after the run",
+        "< 512 MiB",
+        &format!("{:.0} MiB", mib(peak)),
+        peak < 512 << 20,
+    );
+    // The CLI on the same graph and adapter, with the input given.
+    let dir = attack::scratch("device-weights-cli");
+    let graph_file = put_file(&dir, "wide_linear.json", graph.to_string().as_bytes());
+    let x = put_file(
+        &dir,
+        "x.npy",
+        &npy(
+            &npy_dict("<f4", false, &format!("(1, {IN})")),
+            &vec![0u8; IN as usize * 4],
+        ),
+    );
+    c.cli(
+        "sluice run: weights past the device's buffer limit",
+        &[
+            "run",
+            &graph_file.display().to_string(),
+            "--device",
+            "gpu",
+            "--input",
+            &format!("x={}", x.display()),
+        ],
+        1,
+        fragment,
+    );
+    c.finish(&[&s]);
+}
+
+/// Runs `cmd` under the hang guard and records whether it exited `code` with every one
+/// of `fragments` in its output, without a panic.
+fn cli_case(c: &mut Class, case: &str, cmd: std::process::Command, code: i32, fragments: &[&str]) {
+    let shown: Vec<String> = cmd
+        .get_args()
+        .map(|a| shown_arg(&a.to_string_lossy()))
+        .collect();
+    let f = run_guarded(cmd, CLI_TIMEOUT);
+    let text = format!("{}\n{}", f.stdout, f.stderr).to_lowercase();
+    let ok = f.code() == Some(code)
+        && fragments.iter().all(|x| text.contains(&x.to_lowercase()))
+        && !text.contains("panicked");
+    let last = f.stderr.trim().lines().last().unwrap_or("").to_string();
+    c.row(
+        case,
+        &format!("sluice {}", shown.join(" ")),
+        &format!("exit {code} {fragments:?}"),
+        &format!("{}: {}", f.describe(), short(&last, 200)),
+        ok,
+    );
+}
+
+#[test]
+fn checkpoint_counters_outputs_and_caches_from_hostile_files() {
+    use std::os::unix::fs::FileTypeExt;
+    let mut c = Class::new("checkpoints, outputs and caches");
+    let dir = attack::scratch("outputs-caches");
+    let root = sluice_tests::root();
+    let path = |p: PathBuf| p.display().to_string();
+    let spirals = path(root.join("assets/graphs/spirals_mlp.json"));
+    let data = root.join("assets/datasets/spirals");
+    let train = |extra: &[&str]| {
+        let mut cmd = sluice_tests::sluice();
+        cmd.args(["train", &spirals, "--device", "cpu", "--data"])
+            .arg(format!("x={}", data.join("features.npy").display()))
+            .arg(format!("labels={}", data.join("labels.npy").display()))
+            .args(extra);
+        if !extra.contains(&"--epochs") {
+            cmd.args(["--epochs", "1"]);
+        }
+        cmd
+    };
+    let fifo = |name: &str| {
+        let p = dir.join(name);
+        let made = std::process::Command::new("mkfifo").arg(&p).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", p.display());
+        p
+    };
+    // A checkpoint whose step count is one short of u64::MAX: the next step counts to
+    // the largest count, the one after is refused by name (no overflow, no panic).
+    let ckpt = dir.join("ckpt");
+    let out = path(dir.join("w.safetensors"));
+    let first = run_guarded(
+        train(&["--checkpoint", &path(ckpt.clone()), "--output", &out]),
+        CLI_TIMEOUT,
+    );
+    c.row(
+        "a checkpoint to poison",
+        "sluice train spirals_mlp --epochs 1 --checkpoint ckpt",
+        "exit 0",
+        &first.describe(),
+        first.code() == Some(0),
+    );
+    let progress = ckpt.join("progress.json");
+    if let Ok(text) = std::fs::read_to_string(&progress) {
+        let mut doc: Value = serde_json::from_str(&text).unwrap_or_default();
+        doc["steps"] = json!(u64::MAX - 1);
+        std::fs::write(&progress, doc.to_string()).expect("poisoned progress");
+    }
+    cli_case(
+        &mut c,
+        "--resume: steps 2^64 - 2",
+        train(&[
+            "--resume",
+            &path(ckpt.clone()),
+            "--epochs",
+            "2",
+            "--output",
+            &out,
+        ]),
+        1,
+        &["step count 18446744073709551615 cannot grow"],
+    );
+    // Outputs never replace what is not a regular file, and the FIFO stays a FIFO.
+    let pipe = fifo("pipe");
+    let null_link = dir.join("null-link");
+    let _ = std::os::unix::fs::symlink("/dev/null", &null_link);
+    let folder = dir.join("folder");
+    std::fs::create_dir_all(&folder).expect("folder");
+    for (case, target) in [
+        ("train --output FIFO", &pipe),
+        ("train --output link to /dev/null", &null_link),
+        ("train --output folder", &folder),
+    ] {
+        cli_case(
+            &mut c,
+            case,
+            train(&["--output", &path(target.clone())]),
+            1,
+            &["not a regular file"],
+        );
+    }
+    cli_case(
+        &mut c,
+        "train --metrics FIFO",
+        train(&["--metrics", &path(pipe.clone()), "--output", &out]),
+        1,
+        &["not a regular file"],
+    );
+    let ckpt_fifo = dir.join("ckpt-fifo");
+    std::fs::create_dir_all(&ckpt_fifo).expect("folder");
+    let made = std::process::Command::new("mkfifo")
+        .arg(ckpt_fifo.join("progress.json"))
+        .status();
+    assert!(made.is_ok_and(|s| s.success()));
+    cli_case(
+        &mut c,
+        "train --checkpoint with progress.json a FIFO",
+        train(&["--checkpoint", &path(ckpt_fifo.clone()), "--output", &out]),
+        1,
+        &["not a regular file"],
+    );
+    let mlp = path(root.join("assets/graphs/mlp.json"));
+    let mut run = sluice_tests::sluice();
+    run.args([
+        "run",
+        &mlp,
+        "--device",
+        "cpu",
+        "--seed-inputs",
+        "--trace",
+        &path(pipe.clone()),
+    ]);
+    cli_case(&mut c, "run --trace FIFO", run, 1, &["not a regular file"]);
+    let outdir = dir.join("outs");
+    std::fs::create_dir_all(&outdir).expect("folder");
+    let made = std::process::Command::new("mkfifo")
+        .arg(outdir.join("probs.npy"))
+        .status();
+    assert!(made.is_ok_and(|s| s.success()));
+    let mut run = sluice_tests::sluice();
+    run.args([
+        "run",
+        &mlp,
+        "--device",
+        "cpu",
+        "--seed-inputs",
+        "--output",
+        &path(outdir.clone()),
+    ]);
+    cli_case(
+        &mut c,
+        "run --output DIR holding a FIFO probs.npy",
+        run,
+        1,
+        &["not a regular file"],
+    );
+    for p in [
+        pipe.clone(),
+        ckpt_fifo.join("progress.json"),
+        outdir.join("probs.npy"),
+    ] {
+        let kept = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_fifo());
+        c.row(
+            "the FIFO is left alone",
+            &path(p),
+            "a FIFO",
+            if kept { "a FIFO" } else { "replaced" },
+            kept,
+        );
+    }
+    // Caches: poisoned rates (every kept adapter's) are named and ignored — `plan` falls
+    // back to the assumed rates; huge or FIFO caches are read under a bound, reported and
+    // ignored, never waited on.
+    let cache = dir.join("cache");
+    std::fs::create_dir_all(&cache).expect("folder");
+    let shared = root.join("target/debug/sluice-test-cache/rates.json");
+    let mut kept: Value = std::fs::read_to_string(&shared)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({}));
+    let poison = json!({ "flops_per_s": -1e308, "bytes_per_s": 0.0,
+                         "transfer_bytes_per_s": 1e308, "pass_overhead_s": 1e308 });
+    if let Some(all) = kept.as_object_mut() {
+        all.values_mut().for_each(|v| *v = poison.clone());
+        all.insert("any adapter".into(), poison.clone());
+    }
+    let rates = cache.join("rates.json");
+    let plan = |cache: &Path| {
+        let mut cmd = sluice_tests::sluice();
+        cmd.env("SLUICE_CACHE_DIR", cache)
+            .args(["plan", &mlp, "--stages", "2", "--batch", "8"]);
+        cmd
+    };
+    std::fs::write(&rates, kept.to_string()).expect("poisoned rates");
+    cli_case(
+        &mut c,
+        "rates.json poisoned",
+        plan(&cache),
+        0,
+        &[
+            "rates.json",
+            "unusable",
+            "flops_per_s is -1e308",
+            "assumed rates",
+        ],
+    );
+    std::fs::write(&rates, vec![b' '; 64 << 20]).expect("huge rates");
+    cli_case(
+        &mut c,
+        "rates.json of 64 MiB",
+        plan(&cache),
+        0,
+        &["rates.json", "over the limit", "assumed rates"],
+    );
+    let _ = std::fs::remove_file(&rates);
+    let made = std::process::Command::new("mkfifo").arg(&rates).status();
+    assert!(made.is_ok_and(|s| s.success()));
+    cli_case(
+        &mut c,
+        "rates.json a FIFO",
+        plan(&cache),
+        0,
+        &["rates.json", "not a regular file", "assumed rates"],
+    );
+    let tuning = cache.join("autotune.json");
+    std::fs::write(&tuning, vec![b' '; 64 << 20]).expect("huge tuning file");
+    let mut autotune = sluice_tests::sluice();
+    autotune
+        .env("SLUICE_AUTOTUNE_CACHE", &tuning)
+        .args(["autotune", "--json"]);
+    cli_case(
+        &mut c,
+        "autotune.json of 64 MiB",
+        autotune,
+        1,
+        &["autotune.json", "over the limit"],
+    );
+    let _ = std::fs::remove_file(&tuning);
+    let made = std::process::Command::new("mkfifo").arg(&tuning).status();
+    assert!(made.is_ok_and(|s| s.success()));
+    let w1 = path(root.join("assets/bench/w1_matmul.json"));
+    let mut run = sluice_tests::sluice();
+    run.env("SLUICE_AUTOTUNE_CACHE", &tuning)
+        .args(["run", &w1, "--seed-inputs", "--batch", "128"]);
+    cli_case(
+        &mut c,
+        "autotune.json a FIFO, a GPU run",
+        run,
+        0,
+        &["autotune.json", "not a regular file", "checksum"],
+    );
+    let kept = std::fs::symlink_metadata(&tuning).is_ok_and(|m| m.file_type().is_fifo());
+    c.row(
+        "the FIFO cache is left alone",
+        "autotune.json",
+        "a FIFO",
+        if kept { "a FIFO" } else { "replaced" },
+        kept,
+    );
+    c.finish(&[]);
 }

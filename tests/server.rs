@@ -1320,9 +1320,12 @@ fn concurrent_puts_of_one_graph_leave_one_writers_bytes() {
     .unwrap();
     let bodies: Vec<Vec<u8>> = (0..16)
         .map(|i| {
+            // Each writer's own name, padded to its own size (a graph is stored only
+            // when it checks, so the padding is whitespace, not the name).
             let mut g = mlp.clone();
-            g["name"] = json!(format!("writer {i} {}", "x".repeat(i * 1000)));
-            serde_json::to_vec_pretty(&g).unwrap()
+            g["name"] = json!(format!("writer {i}"));
+            let text = serde_json::to_string_pretty(&g).unwrap();
+            format!("{{{}{}", " ".repeat(i * 1000), &text[1..]).into_bytes()
         })
         .collect();
     std::thread::scope(|scope| {
@@ -1725,11 +1728,20 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
     let saved: Value = serde_json::from_slice(&b).unwrap();
     assert_eq!(code, 201, "{saved}");
     assert_eq!(saved["valid"], true, "{saved}");
-    // Stored as a graph document naming its weights file, which lies next to it.
+    // Stored as a graph document naming its weights file, which lies next to it: the
+    // weights committed with it, named by their content (`tiny.HASH.safetensors`).
     let (code, g) = s.json("GET", "/api/graphs/tiny", None);
     assert_eq!(code, 200);
-    assert_eq!(g["params"]["file"], "tiny.safetensors", "{g}");
-    assert!(ws.join("graphs/tiny.safetensors").is_file());
+    let file = g["params"]["file"].as_str().unwrap().to_string();
+    let hash = file
+        .strip_prefix("tiny.")
+        .and_then(|f| f.strip_suffix(".safetensors"))
+        .unwrap_or_else(|| panic!("{g}"));
+    assert!(
+        hash.len() == 32 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{g}"
+    );
+    assert!(ws.join("graphs").join(&file).is_file());
     assert!(s.json("GET", "/api/graphs", None).1["graphs"]
         .as_array()
         .unwrap()
@@ -1759,12 +1771,9 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
     );
     // Its weights file read back and stored under another name (as the editor saves an
     // imported model), with a graph naming it: the same outputs.
-    let (code, bytes) = s.req("GET", "/api/weights/tiny.safetensors", None);
+    let (code, bytes) = s.req("GET", &format!("/api/weights/{file}"), None);
     assert_eq!(code, 200);
-    assert_eq!(
-        bytes,
-        std::fs::read(ws.join("graphs/tiny.safetensors")).unwrap()
-    );
+    assert_eq!(bytes, std::fs::read(ws.join("graphs").join(&file)).unwrap());
     let octets = [("Content-Type", "application/octet-stream")];
     let (code, b) = s.req_with(
         "PUT",
@@ -1838,7 +1847,7 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
         "{v}"
     );
     let mut outside = g.clone();
-    outside["params"]["file"] = json!("../tiny.safetensors");
+    outside["params"]["file"] = json!(format!("../{file}"));
     assert_eq!(
         s.req(
             "PUT",
@@ -1871,9 +1880,9 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
         "logits",
     );
     sluice_tests::compare("resnet18_style on the server", &got, &want, 1e-3, 1e-3).unwrap();
-    // Deleting a graph deletes its weights.
+    // Deleting a graph deletes its weights (its version keeps them).
     assert_eq!(s.req("DELETE", "/api/graphs/tiny", None).0, 204);
-    assert!(!ws.join("graphs/tiny.safetensors").exists());
+    assert!(!ws.join("graphs").join(&file).exists());
     assert_eq!(s.req("GET", "/api/graphs/tiny", None).0, 404);
 }
 
@@ -1933,7 +1942,13 @@ fn hostile_onnx_bodies_get_clear_errors_and_store_nothing() {
     let (code, _) = s.req_with("POST", "/api/validate", Some(&tiny), &onnx);
     assert_eq!(code, 415);
     assert_eq!(s.req("GET", "/api/graphs/hostile", None).0, 404);
-    assert!(!ws.join("graphs/hostile.safetensors").exists());
+    let stored: Vec<String> = std::fs::read_dir(ws.join("graphs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("hostile"))
+        .collect();
+    assert!(stored.is_empty(), "{stored:?}");
     assert_eq!(s.req("GET", "/api/graphs", None).0, 200, "the server is up");
 }
 
@@ -2002,4 +2017,293 @@ fn replaced_and_deleted_graphs_can_be_restored_from_their_versions() {
         404
     );
     assert_eq!(s.req("GET", "/api/graphs/bad.name/versions", None).0, 400);
+}
+
+/// The `mlp_tiny` fixture as ONNX bytes, its graph named `name` and every weight
+/// multiplied by `scale` (its weights import as a weights file).
+fn tiny_onnx(name: &str, scale: f32) -> Vec<u8> {
+    use prost::Message;
+    use sluice_engine::onnx::proto::ModelProto;
+    let mut model = ModelProto::decode(onnx_fixture("mlp_tiny", "model.onnx").as_slice()).unwrap();
+    let graph = model.graph.as_mut().unwrap();
+    graph.name = name.to_string();
+    for t in &mut graph.initializer {
+        let values: Vec<f32> = if t.raw_data.is_empty() {
+            t.float_data.clone()
+        } else {
+            t.raw_data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        t.raw_data = values
+            .iter()
+            .flat_map(|v| (v * scale).to_le_bytes())
+            .collect();
+        t.float_data.clear();
+    }
+    model.encode_to_vec()
+}
+
+impl Server {
+    /// Runs the stored graph `name` (a [`tiny_onnx`] model) on a fixed input: its output.
+    fn run_tiny(&self, name: &str) -> sluice_engine::Tensor {
+        let x = sluice_engine::Tensor::f32(vec![2, 4], (0..8).map(|i| i as f32 - 3.5).collect());
+        let npy = sluice_engine::npy::to_bytes(&x).unwrap();
+        self.run_output(json!({ "graph": name, "batch": 2 }), "x", &npy, "logits")
+    }
+
+    /// The newest kept version of graph `name`.
+    fn newest_version(&self, name: &str) -> String {
+        let (code, list) = self.json("GET", &format!("/api/graphs/{name}/versions"), None);
+        assert_eq!(code, 200, "{list}");
+        list["versions"][0]["version"].as_str().unwrap().to_string()
+    }
+
+    fn restore(&self, name: &str, version: &str) {
+        let (code, r) = self.json(
+            "POST",
+            &format!("/api/graphs/{name}/versions/{version}/restore"),
+            None,
+        );
+        assert_eq!(code, 200, "{r}");
+    }
+}
+
+/// A model's versions keep its weights with its graph: a model restored after a newer
+/// upload, or after its delete, runs with its own weights; weights put over a model's are
+/// kept with a version too.
+#[test]
+fn restored_models_run_with_their_own_weights() {
+    let ws = workspace("model-versions");
+    let s = start(&ws, None, &[]);
+    let onnx = [("Content-Type", "application/onnx")];
+    let (first, second) = (tiny_onnx("first", 1.0), tiny_onnx("second", -0.5));
+    assert_eq!(
+        s.req_with("PUT", "/api/graphs/m", Some(&first), &onnx).0,
+        201
+    );
+    let out_first = s.run_tiny("m");
+    assert_eq!(
+        s.req_with("PUT", "/api/graphs/m", Some(&second), &onnx).0,
+        200
+    );
+    let out_second = s.run_tiny("m");
+    assert_ne!(out_first, out_second, "the two models differ");
+    // The older version, restored: the older weights.
+    s.restore("m", &s.newest_version("m"));
+    assert_eq!(s.json("GET", "/api/graphs/m", None).1["name"], "first");
+    assert_eq!(
+        s.run_tiny("m"),
+        out_first,
+        "restored with the weights it was saved with"
+    );
+    // Deleted, then restored: it runs with its own weights.
+    assert_eq!(s.req("DELETE", "/api/graphs/m", None).0, 204);
+    s.restore("m", &s.newest_version("m"));
+    assert_eq!(
+        s.run_tiny("m"),
+        out_first,
+        "a restored deleted model has its weights"
+    );
+    // And the newer upload is still a version of its own.
+    let (_, list) = s.json("GET", "/api/graphs/m/versions", None);
+    let second_version = list["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap().to_string())
+        .find(|v| {
+            s.json("GET", &format!("/api/graphs/m/versions/{v}"), None)
+                .1["name"]
+                == "second"
+        })
+        .expect("the second model is kept");
+    s.restore("m", &second_version);
+    assert_eq!(s.run_tiny("m"), out_second);
+    // Weights put by name over a graph's weights keep the replaced ones as a version.
+    let (_, g) = s.json("GET", "/api/graphs/m", None);
+    let committed = g["params"]["file"].as_str().unwrap().to_string();
+    let (code, second_weights) = s.req("GET", &format!("/api/weights/{committed}"), None);
+    assert_eq!(code, 200);
+    s.restore("m", &s.newest_version("m")); // back to the first model
+    let (_, g) = s.json("GET", "/api/graphs/m", None);
+    let (_, first_weights) = s.req(
+        "GET",
+        &format!("/api/weights/{}", g["params"]["file"].as_str().unwrap()),
+        None,
+    );
+    let octets = [("Content-Type", "application/octet-stream")];
+    let put_weights = |bytes: &[u8]| {
+        let (code, b) = s.req_with("PUT", "/api/weights/e.safetensors", Some(bytes), &octets);
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&b));
+    };
+    put_weights(&first_weights);
+    let mut e = g.clone();
+    e["params"]["file"] = json!("e.safetensors");
+    assert_eq!(
+        s.req("PUT", "/api/graphs/e", Some(e.to_string().as_bytes()))
+            .0,
+        201
+    );
+    assert_eq!(s.run_tiny("e"), out_first);
+    put_weights(&second_weights);
+    assert_eq!(s.run_tiny("e"), out_second, "the new weights are used");
+    s.restore("e", &s.newest_version("e"));
+    assert_eq!(s.run_tiny("e"), out_first, "the replaced weights were kept");
+    // A model's committed weights never change.
+    let (_, g) = s.json("GET", "/api/graphs/m", None);
+    let committed = g["params"]["file"].as_str().unwrap().to_string();
+    let (code, b) = s.req_with(
+        "PUT",
+        &format!("/api/weights/{committed}"),
+        Some(&second_weights),
+        &octets,
+    );
+    assert_eq!(code, 400, "{}", String::from_utf8_lossy(&b));
+    assert!(String::from_utf8_lossy(&b).contains("never change"));
+    assert_eq!(
+        s.req("GET", &format!("/api/weights/{committed}"), None).1,
+        first_weights
+    );
+}
+
+/// `(node, stage)` of each entry of a run's `top_nodes`, and the entries whose stage sums
+/// differ from that stage's busy time (the check every per-node time must pass).
+fn node_stages_and_misfits(metrics: &Value) -> (Vec<(String, u64)>, Vec<String>) {
+    let top = metrics["top_nodes"].as_array().expect("top_nodes");
+    let mut keys: Vec<(String, u64)> = top
+        .iter()
+        .map(|t| {
+            (
+                t["node"].as_str().unwrap().to_string(),
+                t["stage"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    keys.sort();
+    let mut misfits = Vec::new();
+    for d in metrics["devices"].as_array().expect("devices") {
+        let stage = d["stage"].as_u64().unwrap();
+        let sum: u64 = top
+            .iter()
+            .filter(|t| t["stage"].as_u64() == Some(stage))
+            .map(|t| t["total_ns"].as_u64().unwrap())
+            .sum();
+        if sum != d["busy_ns"].as_u64().unwrap() {
+            misfits.push(format!(
+                "stage {stage}: nodes sum to {sum}, busy {}",
+                d["busy_ns"]
+            ));
+        }
+    }
+    (keys, misfits)
+}
+
+/// Runs the 2-stage MLP on the server (on its workers when `workers`) and checks that the
+/// per-node times of its record are those of the events it relays (what the editor's heat
+/// map reads) and sum to each stage's busy time; returns the record's metrics.
+fn node_times_of_a_server_run(s: &Server, workers: bool) -> Value {
+    use sluice_engine::telemetry::{metrics::node_times, Event};
+    let mut request =
+        json!({ "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2 });
+    if workers {
+        request["workers"] = json!(["w1", "w2"]);
+    }
+    let (code, r) = s.json("POST", "/api/runs", Some(request));
+    assert_eq!(code, 202, "{r}");
+    let id = r["id"].as_str().unwrap().to_string();
+    let record = s.wait_run(&id);
+    assert_eq!(record["status"], "succeeded", "{record}");
+    let server = record["metrics"]["metrics"].clone();
+    let mut socket = s.ws(&format!("/api/runs/{id}/events"));
+    let mut events: Vec<Event> = Vec::new();
+    loop {
+        let text = socket.read().expect("a message before the summary");
+        let Ok(text) = text.into_text() else { continue };
+        let v: Value = serde_json::from_str(&text).unwrap();
+        match v["type"].as_str() {
+            Some("event") => events.push(serde_json::from_value(v["event"].clone()).unwrap()),
+            Some("summary") => break,
+            _ => {}
+        }
+    }
+    // Node, stage and nanoseconds exactly; shares to the precision JSON keeps.
+    let relayed = node_times(&events);
+    let recorded = server["top_nodes"].as_array().expect("top_nodes");
+    assert_eq!(
+        relayed.len(),
+        recorded.len(),
+        "workers={workers}: {relayed:?} vs {server}"
+    );
+    for (got, want) in relayed.iter().zip(recorded) {
+        let same = want["node"] == got.node.as_str()
+            && want["stage"] == got.stage
+            && want["total_ns"] == got.total_ns
+            && (want["share"].as_f64().unwrap() - got.share).abs() < 1e-12;
+        assert!(same, "workers={workers}: relayed {got:?}, recorded {want}");
+    }
+    let (_, misfits) = node_stages_and_misfits(&server);
+    assert!(
+        misfits.is_empty(),
+        "workers={workers}: {misfits:?} in {server}"
+    );
+    server
+}
+
+#[test]
+fn per_node_times_are_the_same_on_the_cli_the_server_and_its_relayed_events() {
+    let ws = workspace("node-times");
+    let s = start(&ws, None, &[]);
+    let server = node_times_of_a_server_run(&s, false);
+    // The CLI on the same graph and settings names the same nodes on the same stages.
+    let x =
+        sluice_engine::Tensor::f32(vec![8, 784], (0..8 * 784).map(|i| (i % 7) as f32).collect());
+    let x_file = ws.join("x.npy");
+    std::fs::write(&x_file, sluice_engine::npy::to_bytes(&x).unwrap()).unwrap();
+    let out = sluice()
+        .args([
+            "run",
+            "--batch",
+            "8",
+            "--microbatches",
+            "4",
+            "--stages",
+            "2",
+            "--json",
+        ])
+        .arg("--input")
+        .arg(format!("x={}", x_file.display()))
+        .arg(sluice_tests::root().join("assets/graphs/mlp.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&out.stdout).expect("JSON from run --json");
+    let (cli_keys, cli_misfits) = node_stages_and_misfits(&cli["metrics"]);
+    let (server_keys, _) = node_stages_and_misfits(&server);
+    assert!(
+        cli_misfits.is_empty(),
+        "CLI: {cli_misfits:?} in {}",
+        cli["metrics"]
+    );
+    assert_eq!(
+        cli_keys, server_keys,
+        "CLI and server charge different nodes"
+    );
+    assert!(cli_keys.iter().any(|(n, _)| n == "act1"), "{cli_keys:?}");
+    // Stages on workers: the workers' own passes, as relayed, are the record's nodes.
+    let _w1 = worker(&s);
+    let _w2 = worker(&s);
+    wait_workers(&s, 2);
+    let remote = node_times_of_a_server_run(&s, true);
+    let (remote_keys, _) = node_stages_and_misfits(&remote);
+    assert!(
+        remote_keys.iter().any(|(n, _)| n == "probs"),
+        "the workers' passes are charged to their nodes: {remote_keys:?}"
+    );
+    let _ = std::fs::remove_dir_all(&ws);
 }

@@ -9,7 +9,9 @@ use super::events::{forward_finished, forward_live};
 use super::guard::{check_host_and_origin, media_type, require_json, require_token, MODEL_TYPES};
 use super::prepare::{parse_json, prepare_run};
 use super::state::AppState;
-use super::workspace::{valid_run_id, valid_weights_file, weights_file};
+use super::workspace::{
+    committed_weights_file, settable_weights_file, valid_run_id, valid_weights_file,
+};
 use super::{metrics, openapi, page};
 use axum::body::Body;
 use axum::extract::ws::WebSocketUpgrade;
@@ -202,7 +204,8 @@ async fn get_version(
     }
 }
 
-/// Makes a kept version the stored graph again (what it replaces is kept in turn).
+/// Makes a kept version the stored graph again with the weights kept with it (what it
+/// replaces is kept in turn).
 async fn restore_version(
     State(state): State<AppState>,
     Path((name, version)): Path<(String, String)>,
@@ -213,17 +216,11 @@ async fn restore_version(
     let restored = state
         .work
         .quick("restoring the version", move || {
-            let text = s
-                .workspace
+            // A malformed version id is the client's error; anything else the server's.
+            s.workspace
                 .read_version(&n, &v)
                 .map_err(|e| AppError::bad(format!("{e:#}")))?;
-            match text {
-                Some(text) => {
-                    s.workspace.write_graph(&n, text.as_bytes())?;
-                    Ok(true)
-                }
-                None => Ok(false),
-            }
+            Ok(s.workspace.restore_version(&n, &v)?)
         })
         .await?;
     if restored {
@@ -265,16 +262,24 @@ async fn get_weights(
 
 /// Stores a weights file (`application/octet-stream`, safetensors) durably, after checking
 /// that it parses within the limits; a graph naming it in `params.file` then runs with it
-/// (the editor saves an imported model's weights so, before the graph).
+/// (the editor saves an imported model's weights so, before the graph). The weights it
+/// replaces are kept with a version of each graph naming them. A model's committed
+/// weights (`NAME.HASH.safetensors`) never change.
 async fn put_weights(
     State(state): State<AppState>,
     Path(file): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    if !valid_weights_file(&file) {
+    if !settable_weights_file(&file) {
+        let why = if valid_weights_file(&file) {
+            "names a model's weights committed with its graph, which never change"
+        } else {
+            "is not a weights file name"
+        };
         return Err(AppError::bad(format!(
-            "'{file}' is not a weights file name (NAME.safetensors, NAME a graph name)"
+            "'{}' {why}: put NAME.safetensors, NAME a graph name",
+            file.chars().take(100).collect::<String>()
         )));
     }
     if !media_type(&headers).is_some_and(|t| t.eq_ignore_ascii_case("application/octet-stream")) {
@@ -326,8 +331,8 @@ impl sluice_engine::onnx::ExternalData for BodyOnly {
 }
 
 /// Imports an ONNX model as the graph `name`: its document (named after the graph when the
-/// model names none, `params.file` naming `NAME.safetensors`), checked against the limits,
-/// and its weights as safetensors. 422 with the importer's message for a model Sluice
+/// model names none, `params.file` naming its weights' committed file
+/// `NAME.HASH.safetensors`), checked against the limits, and its weights as safetensors. 422 with the importer's message for a model Sluice
 /// cannot import.
 fn import_model(
     name: &str,
@@ -340,11 +345,11 @@ fn import_model(
     if doc.name.is_empty() || doc.name == "imported" {
         doc.name = name.to_string();
     }
-    doc.params.file = Some(weights_file(name));
-    let graph = sluice_engine::Graph::build_with(doc, limits)
-        .map_err(|p| AppError::unprocessable(format!("the imported graph does not check: {p}")))?;
     let weights = sluice_engine::train::checkpoint::encode_weights(&imported.weights)
         .map_err(|e| AppError::unprocessable(format!("cannot store the model's weights: {e}")))?;
+    doc.params.file = Some(committed_weights_file(name, &weights));
+    let graph =
+        sluice_engine::Graph::build_with(doc, limits).map_err(|p| AppError::problems(p.0))?;
     let text = serde_json::to_string_pretty(&graph.doc)
         .map_err(|e| AppError::unprocessable(format!("cannot write the imported graph: {e}")))?;
     Ok(Put::Model {
@@ -353,11 +358,11 @@ fn import_model(
     })
 }
 
-/// Stores a graph file as sent (a draft may still have problems, which are reported) —
-/// after checking it against the limits and analysing it, so a graph that cannot be
-/// checked is never stored. A body sent as an ONNX model (`application/onnx` or
-/// `application/octet-stream`) is imported and stored as a graph with its weights file
-/// `NAME.safetensors` next to it; a graph file put later leaves that file alone.
+/// Stores a graph file as sent, only after it checks exactly as `sluice validate` checks
+/// it (the engine's `load_graph_with` under the same limits): a graph with any problem is
+/// refused with 422 and every problem, and nothing is stored. A body sent as an ONNX model
+/// (`application/onnx` or `application/octet-stream`) is imported and stored with its
+/// weights as one commit (`NAME.HASH.safetensors`, which its `params.file` names).
 async fn put_graph(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -370,11 +375,11 @@ async fn put_graph(
     let body = state.bodies.read(&headers, body).await?;
     let limits = state.limits.clone();
     let n = name.clone();
-    let (problems, put) = state
+    let put = state
         .work
         .heavy("checking the graph", move || {
             if model {
-                return Ok((Vec::new(), import_model(&n, &body.bytes, &limits)?));
+                return import_model(&n, &body.bytes, &limits);
             }
             let value = parse_json(&body.bytes, limits.max_json_values)?;
             if !value.is_object() {
@@ -382,11 +387,8 @@ async fn put_graph(
             }
             let text = std::str::from_utf8(&body.bytes)
                 .map_err(|_| AppError::bad("a graph file must be UTF-8 text"))?;
-            let problems = match sluice_engine::load_graph_with(text, &limits) {
-                Ok(_) => Vec::new(),
-                Err(p) => p.0,
-            };
-            Ok((problems, Put::Graph(body)))
+            sluice_engine::load_graph_with(text, &limits).map_err(|p| AppError::problems(p.0))?;
+            Ok(Put::Graph(body))
         })
         .await?;
     let s = state.clone();
@@ -419,8 +421,8 @@ async fn put_graph(
         status,
         Json(GraphSaved {
             saved: name,
-            valid: problems.is_empty(),
-            problems,
+            valid: true,
+            problems: Vec::new(),
         }),
     )
         .into_response())

@@ -1,5 +1,6 @@
-//! The accept loop: at most `--max-connections` connections at once (extra ones are
-//! closed at once), TLS when configured (the handshake within `--header-timeout`), HTTP/1.1
+//! The accept loop: at most `--max-connections` connections at once, and at most
+//! `--max-connections-per-client` from one client (one IPv4 address, one IPv6 /64), so
+//! one client cannot hold every place — extra ones are closed at once —, TLS when configured (the handshake within `--header-timeout`), HTTP/1.1
 //! with `--header-timeout` on every request head (which also ends idle keep-alive
 //! connections), a peer that accepts no bytes for `--body-timeout` dropped (responses and
 //! WebSocket messages alike), WebSocket upgrades, and graceful shutdown.
@@ -8,10 +9,12 @@ use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -33,15 +36,90 @@ pub struct Settings {
     pub stall_timeout: Duration,
     /// Connections at once.
     pub max_connections: usize,
+    /// Connections at once from one client ([`Client`]), whether or not they have sent
+    /// their request head yet.
+    pub max_connections_per_client: usize,
     /// TLS, when configured.
     pub tls: Option<TlsAcceptor>,
 }
 
-/// A connection: its place among the connections (given back when the socket closes,
-/// WebSockets included) and a timer on writes the peer does not accept.
+/// Who a connection counts against for `--max-connections-per-client`: its peer's IPv4
+/// address, or the /64 prefix of its IPv6 address (one host usually holds a whole /64;
+/// an IPv4 address mapped into IPv6 counts as that IPv4 address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Client(IpAddr);
+
+impl Client {
+    /// The client a peer address belongs to.
+    fn of(ip: IpAddr) -> Client {
+        match ip {
+            IpAddr::V4(v4) => Client(IpAddr::V4(v4)),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Client(IpAddr::V4(v4)),
+                None => {
+                    let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                    Client(IpAddr::V6(prefix.into()))
+                }
+            },
+        }
+    }
+}
+
+/// Open connections per client, each at most the limit.
+#[derive(Debug)]
+struct PerClient {
+    max: usize,
+    open: Mutex<HashMap<Client, usize>>,
+}
+
+/// One open connection counted against its client, uncounted when dropped.
+struct ClientPlace {
+    clients: Arc<PerClient>,
+    client: Client,
+}
+
+impl PerClient {
+    fn new(max: usize) -> Arc<PerClient> {
+        Arc::new(PerClient {
+            max: max.max(1),
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A place for one more connection of `client`, or None when it holds the limit.
+    fn take(self: &Arc<PerClient>, client: Client) -> Option<ClientPlace> {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(client).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientPlace {
+            clients: self.clone(),
+            client,
+        })
+    }
+}
+
+impl Drop for ClientPlace {
+    fn drop(&mut self) {
+        let mut open = self.clients.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.client);
+            }
+        }
+    }
+}
+
+/// A connection: its places among all connections and among its client's (given back
+/// when the socket closes, WebSockets included) and a timer on writes the peer does not
+/// accept.
 struct Conn {
     stream: TcpStream,
     _place: OwnedSemaphorePermit,
+    _client_place: ClientPlace,
     stall: Duration,
     stalled: Option<Pin<Box<Sleep>>>,
 }
@@ -176,6 +254,7 @@ pub async fn serve(
     stop: impl Future<Output = ()>,
 ) {
     let places = Arc::new(Semaphore::new(settings.max_connections.max(1)));
+    let clients = PerClient::new(settings.max_connections_per_client);
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(settings.header_timeout)
@@ -188,14 +267,23 @@ pub async fn serve(
             a = listener.accept() => a,
             () = &mut stop => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors, say: wait a little instead of spinning.
                 tracing::warn!("accepting a connection failed: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        // The client's own limit first, so a client over it takes no place of others.
+        let Some(client_place) = clients.take(Client::of(peer.ip())) else {
+            tracing::debug!(
+                "connection from {} refused: --max-connections-per-client reached",
+                peer.ip()
+            );
+            drop(stream);
+            continue;
         };
         let Ok(place) = places.clone().try_acquire_owned() else {
             tracing::debug!("connection refused: --max-connections reached");
@@ -206,6 +294,7 @@ pub async fn serve(
         let conn = Conn {
             stream,
             _place: place,
+            _client_place: client_place,
             stall: settings.stall_timeout,
             stalled: None,
         };
@@ -222,4 +311,34 @@ pub async fn serve(
     // Every place back means every connection closed; WebSockets may keep theirs.
     let all = u32::try_from(settings.max_connections.max(1)).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(GRACE, places.acquire_many(all)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_holds_at_most_its_limit_and_gets_places_back() {
+        let clients = PerClient::new(2);
+        let a = Client::of("127.0.0.2".parse().unwrap());
+        let b = Client::of("127.0.0.3".parse().unwrap());
+        let first = clients.take(a).expect("a first place");
+        let _second = clients.take(a).expect("a second place");
+        assert!(clients.take(a).is_none(), "a third place of one client");
+        assert!(clients.take(b).is_some(), "another client is not affected");
+        drop(first);
+        assert!(
+            clients.take(a).is_some(),
+            "a place given back is taken again"
+        );
+    }
+
+    #[test]
+    fn an_ipv6_host_counts_by_its_64_prefix_and_mapped_ipv4_as_ipv4() {
+        let one = |s: &str| Client::of(s.parse().unwrap());
+        assert_eq!(one("2001:db8:1:2::1"), one("2001:db8:1:2:ffff::9"));
+        assert_ne!(one("2001:db8:1:2::1"), one("2001:db8:1:3::1"));
+        assert_eq!(one("::ffff:10.0.0.5"), one("10.0.0.5"));
+        assert_ne!(one("10.0.0.5"), one("10.0.0.6"));
+    }
 }

@@ -84,6 +84,12 @@ pub struct ServeArgs {
     /// Connections at once; further ones are closed at once.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// Connections at once from one client (an IPv4 address or an IPv6 /64), counted
+    /// from the moment they are accepted, so one client cannot hold every place; further
+    /// ones from it are closed at once. Behind a proxy every client is the proxy: raise it
+    /// to --max-connections there.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_client: u32,
     /// Worker sockets at once; further workers get 503.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_workers: u32,
@@ -249,6 +255,8 @@ pub fn serve(args: &ServeArgs) -> Result<ExitCode> {
                 header_timeout: Duration::from_secs(args.header_timeout),
                 stall_timeout: timeout,
                 max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+                max_connections_per_client: usize::try_from(args.max_connections_per_client)
+                    .unwrap_or(usize::MAX),
                 tls,
             },
             stop_signal(),

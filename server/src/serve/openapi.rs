@@ -49,8 +49,8 @@ pub fn spec() -> Value {
             "/api/graphs": { "get": op("Names of the stored graphs", &[("200", "names")]) },
             "/api/graphs/{name}": {
                 "get": path_param(op("A stored graph file", &[("200", "the graph JSON"), ("400", err), ("404", err)]), &["name"]),
-                "put": path_param(with_body(op("Store a graph file (durably, after checking it); reports its problems. An ONNX model body (Content-Type application/onnx or application/octet-stream, self-contained) is imported and stored as the graph with its weights in NAME.safetensors, which the graph's params.file names and runs by name read", &[("200", "replaced"), ("201", "created"), ("400", err), ("413", err), ("415", err), ("422", "over a limit, or a model that cannot be imported (every unsupported node named)")]), "the graph file, or an ONNX model"), &["name"]),
-                "delete": path_param(op("Delete a stored graph and its weights file NAME.safetensors (kept while another graph names it)", &[("204", "deleted"), ("400", err), ("404", err)]), &["name"]),
+                "put": path_param(with_body(op("Store a graph file (durably, only after it checks as `sluice validate` checks it; what it replaces is kept as a version). An ONNX model body (Content-Type application/onnx or application/octet-stream, self-contained) is imported and stored with its weights as one commit: the weights in NAME.HASH.safetensors (HASH naming the bytes; never changed), which the graph's params.file names and runs by name read", &[("200", "replaced"), ("201", "created"), ("400", err), ("413", err), ("415", err), ("422", "the graph's problems (those `sluice validate` lists), over a limit, or a model that cannot be imported (every unsupported node named)")]), "the graph file, or an ONNX model"), &["name"]),
+                "delete": path_param(op("Delete a stored graph (kept as a version with its weights) and its weights: the file its params.file names when committed with it, and NAME.safetensors (each kept while another graph names it)", &[("204", "deleted"), ("400", err), ("404", err)]), &["name"]),
             },
             "/api/graphs/{name}/versions": {
                 "get": path_param(op("The kept versions of a graph, newest first: each save or delete that replaced it kept what it replaced (the last 10)", &[("200", "{versions: [{version, bytes}]}"), ("400", err)]), &["name"]),
@@ -59,11 +59,11 @@ pub fn spec() -> Value {
                 "get": path_param(op("One kept version of a graph, as stored", &[("200", "the graph JSON"), ("400", err), ("404", err)]), &["name", "version"]),
             },
             "/api/graphs/{name}/versions/{version}/restore": {
-                "post": path_param(op("Make a kept version the stored graph again (what it replaces is kept in turn)", &[("200", "{restored, version}"), ("400", err), ("404", err)]), &["name", "version"]),
+                "post": path_param(op("Make a kept version the stored graph again with the weights kept with it, as one commit (what it replaces is kept in turn)", &[("200", "{restored, version}"), ("400", err), ("404", err)]), &["name", "version"]),
             },
             "/api/weights/{file}": {
-                "get": path_param(op("A weights file of the workspace (NAME.safetensors), as stored", &[("200", "the safetensors bytes"), ("400", err), ("404", err)]), &["file"]),
-                "put": path_param(with_body(op("Store a weights file (Content-Type application/octet-stream, safetensors) durably, after checking that it parses; a graph whose params.file names it runs with it", &[("200", "stored"), ("400", err), ("413", err), ("415", err)]), "the safetensors file"), &["file"]),
+                "get": path_param(op("A weights file of the workspace (NAME.safetensors or NAME.HASH.safetensors), as stored", &[("200", "the safetensors bytes"), ("400", err), ("404", err)]), &["file"]),
+                "put": path_param(with_body(op("Store a weights file NAME.safetensors (Content-Type application/octet-stream, safetensors) durably, after checking that it parses; a graph whose params.file names it runs with it, and every graph naming the weights it replaces keeps a version with them. A model's committed weights (NAME.HASH.safetensors) cannot be put: 400", &[("200", "stored"), ("400", err), ("413", err), ("415", err)]), "the safetensors file"), &["file"]),
             },
             "/api/validate": { "post": with_body(op("Shapes and batch per node and the nodes that couple samples, or every problem", &[("200", "valid: nodes with output types and batch, and the nodes that couple samples"), ("400", err), ("422", "problems")]), "a graph document") },
             "/api/runs": {

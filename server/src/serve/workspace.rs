@@ -1,20 +1,30 @@
 //! The workspace folder, and the only code that turns names into paths in it:
-//! `graphs/NAME.json` (with `graphs/NAME.safetensors`, the weights of a graph imported
-//! from an ONNX model, which its `params.file` names); `versions/NAME/MILLIS.json`, the
-//! last [`KEPT_VERSIONS`] versions a save or a delete replaced (restorable); per run `runs/ID/` with its kept request files (`graph.json` for an
-//! inline graph, `inputs/K.npy` for uploads), its outputs (`FILE.npy`) and its events
-//! (`events.json`, replayed to late watchers and made into its trace); `sluice.db`; and
-//! `.lock`, held by the one server using the workspace. Graph names and output file names
-//! are checked against a safe pattern and run ids against the server's own form here,
-//! whatever the caller checked. Every file is written durably: a unique temp file in the
-//! same folder, fsync, rename, fsync of the folder — a crash leaves the old bytes or the
-//! new ones, never a mix.
+//! `graphs/NAME.json` (a stored graph); its weights, which its `params.file` names: a
+//! model's weights stored with it as one commit, `graphs/NAME.HASH.safetensors` (HASH
+//! naming the bytes, so such a file never changes), or a weights file put by name,
+//! `graphs/NAME.safetensors`; `versions/NAME/ID.json` with `versions/NAME/ID.safetensors`,
+//! the last [`KEPT_VERSIONS`] versions a save, a delete or a weights upload replaced,
+//! each with the weights its graph named (restorable together); per run `runs/ID/` with
+//! its kept request files (`graph.json` for an inline graph, `inputs/K.npy` for uploads),
+//! its outputs (`FILE.npy`) and its events (`events.json`, replayed to late watchers and
+//! made into its trace); `sluice.db`; and `.lock`, held by the one server using the
+//! workspace. Graph names and output file names are checked against a safe pattern and
+//! run ids against the server's own form here, whatever the caller checked. Every file is
+//! written durably: a unique temp file in the same folder, fsync, rename, fsync of the
+//! folder — a crash leaves the old bytes or the new ones, never a mix.
+//!
+//! A graph and its weights are one commit: the weights file is written first and never
+//! changes afterwards; renaming the graph file into place commits both, so a reader that
+//! reads a graph and then the weights it names (a run, the editor, a crash) always gets
+//! that model's weights, never another's. Every change of the stored graphs, weights and
+//! versions happens under one lock.
 
 use crate::files::{read_bounded, read_text_bounded, sync_dir, write_durably};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_api::{valid_name, GraphVersion as Version};
 use sluice_engine::telemetry::Event;
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -46,15 +56,75 @@ pub const MAX_KEPT_EVENTS: usize = 200_000;
 /// Largest kept upload read back (uploads arrive in bodies under `--body-limit`).
 const MAX_KEPT_FILE: u64 = 4 << 30;
 
-/// Whether a graph's `params.file` names a weights file the server keeps: `NAME.safetensors`
-/// with a valid graph name, in the graphs folder.
+/// Hex digits of the content hash in a committed weights file's name (128 bits of
+/// SHA-256).
+const HASH_DIGITS: usize = 32;
+
+/// Whether a graph's `params.file` names a weights file the server keeps, in the graphs
+/// folder: `NAME.safetensors` ([`weights_file`]) or `NAME.HASH.safetensors`
+/// ([`committed_weights_file`]), NAME a valid graph name.
 pub fn valid_weights_file(file: &str) -> bool {
+    settable_weights_file(file) || committed_file(file)
+}
+
+/// Whether `file` is a weights file put by name (`NAME.safetensors`), which
+/// `PUT /api/weights` may replace.
+pub fn settable_weights_file(file: &str) -> bool {
     file.strip_suffix(".safetensors").is_some_and(valid_name)
 }
 
-/// The weights file of the graph `name`.
+/// Whether `file` is a model's committed weights (`NAME.HASH.safetensors`), which never
+/// change.
+fn committed_file(file: &str) -> bool {
+    file.strip_suffix(".safetensors")
+        .and_then(|stem| stem.rsplit_once('.'))
+        .is_some_and(|(name, hash)| {
+            valid_name(name)
+                && hash.len() == HASH_DIGITS
+                && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+}
+
+/// The weights file the graph `name` may be given by name (`PUT /api/weights`).
 pub fn weights_file(name: &str) -> String {
     format!("{name}.safetensors")
+}
+
+/// The file a model's weights are committed as with the graph `name`:
+/// `NAME.HASH.safetensors`, HASH the first 128 bits of the bytes' SHA-256 in hex, so
+/// different weights never share a file and a committed file never changes.
+pub fn committed_weights_file(name: &str, weights: &[u8]) -> String {
+    format!("{name}.{}.safetensors", content_hash(weights))
+}
+
+/// The first 128 bits of the SHA-256 of `bytes`, in lowercase hex (the digest of the
+/// TLS stack the server already links, *ring*).
+fn content_hash(bytes: &[u8]) -> String {
+    use rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256;
+    use std::fmt::Write as _;
+    let sha256 = match TLS13_AES_128_GCM_SHA256 {
+        rustls::SupportedCipherSuite::Tls13(suite) => suite.common.hash_provider,
+        rustls::SupportedCipherSuite::Tls12(suite) => suite.common.hash_provider,
+    };
+    let digest = sha256.hash(bytes);
+    digest
+        .as_ref()
+        .iter()
+        .take(HASH_DIGITS / 2)
+        .fold(String::new(), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
+}
+
+/// The weights file a graph's text names in `params.file`, when it is one of the
+/// workspace's; `Err` when the text is not a JSON document.
+fn named_file(text: &str) -> Result<Option<String>, ()> {
+    let doc: serde_json::Value = serde_json::from_str(text).map_err(|_| ())?;
+    Ok(doc["params"]["file"]
+        .as_str()
+        .filter(|f| valid_weights_file(f))
+        .map(str::to_string))
 }
 
 /// Whether a string is a run id as the server makes them: 16 lowercase hex digits.
@@ -127,16 +197,18 @@ fn lock(root: &Path) -> Result<WorkspaceLock> {
     Ok(WorkspaceLock { _file: file })
 }
 
-/// Creates a folder and makes its entry in the parent durable.
-/// Held while a stored graph is replaced or deleted: the version kept and the write are
-/// one step, so concurrent saves of one graph keep every version they replace.
-fn replacing() -> std::sync::MutexGuard<'static, ()> {
-    static REPLACING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    REPLACING
+/// Held while the stored graphs, weights or versions change: a version kept and the
+/// change it keeps it for are one step, and a graph and its weights one commit, so
+/// concurrent saves of one graph keep every version they replace and never leave one
+/// model's graph with another's weights.
+fn changing() -> std::sync::MutexGuard<'static, ()> {
+    static CHANGING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CHANGING
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Creates a folder and makes its entry in the parent durable.
 fn create_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     if let Some(parent) = dir.parent() {
@@ -145,10 +217,78 @@ fn create_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Removes a file; one already gone is fine.
+fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove {}", path.display())),
+    }
+}
+
+/// Whether `path` is a regular file (not a link, folder or device).
+fn is_regular(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
+}
+
+/// Makes `to` hold the bytes of `from`, a weights file that is never written in place
+/// (every write renames a new file over the name): a hard link, or a durable copy where
+/// the file system has none. The caller makes the folder's entry durable.
+fn keep_file(from: &Path, to: &Path) -> Result<()> {
+    remove_if_present(to)?;
+    if std::fs::hard_link(from, to).is_ok() {
+        return Ok(());
+    }
+    let bytes = read_bounded(from, MAX_WEIGHTS_FILE)
+        .with_context(|| format!("cannot read {}", from.display()))?;
+    let (dir, name) = match (to.parent(), to.file_name().and_then(|n| n.to_str())) {
+        (Some(dir), Some(name)) => (dir, name),
+        _ => bail!("cannot keep weights as {}", to.display()),
+    };
+    write_durably(dir, name, &bytes)
+}
+
+/// A version id as [`Workspace::list_versions`] gives them: up to 20 digits.
+fn check_version_id(version: &str) -> Result<()> {
+    if version.is_empty() || version.len() > 20 || !version.bytes().all(|b| b.is_ascii_digit()) {
+        bail!("'{version}' is not a version id");
+    }
+    Ok(())
+}
+
+/// A graph's text with its `params.file` naming `file` instead.
+fn naming_weights(text: &str, file: &str) -> Result<Vec<u8>> {
+    let mut doc: serde_json::Value =
+        serde_json::from_str(text).context("a kept version is not a JSON document")?;
+    let Some(params) = doc
+        .get_mut("params")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        bail!("a kept version names its weights outside 'params'");
+    };
+    params.insert("file".into(), serde_json::Value::String(file.to_string()));
+    Ok(serde_json::to_vec_pretty(&doc)?)
+}
+
+/// The weights files the stored graphs name.
+#[derive(Debug, Default)]
+struct Named {
+    files: HashSet<String>,
+    /// Some graph could not be read or parsed, and so might name any file.
+    unreadable: bool,
+}
+
+impl Named {
+    /// Whether a stored graph names (or might name) `file`: keeping a file is always safe.
+    fn includes(&self, file: &str) -> bool {
+        self.unreadable || self.files.contains(file)
+    }
+}
+
 impl Workspace {
     /// Opens (creating when needed) a workspace and takes its lock, before changing
-    /// anything in it; a new workspace gets the examples, and temp files a killed server
-    /// left are removed.
+    /// anything in it; a new workspace gets the examples, and temp files and committed
+    /// weights no graph names (a killed server's leftovers) are removed.
     pub fn open(root: &Path) -> Result<(Workspace, WorkspaceLock)> {
         std::fs::create_dir_all(root)
             .with_context(|| format!("cannot create {}", root.display()))?;
@@ -172,6 +312,7 @@ impl Workspace {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
+        ws.drop_unnamed_commits()?;
         Ok((ws, held))
     }
 
@@ -218,11 +359,86 @@ impl Workspace {
         }
     }
 
-    /// Stores a graph durably, keeping the version it replaces.
+    /// Stores a graph durably, keeping the version it replaces (with its weights).
     pub fn write_graph(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        let _one_at_a_time = replacing();
-        self.keep_version(name)?;
-        write_durably(&self.graphs(), &Workspace::graph_file(name)?, bytes)
+        let _one_at_a_time = changing();
+        self.commit(name, bytes)
+    }
+
+    /// Stores an imported model as one commit: its weights as
+    /// [`committed_weights_file`] (written first and durably, never changed afterwards),
+    /// then its graph, which must name that file. What it replaces is kept as a version,
+    /// with its weights.
+    pub fn write_model(&self, name: &str, graph: &[u8], weights: &[u8]) -> Result<()> {
+        Workspace::graph_file(name)?;
+        let file = committed_weights_file(name, weights);
+        let text = std::str::from_utf8(graph).context("a graph is UTF-8 text")?;
+        if named_file(text) != Ok(Some(file.clone())) {
+            bail!("the model's graph does not name its weights file '{file}'");
+        }
+        let _one_at_a_time = changing();
+        if !is_regular(&self.graphs().join(&file)) {
+            write_durably(&self.graphs(), &file, weights)?;
+        }
+        self.commit(name, graph)
+    }
+
+    /// Keeps the stored graph `name` as a version, renames `graph` into its place (the
+    /// commit), then drops the committed weights the replaced graph named when no stored
+    /// graph names them any more (its version keeps them). Called under [`changing`].
+    fn commit(&self, name: &str, graph: &[u8]) -> Result<()> {
+        let replaced = self.keep_version(name)?;
+        write_durably(&self.graphs(), &Workspace::graph_file(name)?, graph)?;
+        let still_named = std::str::from_utf8(graph)
+            .ok()
+            .and_then(|t| named_file(t).ok().flatten());
+        match replaced {
+            Some(file) if still_named.as_ref() != Some(&file) => self.drop_if_unnamed(&file),
+            _ => Ok(()),
+        }
+    }
+
+    /// The weights files the stored graphs name.
+    fn named(&self) -> Result<Named> {
+        let mut named = Named::default();
+        for graph in self.list_graphs()? {
+            match self.read_graph(&graph).map(|t| t.map(|t| named_file(&t))) {
+                Ok(Some(Ok(Some(file)))) => {
+                    named.files.insert(file);
+                }
+                Ok(None | Some(Ok(None))) => {}
+                Ok(Some(Err(()))) | Err(_) => named.unreadable = true,
+            }
+        }
+        Ok(named)
+    }
+
+    /// Drops the committed weights file `file` when no stored graph names it.
+    fn drop_if_unnamed(&self, file: &str) -> Result<()> {
+        if !committed_file(file) || self.named()?.includes(file) {
+            return Ok(());
+        }
+        remove_if_present(&self.graphs().join(file))?;
+        sync_dir(&self.graphs())
+    }
+
+    /// Drops every committed weights file no stored graph names: what a crash left
+    /// between writing a model's weights and committing its graph, or between a commit
+    /// and dropping what it replaced.
+    fn drop_unnamed_commits(&self) -> Result<()> {
+        let named = self.named()?;
+        let dir = self.graphs();
+        for entry in std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .filter_map(|e| e.ok())
+        {
+            let file = entry.file_name();
+            let Some(file) = file.to_str() else { continue };
+            if committed_file(file) && !named.includes(file) {
+                remove_if_present(&entry.path())?;
+            }
+        }
+        sync_dir(&dir)
     }
 
     fn versions(&self, name: &str) -> Result<PathBuf> {
@@ -230,11 +446,13 @@ impl Workspace {
         Ok(self.root.join("versions").join(name))
     }
 
-    /// Copies the stored graph `name` (if any) into its versions, then drops the oldest
-    /// beyond [`KEPT_VERSIONS`].
-    fn keep_version(&self, name: &str) -> Result<()> {
+    /// Keeps the stored graph `name` (if any) as a version together with the weights
+    /// file it names (`ID.safetensors` beside `ID.json`), then drops the oldest beyond
+    /// [`KEPT_VERSIONS`]. Returns the weights file the kept graph names. Called under
+    /// [`changing`].
+    fn keep_version(&self, name: &str) -> Result<Option<String>> {
         let Some(text) = self.read_graph(name)? else {
-            return Ok(());
+            return Ok(None);
         };
         let dir = self.versions(name)?;
         create_dir(&dir)?;
@@ -246,19 +464,41 @@ impl Workspace {
             .first()
             .and_then(|v| v.version.parse().ok());
         let id = newest.map_or(now, |n: u64| now.max(n.saturating_add(1)));
-        write_durably(&dir, &format!("{id}.json"), text.as_bytes())?;
-        for old in self.list_versions(name)?.iter().skip(KEPT_VERSIONS) {
-            match std::fs::remove_file(dir.join(format!("{}.json", old.version))) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!("cannot drop version {} of '{name}'", old.version)
-                    })
-                }
+        let file = named_file(&text).ok().flatten();
+        if let Some(file) = &file {
+            let weights = self.graphs().join(file);
+            if is_regular(&weights) {
+                // The weights first: a listed version always has them.
+                keep_file(&weights, &dir.join(format!("{id}.safetensors")))?;
             }
         }
-        sync_dir(&dir)
+        write_durably(&dir, &format!("{id}.json"), text.as_bytes())?;
+        let kept: HashSet<String> = self
+            .list_versions(name)?
+            .into_iter()
+            .take(KEPT_VERSIONS)
+            .map(|v| v.version)
+            .collect();
+        for entry in std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .filter_map(|e| e.ok())
+        {
+            let file = entry.file_name();
+            let Some(file) = file.to_str() else { continue };
+            let Some(version) = file
+                .strip_suffix(".json")
+                .or_else(|| file.strip_suffix(".safetensors"))
+            else {
+                continue;
+            };
+            if !version.bytes().all(|b| b.is_ascii_digit()) || kept.contains(version) {
+                continue;
+            }
+            remove_if_present(&entry.path())
+                .with_context(|| format!("cannot drop version {version} of '{name}'"))?;
+        }
+        sync_dir(&dir)?;
+        Ok(file)
     }
 
     /// The kept versions of graph `name`, newest first.
@@ -292,10 +532,7 @@ impl Workspace {
     ///
     /// [`list_versions`]: Workspace::list_versions
     pub fn read_version(&self, name: &str, version: &str) -> Result<Option<String>> {
-        if version.is_empty() || version.len() > 20 || !version.bytes().all(|b| b.is_ascii_digit())
-        {
-            bail!("'{version}' is not a version id");
-        }
+        check_version_id(version)?;
         let p = self.versions(name)?.join(format!("{version}.json"));
         match read_text_bounded(&p, MAX_GRAPH_FILE) {
             Ok(t) => Ok(Some(t)),
@@ -304,20 +541,64 @@ impl Workspace {
         }
     }
 
-    /// Stores a weights file durably (`NAME.safetensors`, [`valid_weights_file`]).
-    pub fn write_weights(&self, file: &str, bytes: &[u8]) -> Result<()> {
-        if !valid_weights_file(file) {
-            bail!("'{file}' is not a weights file of the workspace");
-        }
-        write_durably(&self.graphs(), file, bytes)
+    /// Makes a kept version the stored graph again together with the weights kept with
+    /// it, as one commit (what it replaces is kept in turn); false when there is no such
+    /// version. A version whose graph named weights put by name (`NAME.safetensors`,
+    /// which a later upload may have replaced) comes back with its kept weights
+    /// committed as [`committed_weights_file`], which its `params.file` then names.
+    pub fn restore_version(&self, name: &str, version: &str) -> Result<bool> {
+        let _one_at_a_time = changing();
+        let Some(text) = self.read_version(name, version)? else {
+            return Ok(false);
+        };
+        let kept = self.versions(name)?.join(format!("{version}.safetensors"));
+        let graph = match named_file(&text) {
+            Ok(Some(file)) if is_regular(&kept) => {
+                if committed_file(&file) {
+                    self.restore_weights(&kept, &file)?;
+                    text.into_bytes()
+                } else {
+                    let bytes = read_bounded(&kept, MAX_WEIGHTS_FILE)
+                        .with_context(|| format!("cannot read {}", kept.display()))?;
+                    let committed = committed_weights_file(name, &bytes);
+                    self.restore_weights(&kept, &committed)?;
+                    naming_weights(&text, &committed)?
+                }
+            }
+            _ => text.into_bytes(),
+        };
+        self.commit(name, &graph)?;
+        Ok(true)
     }
 
-    /// Stores an imported graph and its weights durably: the weights file (which the graph
-    /// names) first, then the graph, so the graph never names weights not yet written.
-    pub fn write_model(&self, name: &str, graph: &[u8], weights: &[u8]) -> Result<()> {
-        Workspace::graph_file(name)?;
-        write_durably(&self.graphs(), &weights_file(name), weights)?;
-        self.write_graph(name, graph)
+    /// Puts kept weights back as the committed file `file` (unless it is there: a
+    /// committed file never changes), durably.
+    fn restore_weights(&self, kept: &Path, file: &str) -> Result<()> {
+        let to = self.graphs().join(file);
+        if is_regular(&to) {
+            return Ok(());
+        }
+        keep_file(kept, &to)?;
+        sync_dir(&self.graphs())
+    }
+
+    /// Stores a weights file put by name (`NAME.safetensors`, [`settable_weights_file`])
+    /// durably; every stored graph naming the file it replaces keeps a version first,
+    /// with the replaced weights.
+    pub fn write_weights(&self, file: &str, bytes: &[u8]) -> Result<()> {
+        if !settable_weights_file(file) {
+            bail!("'{file}' is not a weights file that can be put (NAME.safetensors)");
+        }
+        let _one_at_a_time = changing();
+        if is_regular(&self.graphs().join(file)) {
+            for graph in self.list_graphs()? {
+                let text = self.read_graph(&graph).ok().flatten();
+                if text.is_some_and(|t| named_file(&t) == Ok(Some(file.to_string()))) {
+                    self.keep_version(&graph)?;
+                }
+            }
+        }
+        write_durably(&self.graphs(), file, bytes)
     }
 
     /// A weights file's bytes (at most [`MAX_WEIGHTS_FILE`]), if it exists.
@@ -345,42 +626,28 @@ impl Workspace {
         }
     }
 
-    /// Whether a stored graph names `file` as its weights (`params.file`). A graph that
-    /// cannot be read or parsed counts as naming it: keeping a file is always safe.
-    fn weights_in_use(&self, file: &str) -> Result<bool> {
-        for graph in self.list_graphs()? {
-            let named = match self.read_graph(&graph) {
-                Ok(Some(text)) => serde_json::from_str::<serde_json::Value>(&text)
-                    .map_or(true, |doc| doc["params"]["file"].as_str() == Some(file)),
-                Ok(None) => false,
-                Err(_) => true,
-            };
-            if named {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
-    /// Deletes a graph (kept among its versions, so it can be restored) and its weights
-    /// file (`NAME.safetensors`, if any, unless another graph still names it: one saved
-    /// under a new name keeps the imported weights); false if the graph did not exist.
+    /// Deletes a graph (kept among its versions with its weights, so it can be restored)
+    /// and its weights — the committed file it names and `NAME.safetensors`, each unless
+    /// another graph still names it (one saved under a new name keeps the imported
+    /// weights); false if the graph did not exist.
     pub fn delete_graph(&self, name: &str) -> Result<bool> {
-        let _one_at_a_time = replacing();
-        self.keep_version(name)?;
+        let _one_at_a_time = changing();
+        let named = self.keep_version(name)?;
         let deleted = match std::fs::remove_file(self.graphs().join(Workspace::graph_file(name)?)) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(e).context("cannot delete the graph"),
         };
-        if self.weights_in_use(&weights_file(name))? {
-            sync_dir(&self.graphs())?;
-            return Ok(deleted);
-        }
-        match std::fs::remove_file(self.graphs().join(weights_file(name))) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e).context("cannot delete the graph's weights"),
+        let still = self.named()?;
+        let own = [
+            named.filter(|f| committed_file(f)),
+            Some(weights_file(name)),
+        ];
+        for file in own.into_iter().flatten() {
+            if !still.includes(&file) {
+                remove_if_present(&self.graphs().join(&file))
+                    .context("cannot delete the graph's weights")?;
+            }
         }
         sync_dir(&self.graphs())?;
         Ok(deleted)
@@ -417,6 +684,18 @@ impl Workspace {
         let p = self.run_dir(id)?.join("graph.json");
         read_text_bounded(&p, MAX_GRAPH_FILE)
             .with_context(|| format!("cannot read {}", p.display()))
+    }
+
+    /// Keeps the weights a run request sent with its graph as the run's
+    /// `weights.safetensors` (after [`Workspace::keep_request`], which makes the folder).
+    pub fn keep_weights(&self, id: &str, bytes: &[u8]) -> Result<()> {
+        write_durably(&self.run_dir(id)?, "weights.safetensors", bytes)
+    }
+
+    /// A run's kept weights (at most [`MAX_WEIGHTS_FILE`]).
+    pub fn kept_weights(&self, id: &str) -> Result<Vec<u8>> {
+        let p = self.run_dir(id)?.join("weights.safetensors");
+        read_bounded(&p, MAX_WEIGHTS_FILE).with_context(|| format!("cannot read {}", p.display()))
     }
 
     /// A run's kept upload number `k`.
@@ -574,36 +853,174 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
+    /// A model's graph text (named `tag`) naming its weights as committed under `name`.
+    fn model(name: &str, tag: &str, weights: &[u8]) -> Vec<u8> {
+        let file = committed_weights_file(name, weights);
+        format!(r#"{{"name": "{tag}", "params": {{"file": "{file}"}}}}"#).into_bytes()
+    }
+
+    /// The stored graph `name`'s `name` field and the weights its `params.file` names.
+    fn pair(ws: &Workspace, name: &str) -> (String, Option<Vec<u8>>) {
+        let text = ws.read_graph(name).unwrap().unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let file = doc["params"]["file"].as_str().unwrap();
+        let tag = doc["name"].as_str().unwrap_or("").to_string();
+        (tag, ws.read_weights(file).unwrap())
+    }
+
     #[test]
     fn a_model_is_stored_with_its_weights_and_deleted_with_them() {
         let root = temp("model");
-        let (ws, _held) = Workspace::open(&root).unwrap();
-        ws.write_model("m", b"{}", b"weights").unwrap();
-        assert_eq!(ws.read_graph("m").unwrap().as_deref(), Some("{}"));
-        assert_eq!(
-            ws.read_weights("m.safetensors").unwrap().unwrap(),
-            b"weights"
-        );
-        assert!(ws.has_weights("m.safetensors").unwrap());
+        let (ws, held) = Workspace::open(&root).unwrap();
+        let file = committed_weights_file("m", b"weights");
+        assert!(committed_file(&file) && valid_weights_file(&file));
+        assert!(!settable_weights_file(&file));
+        ws.write_model("m", &model("m", "a", b"weights"), b"weights")
+            .unwrap();
+        assert_eq!(pair(&ws, "m"), ("a".into(), Some(b"weights".to_vec())));
+        assert!(ws.has_weights(&file).unwrap());
         assert!(ws.list_graphs().unwrap().contains(&"m".to_string()));
+        // A graph that does not name the weights committed with it is refused.
+        assert!(ws.write_model("m", b"{}", b"weights").is_err());
+        assert!(ws
+            .write_model("m", &model("m", "a", b"other"), b"weights")
+            .is_err());
         assert!(ws.delete_graph("m").unwrap());
-        assert!(ws.read_weights("m.safetensors").unwrap().is_none());
-        assert!(!ws.has_weights("m.safetensors").unwrap());
+        assert!(ws.read_weights(&file).unwrap().is_none());
+        assert!(!ws.has_weights(&file).unwrap());
         assert!(!ws.delete_graph("m").unwrap());
         // A graph saved under another name that still reads the weights keeps them.
-        ws.write_model("m", b"{}", b"weights").unwrap();
-        let copy = br#"{"format": "sluice/graph@1", "params": {"file": "m.safetensors"}}"#;
-        ws.write_graph("copy", copy).unwrap();
+        ws.write_model("m", &model("m", "a", b"weights"), b"weights")
+            .unwrap();
+        let copy = format!(r#"{{"params": {{"file": "{file}"}}}}"#);
+        ws.write_graph("copy", copy.as_bytes()).unwrap();
         assert!(ws.delete_graph("m").unwrap());
-        assert!(
-            ws.has_weights("m.safetensors").unwrap(),
-            "'copy' still names them"
-        );
+        assert!(ws.has_weights(&file).unwrap(), "'copy' still names them");
         // A graph that cannot be parsed might name them too: they stay.
         ws.write_graph("copy", b"{ not json").unwrap();
-        ws.write_model("m", b"{}", b"weights").unwrap();
+        ws.write_model("m", &model("m", "a", b"weights"), b"weights")
+            .unwrap();
         assert!(ws.delete_graph("m").unwrap());
-        assert!(ws.has_weights("m.safetensors").unwrap());
+        assert!(ws.has_weights(&file).unwrap());
+        // A replaced model's weights leave the graphs with it (its version keeps them).
+        ws.write_graph("copy", b"{}").unwrap();
+        ws.write_model("m", &model("m", "a", b"one"), b"one")
+            .unwrap();
+        ws.write_model("m", &model("m", "b", b"two"), b"two")
+            .unwrap();
+        assert!(!ws
+            .has_weights(&committed_weights_file("m", b"one"))
+            .unwrap());
+        assert_eq!(pair(&ws, "m"), ("b".into(), Some(b"two".to_vec())));
+        // Committed weights no graph names (a crash's leftovers) are dropped on opening.
+        let left = committed_weights_file("x", b"left");
+        std::fs::write(root.join("graphs").join(&left), b"left").unwrap();
+        drop(held);
+        let (ws, _held) = Workspace::open(&root).unwrap();
+        assert!(!ws.has_weights(&left).unwrap());
+        assert_eq!(pair(&ws, "m"), ("b".into(), Some(b"two".to_vec())));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn concurrent_models_of_one_name_never_pair_a_graph_with_other_weights() {
+        let root = temp("model-race");
+        let (ws, _held) = Workspace::open(&root).unwrap();
+        let models: Vec<(String, Vec<u8>)> = ["a", "b"]
+            .iter()
+            .map(|tag| (tag.to_string(), tag.repeat(1000).into_bytes()))
+            .collect();
+        ws.write_model("race", &model("race", "a", &models[0].1), &models[0].1)
+            .unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let mismatches = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            // A reader all along: a graph and then the weights it names.
+            s.spawn(|| {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (tag, weights) = pair(&ws, "race");
+                    let own = models.iter().find(|m| m.0 == tag).map(|m| &m.1);
+                    // Weights a newer commit dropped read as missing, never as others'.
+                    if weights.is_some_and(|w| Some(&w) != own) {
+                        mismatches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+            for _ in 0..300 {
+                let barrier = std::sync::Barrier::new(2);
+                std::thread::scope(|round| {
+                    for (tag, weights) in &models {
+                        let (ws, barrier) = (&ws, &barrier);
+                        round.spawn(move || {
+                            barrier.wait();
+                            ws.write_model("race", &model("race", tag, weights), weights)
+                                .unwrap();
+                        });
+                    }
+                });
+                let (tag, weights) = pair(&ws, "race");
+                let own = models.iter().find(|m| m.0 == tag).map(|m| m.1.clone());
+                assert_eq!(weights, own, "graph '{tag}' with other weights");
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert_eq!(mismatches.into_inner(), 0, "a reader saw a mixed pair");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn versions_keep_the_weights_their_graph_named_and_restore_both() {
+        let root = temp("model-versions");
+        let (ws, _held) = Workspace::open(&root).unwrap();
+        let newest = |name: &str| ws.list_versions(name).unwrap()[0].version.clone();
+        ws.write_model("m", &model("m", "a", b"one"), b"one")
+            .unwrap();
+        ws.write_model("m", &model("m", "b", b"two"), b"two")
+            .unwrap();
+        // The older model, restored: its own weights.
+        assert!(ws.restore_version("m", &newest("m")).unwrap());
+        assert_eq!(pair(&ws, "m"), ("a".into(), Some(b"one".to_vec())));
+        // Deleted, then restored: its weights come back with it.
+        assert!(ws.delete_graph("m").unwrap());
+        assert!(!ws
+            .has_weights(&committed_weights_file("m", b"one"))
+            .unwrap());
+        assert!(ws.restore_version("m", &newest("m")).unwrap());
+        assert_eq!(pair(&ws, "m"), ("a".into(), Some(b"one".to_vec())));
+        assert!(!ws.restore_version("m", "1").unwrap());
+        // Weights put by name over a graph's: the replaced ones are kept with a version,
+        // and restored committed (the name they were put under may change again).
+        ws.write_weights("e.safetensors", b"first").unwrap();
+        ws.write_graph(
+            "e",
+            br#"{"name": "e", "params": {"file": "e.safetensors"}}"#,
+        )
+        .unwrap();
+        ws.write_weights("e.safetensors", b"second").unwrap();
+        assert_eq!(pair(&ws, "e"), ("e".into(), Some(b"second".to_vec())));
+        assert!(ws.restore_version("e", &newest("e")).unwrap());
+        assert_eq!(pair(&ws, "e"), ("e".into(), Some(b"first".to_vec())));
+        assert_eq!(
+            ws.read_weights("e.safetensors").unwrap().unwrap(),
+            b"second",
+            "other graphs naming the file keep what was put last"
+        );
+        // A model's committed weights cannot be put over.
+        let committed = committed_weights_file("m", b"one");
+        assert!(ws.write_weights(&committed, b"other").is_err());
+        assert_eq!(ws.read_weights(&committed).unwrap().unwrap(), b"one");
+        // Old versions leave with their weights.
+        for k in 0..KEPT_VERSIONS + 3 {
+            let w = format!("w{k}").into_bytes();
+            ws.write_model("m", &model("m", "a", &w), &w).unwrap();
+        }
+        let kept = std::fs::read_dir(root.join("versions/m"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".safetensors"))
+            .count();
+        assert_eq!(ws.list_versions("m").unwrap().len(), KEPT_VERSIONS);
+        assert_eq!(kept, KEPT_VERSIONS);
         let _ = std::fs::remove_dir_all(&root);
     }
 
