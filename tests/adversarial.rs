@@ -45,7 +45,7 @@ const CLI_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A run of a graph document (inline) at a batch size.
 fn run_body(graph: Value, batch: u64) -> Value {
-    json!({ "graph": graph, "batch": batch })
+    json!({ "seed_inputs": true, "graph": graph, "batch": batch })
 }
 
 /// A repository file.
@@ -387,7 +387,7 @@ fn signals() {
         true,
     );
     // A watcher of a live run that vanishes.
-    let long = json!({ "graph": "mlp", "batch": 1024, "microbatches": 64 });
+    let long = json!({ "seed_inputs": true, "graph": "mlp", "batch": 1024, "microbatches": 64 });
     let id = s.json("POST", "/api/runs", &long).json()["id"]
         .as_str()
         .unwrap_or("0000000000000000")
@@ -493,7 +493,7 @@ fn sizes() {
     c.run(
         &mut s,
         "...then run by name",
-        json!({ "graph": "huge_linear" }),
+        json!({ "seed_inputs": true, "graph": "huge_linear" }),
         if stored {
             attribute()
         } else {
@@ -1074,7 +1074,7 @@ fn arithmetic() {
         c.run(
             &mut s,
             &format!("run stored {name}"),
-            json!({ "graph": name }),
+            json!({ "seed_inputs": true, "graph": name }),
             if stored {
                 Expect::status(422, "")
             } else {
@@ -1389,7 +1389,7 @@ fn async_runtime() {
         .json(
             "POST",
             "/api/runs",
-            &json!({ "graph": "mlp", "batch": 512, "microbatches": 64, "stages": 2 }),
+            &json!({ "seed_inputs": true, "graph": "mlp", "batch": 512, "microbatches": 64, "stages": 2 }),
         )
         .json()["id"]
         .as_str()
@@ -1765,7 +1765,11 @@ fn paths() {
         Expect::any(&[422, 500], ""),
     );
     let id = s
-        .json("POST", "/api/runs", &json!({ "graph": "mlp" }))
+        .json(
+            "POST",
+            "/api/runs",
+            &json!({ "seed_inputs": true, "graph": "mlp" }),
+        )
         .json()["id"]
         .as_str()
         .unwrap_or("0000000000000000")
@@ -1801,7 +1805,11 @@ fn auth_and_origin() {
     let mut t =
         Server::start("auth-token", Some(TOKEN), &["--no-editor"]).expect("sluice serve starts");
     let id = t
-        .json("POST", "/api/runs", &json!({ "graph": "mlp" }))
+        .json(
+            "POST",
+            "/api/runs",
+            &json!({ "seed_inputs": true, "graph": "mlp" }),
+        )
         .json()["id"]
         .as_str()
         .unwrap_or("0123456789abcdef")
@@ -1819,7 +1827,11 @@ fn auth_and_origin() {
         Req::json("PUT", "/api/graphs/intruder", &mlp),
         Req::new("DELETE", "/api/graphs/mlp"),
         Req::json("POST", "/api/validate", &mlp),
-        Req::json("POST", "/api/runs", &json!({ "graph": "mlp" })),
+        Req::json(
+            "POST",
+            "/api/runs",
+            &json!({ "seed_inputs": true, "graph": "mlp" }),
+        ),
         Req::get("/api/runs"),
         Req::get(&format!("/api/runs/{id}")),
         Req::get(&format!("/api/runs/{id}/outputs/probs")),
@@ -1879,14 +1891,24 @@ fn auth_and_origin() {
     c.http(
         &mut t,
         "foreign Origin with the token",
-        Req::json("POST", "/api/runs", &json!({ "graph": "mlp" }))
-            .header("Origin", "http://evil.example"),
+        Req::json(
+            "POST",
+            "/api/runs",
+            &json!({ "seed_inputs": true, "graph": "mlp" }),
+        )
+        .header("Origin", "http://evil.example"),
         Expect::status(403, "cross-origin request refused"),
     );
     // The default server has no token: Host, Origin and Content-Type are its defence.
     let mut o = Server::start("auth-open", None, &[]).expect("sluice serve starts");
     let own = o.url.clone();
-    let run = || Req::json("POST", "/api/runs", &json!({ "graph": "mlp" }));
+    let run = || {
+        Req::json(
+            "POST",
+            "/api/runs",
+            &json!({ "seed_inputs": true, "graph": "mlp" }),
+        )
+    };
     let cross = || Expect::status(403, "cross-origin request refused");
     for origin in [
         "http://evil.example",
@@ -1948,7 +1970,11 @@ fn auth_and_origin() {
     let typed = |ct: &str| {
         Req::new("POST", "/api/runs")
             .header("Content-Type", ct)
-            .body(json!({ "graph": "mlp" }).to_string().into_bytes())
+            .body(
+                json!({ "seed_inputs": true, "graph": "mlp" })
+                    .to_string()
+                    .into_bytes(),
+            )
     };
     let unsupported = || Expect::status(415, "");
     c.http(
@@ -2109,7 +2135,7 @@ fn remote_workers_gone(s: &Server) -> Result<(), String> {
 
 /// A two-stage run of the MLP with both stages pinned on one worker.
 fn pinned(worker: &str) -> Value {
-    json!({ "graph": "mlp", "batch": 2, "stages": 2, "workers": [worker, worker] })
+    json!({ "seed_inputs": true, "graph": "mlp", "batch": 2, "stages": 2, "workers": [worker, worker] })
 }
 
 fn hostile_worker_case(
@@ -2792,7 +2818,7 @@ fn durability() {
         .json(
             "POST",
             "/api/runs",
-            &json!({ "graph": "transformer_block", "batch": 16 }),
+            &json!({ "seed_inputs": true, "graph": "transformer_block", "batch": 16 }),
         )
         .json();
     let second = Server::start_in(

@@ -22,7 +22,7 @@ const RUNS: usize = 20;
 
 /// A run slow enough that most of the queue is still waiting when the server dies.
 fn slow_run(seed: usize) -> Value {
-    json!({ "graph": "transformer_block", "batch": 32, "seed": seed })
+    json!({ "seed_inputs": true, "graph": "transformer_block", "batch": 32, "seed": seed })
 }
 
 fn mlp_named(name: &str) -> Value {
@@ -188,7 +188,7 @@ fn a_server_killed_mid_write_and_mid_queue_loses_nothing() {
     let after = s.json(
         "POST",
         "/api/runs",
-        &json!({ "graph": "victim", "batch": 2 }),
+        &json!({ "seed_inputs": true, "graph": "victim", "batch": 2 }),
     );
     assert_eq!(
         after.status,

@@ -205,7 +205,7 @@ fn every_endpoint_works() {
     let (code, created) = s.json(
         "POST",
         "/api/runs",
-        Some(json!({ "graph": "my_mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2, "prefetch": 2, "precision": "mixed" })),
+        Some(json!({ "seed_inputs": true, "graph": "my_mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2, "prefetch": 2, "precision": "mixed" })),
     );
     assert_eq!(code, 202, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
@@ -227,6 +227,8 @@ fn every_endpoint_works() {
     assert_eq!(summary["status"], "succeeded", "{summary}");
     let run = s.wait_run(&id);
     assert_eq!(run["status"], "succeeded");
+    // The record says which inputs were invented (the request asked for that).
+    assert_eq!(run["seeded_inputs"], json!(["x"]), "{run}");
     assert!(
         events > 0 || run["started_ms"].is_number(),
         "no events streamed"
@@ -242,7 +244,7 @@ fn every_endpoint_works() {
     let (code, inline) = s.json(
         "POST",
         "/api/runs",
-        Some(json!({ "graph": got, "batch": 2 })),
+        Some(json!({ "seed_inputs": true, "graph": got, "batch": 2 })),
     );
     assert_eq!(code, 202);
     assert_eq!(
@@ -259,7 +261,7 @@ fn every_endpoint_works() {
             s.json(
                 "POST",
                 "/api/runs",
-                Some(json!({ "graph": "transformer_block", "batch": 16 })),
+                Some(json!({ "seed_inputs": true, "graph": "transformer_block", "batch": 16 })),
             )
             .1["id"]
                 .as_str()
@@ -372,7 +374,7 @@ fn serves_the_editor_bundle_and_keeps_finished_runs_watchable() {
     let (code, r) = s.json(
         "POST",
         "/api/runs",
-        Some(json!({ "graph": "mlp", "batch": 4, "microbatches": 2, "stages": 2 })),
+        Some(json!({ "seed_inputs": true, "graph": "mlp", "batch": 4, "microbatches": 2, "stages": 2 })),
     );
     assert_eq!(code, 202, "{r}");
     let id = r["id"].as_str().unwrap().to_string();
@@ -420,7 +422,7 @@ fn a_restarted_server_has_every_graph_and_run() {
                 .json(
                     "POST",
                     "/api/runs",
-                    Some(json!({ "graph": "kept", "batch": 4, "seed": seed })),
+                    Some(json!({ "seed_inputs": true, "graph": "kept", "batch": 4, "seed": seed })),
                 )
                 .1["id"]
                 .as_str()
@@ -431,7 +433,7 @@ fn a_restarted_server_has_every_graph_and_run() {
         let bad = s.json(
             "POST",
             "/api/runs",
-            Some(json!({ "graph": "cnn", "batch": 2, "stages": 99 })),
+            Some(json!({ "seed_inputs": true, "graph": "cnn", "batch": 2, "stages": 99 })),
         );
         assert_eq!(bad.0, 422);
         (
@@ -473,6 +475,8 @@ fn bad_requests_get_clear_json_errors_and_the_server_stays_up() {
         ("POST", "/api/runs", Some(br#"{"graph": "mlp", "precision": "f8"}"#.to_vec()), 422, "'precision' must be f32, f16 or mixed"),
         ("POST", "/api/runs", Some(br#"{"graph": "mlp", "bacth": 3}"#.to_vec()), 422, "unknown field 'bacth'"),
         ("POST", "/api/runs", Some(br#"{"batch": 3}"#.to_vec()), 422, "'graph' is missing"),
+        ("POST", "/api/runs", Some(br#"{"graph": "mlp", "batch": 2}"#.to_vec()), 422, "input 'x' was not sent (inputs not sent: x)"),
+        ("POST", "/api/runs", Some(br#"{"graph": "mlp", "seed_inputs": 1}"#.to_vec()), 422, "'seed_inputs' must be true or false"),
         ("POST", "/api/runs", Some(br#"{"graph": "nope"}"#.to_vec()), 404, "no graph named 'nope'"),
         ("POST", "/api/runs", Some(br#"{"graph": "mlp", "batch": 6, "microbatches": 4}"#.to_vec()), 422, "does not split into 4"),
         ("POST", "/api/runs", Some(br#"{"graph": {"format": "sluice/graph@1", "inputs": {"x": {"shape": ["N", 100000]}}, "nodes": [{"id": "y", "op": "relu", "inputs": ["x"]}], "outputs": ["y"]}, "batch": 65536}"#.to_vec()), 422, "over the limit"),
@@ -528,7 +532,7 @@ fn bad_requests_get_clear_json_errors_and_the_server_stays_up() {
         .json(
             "POST",
             "/api/runs",
-            Some(json!({ "graph": "mlp", "batch": 2 })),
+            Some(json!({ "seed_inputs": true, "graph": "mlp", "batch": 2 })),
         )
         .1["id"]
         .as_str()
@@ -583,7 +587,7 @@ fn load_test_accepts_or_rejects_every_request_and_loses_no_run() {
                         .into();
                     (0..10)
                         .map(|i| {
-                            let body = json!({ "graph": "mlp", "batch": 1, "seed": c * 10 + i })
+                            let body = json!({ "seed_inputs": true, "graph": "mlp", "batch": 1, "seed": c * 10 + i })
                                 .to_string();
                             let resp = agent
                                 .post(format!("{url}/api/runs"))
@@ -690,14 +694,14 @@ fn two_workers_run_a_two_stage_pipeline_with_the_single_device_outputs() {
         .json(
             "POST",
             "/api/runs",
-            Some(json!({ "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2 })),
+            Some(json!({ "seed_inputs": true, "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2 })),
         )
         .1;
     let one = s
         .json(
             "POST",
             "/api/runs",
-            Some(json!({ "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 1 })),
+            Some(json!({ "seed_inputs": true, "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 1 })),
         )
         .1;
     let (two, one) = (
@@ -711,7 +715,7 @@ fn two_workers_run_a_two_stage_pipeline_with_the_single_device_outputs() {
         "stages were not placed on the workers: {devices}"
     );
     // Pinned placement: stage 0 on w2, stage 1 on w1.
-    let pinned = s.json("POST", "/api/runs", Some(json!({ "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2, "workers": ["w2", "w1"] }))).1;
+    let pinned = s.json("POST", "/api/runs", Some(json!({ "seed_inputs": true, "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2, "workers": ["w2", "w1"] }))).1;
     let pinned = s.wait_run(pinned["id"].as_str().unwrap());
     assert_eq!(
         pinned["metrics"]["devices"][0]
@@ -724,7 +728,7 @@ fn two_workers_run_a_two_stage_pipeline_with_the_single_device_outputs() {
         .json(
             "POST",
             "/api/runs",
-            Some(json!({ "graph": "mlp", "stages": 2, "workers": ["w1", "w9"] })),
+            Some(json!({ "seed_inputs": true, "graph": "mlp", "stages": 2, "workers": ["w1", "w9"] })),
         )
         .1;
     let missing = s.wait_run(missing["id"].as_str().unwrap());
@@ -799,7 +803,7 @@ fn two_workers_run_a_two_stage_pipeline_with_the_single_device_outputs() {
 fn a_repeated_run_reuses_its_compiled_plans() {
     let ws = workspace("cache");
     let s = start(&ws, None, &[]);
-    let body = json!({ "graph": "transformer_block", "batch": 8, "microbatches": 2, "stages": 2, "precision": "mixed" });
+    let body = json!({ "seed_inputs": true, "graph": "transformer_block", "batch": 8, "microbatches": 2, "stages": 2, "precision": "mixed" });
     let mut runs = Vec::new();
     for _ in 0..2 {
         let id = s.json("POST", "/api/runs", Some(body.clone())).1["id"]
@@ -846,7 +850,7 @@ fn a_repeated_run_reuses_its_compiled_plans() {
         .json(
             "POST",
             "/api/runs",
-            Some(json!({ "graph": "transformer_block", "batch": 8 })),
+            Some(json!({ "seed_inputs": true, "graph": "transformer_block", "batch": 8 })),
         )
         .1;
     let other = s.wait_run(other["id"].as_str().unwrap());
@@ -861,7 +865,7 @@ fn a_worker_killed_mid_run_fails_the_run_and_the_server_goes_on() {
     let _w2 = worker(&s);
     wait_workers(&s, 2);
     let id = s
-        .json("POST", "/api/runs", Some(json!({ "graph": "transformer_block", "batch": 2048, "microbatches": 32, "stages": 2 })))
+        .json("POST", "/api/runs", Some(json!({ "seed_inputs": true, "graph": "transformer_block", "batch": 2048, "microbatches": 32, "stages": 2 })))
         .1["id"]
         .as_str()
         .unwrap()
@@ -888,7 +892,7 @@ fn a_worker_killed_mid_run_fails_the_run_and_the_server_goes_on() {
             .json(
                 "POST",
                 "/api/runs",
-                Some(json!({ "graph": "mlp", "batch": 4, "microbatches": 2, "stages": stages })),
+                Some(json!({ "seed_inputs": true, "graph": "mlp", "batch": 4, "microbatches": 2, "stages": stages })),
             )
             .1["id"]
             .as_str()
@@ -1132,7 +1136,7 @@ fn foreign_origins_and_hosts_are_refused() {
     let ws = workspace("origin");
     let s = start(&ws, None, &[]);
     let port = s.addr().rsplit_once(':').unwrap().1.to_string();
-    let body = json!({ "graph": "mlp" }).to_string();
+    let body = json!({ "seed_inputs": true, "graph": "mlp" }).to_string();
     let json_type = ("Content-Type", "application/json");
     // A page elsewhere cannot create runs (CSRF)...
     for origin in [
@@ -1389,9 +1393,11 @@ fn queued_runs_survive_a_kill_and_run_after_restart() {
     let (long, queued) = {
         let mut s = start(&ws, None, &[]);
         let long =
-            s.run(json!({ "graph": "transformer_block", "batch": 2048, "microbatches": 32 }));
+            s.run(json!({ "seed_inputs": true, "graph": "transformer_block", "batch": 2048, "microbatches": 32 }));
         let queued: Vec<String> = (0..5)
-            .map(|seed| s.run(json!({ "graph": "mlp", "batch": 2, "seed": seed })))
+            .map(|seed| {
+                s.run(json!({ "seed_inputs": true, "graph": "mlp", "batch": 2, "seed": seed }))
+            })
             .collect();
         let t = Instant::now();
         while s.json("GET", &format!("/api/runs/{long}"), None).1["status"] == "queued" {
@@ -1531,7 +1537,11 @@ fn error_bodies_name_no_server_path() {
     let root = std::fs::canonicalize(&ws).unwrap();
     for (method, path, body) in [
         ("GET", "/api/graphs/broken", None),
-        ("POST", "/api/runs", Some(json!({ "graph": "broken" }))),
+        (
+            "POST",
+            "/api/runs",
+            Some(json!({ "seed_inputs": true, "graph": "broken" })),
+        ),
     ] {
         let (code, v) = s.json(method, path, body);
         assert_eq!(code, 500, "{path}: {v}");
@@ -1750,7 +1760,7 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
     let input = onnx_fixture("mlp_tiny", "input_0.npy");
     let want = sluice_engine::npy::parse(&onnx_fixture("mlp_tiny", "output_0.npy")).unwrap();
     let got = s.run_output(
-        json!({ "graph": "tiny", "batch": 2 }),
+        json!({ "seed_inputs": true, "graph": "tiny", "batch": 2 }),
         "x",
         &input,
         "logits",
@@ -1760,7 +1770,7 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
     let (code, _) = s.req("PUT", "/api/graphs/tiny", Some(g.to_string().as_bytes()));
     assert_eq!(code, 200);
     let again = s.run_output(
-        json!({ "graph": "tiny", "batch": 2 }),
+        json!({ "seed_inputs": true, "graph": "tiny", "batch": 2 }),
         "x",
         &input,
         "logits",
@@ -1787,7 +1797,7 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
     let (code, _) = s.req("PUT", "/api/graphs/copy", Some(copy.to_string().as_bytes()));
     assert_eq!(code, 201);
     let copied = s.run_output(
-        json!({ "graph": "copy", "batch": 2 }),
+        json!({ "seed_inputs": true, "graph": "copy", "batch": 2 }),
         "x",
         &input,
         "logits",
@@ -1833,11 +1843,16 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
     let _w1 = worker(&s);
     let _w2 = worker(&s);
     wait_workers(&s, 2);
-    let body = json!({ "graph": "tiny", "batch": 2, "stages": 2, "microbatches": 1 });
+    let body =
+        json!({ "seed_inputs": true, "graph": "tiny", "batch": 2, "stages": 2, "microbatches": 1 });
     let remote = s.run_output(body, "x", &input, "logits");
     sluice_tests::compare("mlp_tiny on two workers", &remote, &want, 1e-4, 1e-4).unwrap();
     // An inline graph cannot bring a weights file; a stored one naming another path is refused.
-    let (code, v) = s.json("POST", "/api/runs", Some(json!({ "graph": g.clone() })));
+    let (code, v) = s.json(
+        "POST",
+        "/api/runs",
+        Some(json!({ "seed_inputs": true, "graph": g.clone() })),
+    );
     assert_eq!(code, 422, "{v}");
     assert!(
         v["error"]
@@ -1857,7 +1872,11 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
         .0,
         201
     );
-    let (code, v) = s.json("POST", "/api/runs", Some(json!({ "graph": "outside" })));
+    let (code, v) = s.json(
+        "POST",
+        "/api/runs",
+        Some(json!({ "seed_inputs": true, "graph": "outside" })),
+    );
     assert_eq!(code, 422, "{v}");
     assert!(
         v["error"]
@@ -1874,7 +1893,7 @@ fn an_onnx_model_put_as_a_graph_runs_with_its_weights_on_the_server_and_on_worke
     let input = onnx_fixture("resnet18_style", "input_0.npy");
     let want = sluice_engine::npy::parse(&onnx_fixture("resnet18_style", "output_0.npy")).unwrap();
     let got = s.run_output(
-        json!({ "graph": "resnet", "batch": 2 }),
+        json!({ "seed_inputs": true, "graph": "resnet", "batch": 2 }),
         "image",
         &input,
         "logits",
@@ -2050,7 +2069,12 @@ impl Server {
     fn run_tiny(&self, name: &str) -> sluice_engine::Tensor {
         let x = sluice_engine::Tensor::f32(vec![2, 4], (0..8).map(|i| i as f32 - 3.5).collect());
         let npy = sluice_engine::npy::to_bytes(&x).unwrap();
-        self.run_output(json!({ "graph": name, "batch": 2 }), "x", &npy, "logits")
+        self.run_output(
+            json!({ "seed_inputs": true, "graph": name, "batch": 2 }),
+            "x",
+            &npy,
+            "logits",
+        )
     }
 
     /// The newest kept version of graph `name`.
@@ -2205,8 +2229,7 @@ fn node_stages_and_misfits(metrics: &Value) -> (Vec<(String, u64)>, Vec<String>)
 /// map reads) and sum to each stage's busy time; returns the record's metrics.
 fn node_times_of_a_server_run(s: &Server, workers: bool) -> Value {
     use sluice_engine::telemetry::{metrics::node_times, Event};
-    let mut request =
-        json!({ "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2 });
+    let mut request = json!({ "seed_inputs": true, "graph": "mlp", "batch": 8, "seed": 5, "microbatches": 4, "stages": 2 });
     if workers {
         request["workers"] = json!(["w1", "w2"]);
     }

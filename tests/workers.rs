@@ -152,7 +152,8 @@ impl Server {
     /// Runs the MLP on the local device, so that opening and calibrating it does not
     /// count as growth of the peak memory.
     fn warm(&self) {
-        let run = self.wait_run(&self.run(json!({ "graph": "mlp", "batch": 4 })));
+        let run =
+            self.wait_run(&self.run(json!({ "seed_inputs": true, "graph": "mlp", "batch": 4 })));
         assert_eq!(run["status"], "succeeded", "{run}");
     }
 
@@ -362,7 +363,7 @@ fn act(mut ws: ClientWs, play: Play, tell: &mpsc::Sender<()>) {
 
 /// A two-stage run of the MLP pinned to two workers.
 fn pipeline(s: &Server, first: &Fake, second: &Fake) -> String {
-    s.run(json!({ "graph": "mlp", "batch": 4, "microbatches": 2, "stages": 2, "workers": [first.id, second.id] }))
+    s.run(json!({ "seed_inputs": true, "graph": "mlp", "batch": 4, "microbatches": 2, "stages": 2, "workers": [first.id, second.id] }))
 }
 
 #[test]
@@ -409,11 +410,11 @@ fn hostile_workers_fail_only_their_run_and_are_dropped_at_once() {
     let second = fake(&s, Play::Honest);
     kept.extend([own_error.clone(), second.id.clone()]);
     s.wait_remote(&kept.iter().map(String::as_str).collect::<Vec<_>>());
-    let run = s.wait_run(&s.run(json!({ "graph": "mlp", "batch": 4, "microbatches": 2, "stages": 2, "workers": [honest.id, second.id] })));
+    let run = s.wait_run(&s.run(json!({ "seed_inputs": true, "graph": "mlp", "batch": 4, "microbatches": 2, "stages": 2, "workers": [honest.id, second.id] })));
     assert_eq!(run["status"], "succeeded", "{run}");
     assert!(s.remote().contains(&own_error));
     // Local runs go on.
-    let run = s.wait_run(&s.run(json!({ "graph": "mlp", "batch": 4 })));
+    let run = s.wait_run(&s.run(json!({ "seed_inputs": true, "graph": "mlp", "batch": 4 })));
     assert_eq!(run["status"], "succeeded", "{run}");
     s.check_peak(baseline);
 }

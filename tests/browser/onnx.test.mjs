@@ -322,11 +322,13 @@ onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid('', 17)]),
     return { ...readNpy(readFileSync(await file.path())), checksum };
   }
 
-  /** The run panel's batch and input seed, as a run request's fields. */
+  /** The run panel's batch and input seed, as a run request's fields (the editor's runs
+   * take their inputs from the input seed, so the request asks for seeded inputs). */
   async function runSettings() {
     return {
       batch: Number(await page.locator('#run-batch').inputValue()),
       seed: Number(await page.locator('#run-seed').inputValue()),
+      seed_inputs: true,
     };
   }
 

@@ -91,14 +91,14 @@ const KINDS: &[(&str, bool)] = &[
 
 fn request(s: &Server, kind: usize, client: usize, i: usize, last_run: &Option<String>) -> Outcome {
     let (name, valid) = KINDS[kind];
-    let mlp = || json!({ "graph": "mlp", "batch": 4, "seed": i });
+    let mlp = || json!({ "seed_inputs": true, "graph": "mlp", "batch": 4, "seed": i });
     let send = |r: Req| Outcome::of(s.send(&r), valid);
     match name {
         "run" => send(Req::json("POST", "/api/runs", &mlp())),
         "run 2 stages" => send(Req::json(
             "POST",
             "/api/runs",
-            &json!({ "graph": "mlp", "batch": 4, "microbatches": 2, "stages": 2, "seed": i }),
+            &json!({ "seed_inputs": true, "graph": "mlp", "batch": 4, "microbatches": 2, "stages": 2, "seed": i }),
         )),
         "validate" => send(Req::json("POST", "/api/validate", &hostile::chain(50))),
         "put graph" => send(Req::json(
@@ -140,7 +140,7 @@ fn request(s: &Server, kind: usize, client: usize, i: usize, last_run: &Option<S
         "hostile: linear 2^33" => send(Req::json(
             "POST",
             "/api/runs",
-            &json!({ "graph": hostile::huge_linear(1 << 33) }),
+            &json!({ "seed_inputs": true, "graph": hostile::huge_linear(1 << 33) }),
         )),
         "hostile: slice extremes" => send(Req::json(
             "POST",
@@ -155,7 +155,7 @@ fn request(s: &Server, kind: usize, client: usize, i: usize, last_run: &Option<S
         "hostile: clip min > max" => send(Req::json(
             "POST",
             "/api/runs",
-            &json!({ "graph": hostile::clip(1.0, -1.0), "batch": 2 }),
+            &json!({ "seed_inputs": true, "graph": hostile::clip(1.0, -1.0), "batch": 2 }),
         )),
         "hostile: text/plain" => send(
             Req::new("POST", "/api/runs")

@@ -138,7 +138,7 @@ fn seed(root: &Path, target: &str, corpus: &Path) -> Result<usize> {
             for (name, bytes) in graphs()? {
                 let doc: serde_json::Value = serde_json::from_slice(&bytes)
                     .with_context(|| format!("{name} is not JSON"))?;
-                let body = serde_json::json!({ "graph": doc, "batch": 2, "microbatches": 2 });
+                let body = serde_json::json!({ "seed_inputs": true, "graph": doc, "batch": 2, "microbatches": 2 });
                 seeds.push((name, body.to_string().into_bytes()));
             }
         }

@@ -129,6 +129,9 @@ pub fn start(state: EditorState) {
         prefetch: settings.prefetch,
         precision,
         seed: settings.seed,
+        // The editor's runs take their inputs from the input seed, as the Run panel says
+        // (a browser run does the same), so the request asks for seeded inputs.
+        seed_inputs: true,
         weights,
         ..RunRequest::new(graph)
     };

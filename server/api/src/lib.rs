@@ -15,7 +15,7 @@ use sluice_engine::plan::cost::Rates;
 use sluice_engine::plan::Precision;
 use sluice_engine::telemetry::metrics::Metrics;
 use sluice_engine::telemetry::{Event, TimingSource};
-use sluice_engine::{DType, Problem};
+use sluice_engine::{DType, Graph, Problem};
 use std::collections::BTreeMap;
 
 /// Whether a graph, output or worker name is safe to use as a file name: 1-64 of
@@ -106,7 +106,7 @@ pub struct RunRequest {
     pub graph: GraphRef,
     /// Samples per batch.
     pub batch: usize,
-    /// Seed of the random inputs.
+    /// Seed of the random values of the inputs not sent (with [`RunRequest::seed_inputs`]).
     pub seed: u64,
     /// Micro-batches per batch.
     pub microbatches: usize,
@@ -116,10 +116,15 @@ pub struct RunRequest {
     pub prefetch: usize,
     /// Numeric precision.
     pub precision: Precision,
-    /// Uploaded inputs (as sent: base64 `.npy` files); the others are random from the
-    /// seed.
+    /// Uploaded inputs (as sent: base64 `.npy` files).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub inputs: BTreeMap<String, Upload>,
+    /// Whether the inputs not sent may be filled with seeded random values (from
+    /// [`RunRequest::seed`]); without it a request that leaves an input out is refused,
+    /// naming it. The run's record lists the inputs so filled
+    /// ([`RunRecord::seeded_inputs`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seed_inputs: bool,
     /// Worker ids pinned to the stages, in stage order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<Vec<String>>,
@@ -144,6 +149,7 @@ impl RunRequest {
             prefetch: 2,
             precision: Precision::F32,
             inputs: BTreeMap::new(),
+            seed_inputs: false,
             workers: None,
             weights: None,
         }
@@ -158,6 +164,28 @@ impl RunRequest {
             prefetch: self.prefetch,
             precision: self.precision,
             ..RunConfig::default()
+        }
+    }
+
+    /// The inputs of `graph` this request leaves out, which its run fills with seeded
+    /// random values: refused, naming them, unless the request asks for that with
+    /// `seed_inputs`, so that no output is computed from invented inputs unasked.
+    pub fn seeded_inputs(&self, graph: &Graph) -> Result<Vec<String>, String> {
+        let missing: Vec<String> = graph
+            .inputs
+            .iter()
+            .map(|(name, _)| name)
+            .filter(|name| !self.inputs.contains_key(*name))
+            .cloned()
+            .collect();
+        match missing.first() {
+            Some(first) if !self.seed_inputs => Err(format!(
+                "input '{first}' was not sent (inputs not sent: {}): send it in \"inputs\" as a \
+                 base64 .npy file, or set \"seed_inputs\": true to fill the inputs not sent \
+                 with random values from \"seed\"",
+                missing.join(", ")
+            )),
+            _ => Ok(missing),
         }
     }
 
@@ -176,6 +204,7 @@ impl RunRequest {
             "batch",
             "seed",
             "inputs",
+            "seed_inputs",
             "workers",
             "microbatches",
             "stages",
@@ -226,6 +255,12 @@ impl RunRequest {
             Some(v) => v
                 .as_u64()
                 .ok_or_else(|| format!("'seed' must be a non-negative integer, not {v}"))?,
+        };
+        let seed_inputs = match obj.get("seed_inputs") {
+            None => false,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| format!("'seed_inputs' must be true or false, not {v}"))?,
         };
         let batch = count("batch", 1, limits::MAX_BATCH)?;
         let microbatches = count("microbatches", 1, limits::MAX_MICROBATCHES)?;
@@ -302,6 +337,7 @@ impl RunRequest {
             prefetch,
             precision,
             inputs,
+            seed_inputs,
             workers,
             weights,
         })
@@ -461,6 +497,10 @@ pub struct RunRecord {
     pub outputs: Option<Vec<OutputSummary>>,
     /// Why it failed.
     pub error: Option<String>,
+    /// The graph inputs the request did not send, filled with seeded random values (it
+    /// asked for that with `seed_inputs`): the outputs are not computed from data there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seeded_inputs: Vec<String>,
     /// Milliseconds since the Unix epoch.
     pub created_ms: i64,
     /// When it started running.
@@ -545,9 +585,10 @@ pub struct VersionList {
 pub struct GraphSaved {
     /// The name saved under.
     pub saved: String,
-    /// Whether the graph validates.
+    /// Always true: a graph with problems is refused (422 naming them) and not stored.
+    /// Kept so that clients that read it go on working.
     pub valid: bool,
-    /// Its problems, if any.
+    /// Always empty, as `valid` is always true.
     pub problems: Vec<Problem>,
 }
 

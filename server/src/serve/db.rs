@@ -17,7 +17,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 /// Schema migrations, applied in order; the database records how many ran.
-const MIGRATIONS: &[&str] = &["CREATE TABLE runs (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE runs (
         id TEXT PRIMARY KEY,
         graph TEXT NOT NULL,
         params TEXT NOT NULL,
@@ -29,11 +30,15 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE runs (
         started_ms INTEGER,
         finished_ms INTEGER
     );
-    CREATE INDEX runs_created ON runs(created_ms);"];
+    CREATE INDEX runs_created ON runs(created_ms);",
+    // The inputs a run filled with seeded random values (a JSON list of names).
+    "ALTER TABLE runs ADD COLUMN seeded_inputs TEXT;",
+];
 
 /// The columns of a [`RunRecord`], in [`Db::row`]'s order.
 const COLUMNS: &str =
-    "id, graph, params, status, metrics, outputs, error, created_ms, started_ms, finished_ms";
+    "id, graph, params, status, metrics, outputs, error, created_ms, started_ms, finished_ms, \
+     seeded_inputs";
 
 /// The database.
 pub struct Db {
@@ -133,12 +138,20 @@ impl Db {
         Ok(f(&mut conn)?)
     }
 
-    /// Records a new queued run (`params`: the request as kept).
-    pub fn insert(&self, id: &str, graph: &str, params: &serde_json::Value) -> Result<()> {
+    /// Records a new queued run (`params`: the request as kept; `seeded`: the inputs it
+    /// fills with seeded random values).
+    pub fn insert(
+        &self,
+        id: &str,
+        graph: &str,
+        params: &serde_json::Value,
+        seeded: &[String],
+    ) -> Result<()> {
+        let seeded = serde_json::to_string(seeded)?;
         self.with(|c| {
             c.execute(
-                "INSERT INTO runs (id, graph, params, status, created_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![id, graph, params.to_string(), RunStatus::Queued.as_str(), now_ms()],
+                "INSERT INTO runs (id, graph, params, status, created_ms, seeded_inputs) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![id, graph, params.to_string(), RunStatus::Queued.as_str(), now_ms(), seeded],
             )
             .map(|_| ())
         })
@@ -210,6 +223,7 @@ impl Db {
             created_ms: r.get(7)?,
             started_ms: r.get(8)?,
             finished_ms: r.get(9)?,
+            seeded_inputs: json_col(r.get(10)?).unwrap_or_default(),
         })
     }
 
@@ -368,7 +382,7 @@ mod tests {
     fn pages_follow_insertion_order_with_a_cursor() {
         let (db, _) = Db::open(&temp("pages")).unwrap();
         for i in 0..25 {
-            db.insert(&id(i), "g", &json!({})).unwrap();
+            db.insert(&id(i), "g", &json!({}), &[]).unwrap();
         }
         let mut seen = Vec::new();
         let mut before: Option<String> = None;
@@ -393,7 +407,7 @@ mod tests {
         {
             let (db, _) = Db::open(&path).unwrap();
             for i in 0..4 {
-                db.insert(&id(i), "g", &json!({})).unwrap();
+                db.insert(&id(i), "g", &json!({}), &[]).unwrap();
             }
             assert!(db.start(&id(1)).unwrap());
         }
@@ -409,7 +423,7 @@ mod tests {
     fn counts_durations_and_pruning_are_done_in_sql() {
         let (db, _) = Db::open(&temp("prune")).unwrap();
         for i in 0..6 {
-            db.insert(&id(i), "g", &json!({})).unwrap();
+            db.insert(&id(i), "g", &json!({}), &[]).unwrap();
             if i < 5 {
                 db.start(&id(i)).unwrap();
                 db.finish(&id(i), RunStatus::Succeeded, None, None, None)

@@ -69,7 +69,7 @@ pub fn spec() -> Value {
             "/api/runs": {
                 "get": query_params(op("A page of runs, newest first, and the cursor of the next page", &[("200", "{runs, next}"), ("400", err)]), &[("limit", "runs per page, 1 to 1000 (default 100)"), ("before", "a page's 'next': runs older than this one")]),
                 "post": with_body(op("Queue a run (checked first: graph, limits, batch semantics, uploads)", &[("202", "{\"id\": ...}"), ("400", err), ("404", err), ("413", err), ("415", err), ("422", err), ("429", "queue full"), ("503", err)]),
-                    "{graph: name or document, batch, seed, microbatches, stages, prefetch, precision, inputs: {name: base64 .npy}, workers: [ids pinned to stages]}"),
+                    "{graph: name or document, batch, seed, microbatches, stages, prefetch, precision, inputs: {name: base64 .npy}, seed_inputs: fill the inputs not sent from seed (else refused), workers: [ids pinned to stages]}"),
             },
             "/api/runs/{id}": { "get": path_param(op("A run: status, parameters, metrics, output summaries, error", &[("200", "the run"), ("404", err)]), &["id"]) },
             "/api/runs/{id}/outputs/{name}": { "get": path_param(op("An output as .npy", &[("200", "npy bytes"), ("404", err), ("409", err)]), &["id", "name"]) },

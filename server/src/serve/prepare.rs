@@ -134,6 +134,9 @@ pub struct Prepared {
     /// The weights sent with the graph (a safetensors file, checked against it), decoded
     /// from base64.
     pub weights: Option<Vec<u8>>,
+    /// The graph inputs the request did not send, which the run fills with seeded random
+    /// values (the request asked for that with `seed_inputs`).
+    pub seeded: Vec<String>,
 }
 
 impl Prepared {
@@ -167,7 +170,8 @@ fn len(bytes: &[u8]) -> u64 {
 /// Checks a `POST /api/runs` body: the request, its uploads (base64 `.npy` files naming
 /// inputs of the graph), the graph (stored or inline) and its problems, the weights sent
 /// with an inline graph (checked against it as a stored weights file is: names, dtypes,
-/// shapes and sizes), the run limits and the batch semantics of the configuration.
+/// shapes and sizes), the run limits, the batch semantics of the configuration, and the
+/// inputs it leaves out (refused unless it asks for seeded inputs).
 pub fn prepare_run(ws: &Workspace, body: &[u8], limits: &Limits) -> ApiResult<Prepared> {
     use base64::Engine;
     let value = parse_json(body, limits.max_json_values)?;
@@ -254,12 +258,16 @@ pub fn prepare_run(ws: &Workspace, body: &[u8], limits: &Limits) -> ApiResult<Pr
     // Configurations that would change the answer are refused now, not after queueing.
     sluice_engine::exec::config::check_batching(&graph.batch_semantics(), &request.config(), None)
         .map_err(|e| AppError::unprocessable(e.to_string()))?;
+    let seeded = request
+        .seeded_inputs(&graph)
+        .map_err(AppError::unprocessable)?;
     Ok(Prepared {
         label,
         request,
         inline,
         uploads,
         weights,
+        seeded,
     })
 }
 
@@ -293,6 +301,36 @@ mod tests {
     }
 
     #[test]
+    fn an_input_not_sent_is_refused_unless_seeded_inputs_are_asked_for() {
+        let root = std::env::temp_dir().join(format!("sluice-seeded-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let (ws, _lock) = Workspace::open(&root).unwrap();
+        let limits = Limits::default();
+        let mut r = RunRequest::new(GraphRef::Inline(linear()));
+        let e = prepare_run(&ws, &serde_json::to_vec(&r).unwrap(), &limits)
+            .err()
+            .expect("an input not sent is refused");
+        let e = format!("{e:?}");
+        assert!(e.contains("input 'x' was not sent"), "{e}");
+        assert!(e.contains(r#"set \"seed_inputs\": true"#), "{e}");
+        r.seed_inputs = true;
+        let prepared = prepare_run(&ws, &serde_json::to_vec(&r).unwrap(), &limits).unwrap();
+        assert_eq!(prepared.seeded, vec!["x".to_string()]);
+        assert!(prepared.kept().seed_inputs);
+        // An input sent is not seeded, asked or not.
+        let x = sluice_engine::Tensor::f32(vec![1, 3], vec![1.0, 2.0, 3.0]);
+        r.inputs.insert(
+            "x".into(),
+            Upload::of_bytes(&sluice_engine::npy::to_bytes(&x).unwrap()),
+        );
+        let prepared = prepare_run(&ws, &serde_json::to_vec(&r).unwrap(), &limits).unwrap();
+        assert!(prepared.seeded.is_empty());
+        r.seed_inputs = false;
+        assert!(prepare_run(&ws, &serde_json::to_vec(&r).unwrap(), &limits).is_ok());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
     fn weights_sent_with_a_graph_are_checked_against_it_and_kept() {
         let root = std::env::temp_dir().join(format!("sluice-prepare-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -301,6 +339,7 @@ mod tests {
         let body = |graph: Value, weights: &[u8]| {
             let mut r = RunRequest::new(GraphRef::Inline(graph));
             r.weights = Some(Upload::of_bytes(weights));
+            r.seed_inputs = true;
             serde_json::to_vec(&r).unwrap()
         };
         let good = weights("fc.weight", vec![3, 2]);

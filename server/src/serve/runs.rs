@@ -304,7 +304,7 @@ impl Runs {
                 Some(bytes) => ws.keep_weights(&id, bytes),
                 None => Ok(()),
             })
-            .and_then(|()| db.insert(&id, &run.label, &kept));
+            .and_then(|()| db.insert(&id, &run.label, &kept, &run.seeded));
         if let Err(e) = recorded {
             let _ = ws.remove_run(&id);
             return Err(e);
@@ -485,6 +485,9 @@ impl Runs {
             _ => Source::Inline,
         };
         check_runnable(&graph, source, sent.is_some(), &config, limits)?;
+        // Checked when the run was accepted too; a run queued by an older server is held
+        // to the same rule.
+        req.seeded_inputs(&graph)?;
         let data =
             dataset::complete(&graph, uploaded, req.seed, req.batch).map_err(|e| e.to_string())?;
         let (devices, device_key) = self.devices(&req, &row.id, cancel)?;
