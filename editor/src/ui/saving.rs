@@ -154,27 +154,22 @@ fn store(state: EditorState, then_delete: Option<String>) {
                 }
             }
         }
-        let r = match api::request("PUT", &format!("/api/graphs/{name}"), Some(&text)).await {
-            Ok(r) if r.ok() => r,
+        // The server stores only a graph that checks (422 naming its problems otherwise).
+        match api::request("PUT", &format!("/api/graphs/{name}"), Some(&text)).await {
+            Ok(r) if r.ok() => {}
             Ok(r) => return state.error(format!("saving '{name}' failed: {}", r.error())),
             Err(e) => return state.error(format!("saving '{name}' failed: {e}")),
-        };
+        }
         if weights.is_some() {
             // Not an edit: the stored graph names its weights file.
             let named = doc.params.file.clone();
             state.doc.update(|d| d.params.file = named);
         }
         state.saved.set(Some(doc));
-        let problems = r.json()["problems"].as_array().map_or(0, Vec::len);
         let with = if weights.is_some() {
             format!(" with its weights ({file})")
         } else {
             String::new()
-        };
-        let draft = if problems == 0 {
-            String::new()
-        } else {
-            format!(" as a draft with {problems} problem(s)")
         };
         let mut renamed = String::new();
         if let Some(old) = then_delete {
@@ -188,7 +183,7 @@ fn store(state: EditorState, then_delete: Option<String>) {
             .notice
             .with_untracked(|n| n.as_ref().is_none_or(|n| !n.error))
         {
-            state.info(format!("saved '{name}'{with}{draft}{renamed}"));
+            state.info(format!("saved '{name}'{with}{renamed}"));
         }
         refresh_graphs(state);
     });
